@@ -1,0 +1,98 @@
+"""The programmatic API: ``run`` and ``arun``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import anyio
+
+from interpreters._clock import Clock
+from interpreters._driver import RunResult
+from interpreters._journal import Journal, MemoryJournal
+from interpreters._live import AgentBackend, Answer, LiveInterpreter
+from interpreters._models import Model
+from interpreters._sinks import Sink
+from interpreters._tools import ToolLike
+from state import CRDTModel
+
+__all__ = ["arun", "run"]
+
+
+def _sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
+    if on_event is None:
+        return []
+    if callable(on_event):
+        return [on_event]
+    return list(on_event)
+
+
+async def arun(
+    program: Callable[..., Any],
+    *args: Any,
+    model: str | Model | None = None,
+    tools: Iterable[ToolLike] = (),
+    agents: Mapping[str, AgentBackend] | None = None,
+    state: CRDTModel | None = None,
+    journal: Journal | None = None,
+    on_event: Sink | Iterable[Sink] | None = None,
+    clock: Clock | None = None,
+    seed: int | None = 0,
+    answer: Answer | None = None,
+    run_id: str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
+
+    ``journal`` defaults to a fresh in-memory journal (``result.journal``); ``on_event`` takes
+    one sink or several; ``clock`` defaults to real time (tests pass a ``VirtualClock``).
+    """
+    interp = LiveInterpreter(
+        model=model,
+        tools=tools,
+        agents=agents,
+        answer=answer,
+        journal=journal if journal is not None else MemoryJournal(),
+        sinks=_sinks(on_event),
+        clock=clock,
+        seed=seed,
+    )
+    return await interp.run(program, *args, state=state, run_id=run_id, **dict(kwargs or {}))
+
+
+def run(
+    program: Callable[..., Any],
+    *args: Any,
+    model: str | Model | None = None,
+    tools: Iterable[ToolLike] = (),
+    agents: Mapping[str, AgentBackend] | None = None,
+    state: CRDTModel | None = None,
+    journal: Journal | None = None,
+    on_event: Sink | Iterable[Sink] | None = None,
+    clock: Clock | None = None,
+    seed: int | None = 0,
+    answer: Answer | None = None,
+    run_id: str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    backend: str = "asyncio",
+) -> RunResult:
+    """:func:`arun` from synchronous code (``backend`` is ``"asyncio"`` or ``"trio"``).
+
+    Example:
+        >>> from op import Op, infer
+        >>> from interpreters import ScriptedModel
+        >>> def hello() -> Op[str]:
+        ...     reply = yield from infer("Say hi")
+        ...     return reply.text
+        >>> run(hello, model=ScriptedModel(["hi!"])).value
+        'hi!'
+    """
+
+    async def main() -> RunResult:
+        return await arun(
+            program, *args, model=model, tools=tools, agents=agents, state=state,
+            journal=journal, on_event=on_event, clock=clock, seed=seed, answer=answer,
+            run_id=run_id, kwargs=kwargs,
+        )  # fmt: skip
+
+    return anyio.run(main, backend=backend)

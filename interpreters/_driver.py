@@ -1,0 +1,787 @@
+"""The driver: the one loop that runs every program, under every interpreter.
+
+Invariants (everything else in ``interpreters/`` relies on them):
+
+1. **One loop.** :meth:`Driver.drive` is the only code that calls ``send``/``throw`` on a
+   program. It sends the last result (or throws the last error) in, takes the next effect,
+   dispatches it by kind with a ``match`` that ends in ``assert_never``, and repeats.
+2. **Addresses.** The n-th effect (1-based) a generator yields gets ``prefix.n`` (``n`` at the
+   root). A ``limit``/``timeout`` at address ``a`` runs its body with prefix ``a``; branch i
+   (1-based) of a ``par`` at ``a`` runs with prefix ``a.i``. Addresses never depend on timing,
+   so a parallel run replays to the same addresses whatever order its branches finished in.
+3. **Errors.** An ``Exception`` from a handler is thrown into the program at its ``yield``.
+   Fatal errors (``opdsl_fatal``: a program or test-script defect) and ``BaseException``s
+   (cancellation, a budget closing its scope, a run suspending) close the generator, so its
+   ``finally`` blocks run, and propagate.
+4. **Write-ahead.** A recorded effect is ``begin``-ed in the journal before its handler runs
+   and finished (``completed``/``failed``/``cancelled``) before the program sees the result.
+   Each ``EffectStarted`` event is closed by exactly one ``EffectFinished``.
+5. **Budgets.** Before every effect, every enclosing ``limit`` is checked, outermost first; a
+   spent one stops its body (``_BudgetStop`` unwinds to it). After the effect, its usage is
+   charged to every enclosing ``limit``.
+6. **State.** Each branch has a replica: an id (root ``r``, a branch of the ``par`` at ``a``
+   ``r/a.i``), a state and a Lamport counter. Branches start from the parent's state and
+   counter; at the join their states are merged in branch order and the parent's counter
+   becomes the children's maximum plus one. Ids come from addresses only.
+
+Nothing here does I/O beyond calling the journal, the sinks and the handlers it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, assert_never, cast, final
+
+import anyio
+from returns.result import Failure, Result, Success
+
+from interpreters._clock import Clock
+from interpreters._journal import Journal, RunRecord
+from interpreters._sinks import EventBus
+from op import (
+    EFFECT_TYPES,
+    Agent,
+    AnyEffect,
+    Ask,
+    Budget,
+    BudgetExhausted,
+    Checkpoint,
+    CheckpointSaved,
+    ConflictDetected,
+    EffectFinished,
+    EffectStarted,
+    Emit,
+    Emitted,
+    Get,
+    Infer,
+    Limit,
+    Merge,
+    MergeConflict,
+    NotAnEffect,
+    NotAProgram,
+    NotSerializable,
+    Now,
+    Par,
+    Put,
+    Random,
+    RunFailed,
+    RunFinished,
+    RunNotFinished,
+    RunStarted,
+    Sleep,
+    Spent,
+    TimedOut,
+    Timeout,
+    TokenDelta,
+    Tool,
+    Update,
+    Usage,
+    Uuid,
+    usage_of,
+)
+from state import CRDTModel, Stamp, StateError, canonical_json, to_jsonable
+
+__all__ = [
+    "Call",
+    "Driver",
+    "Frame",
+    "Handlers",
+    "RecordedEffect",
+    "Replica",
+    "RunResult",
+    "WaitingForAnswer",
+    "execute",
+    "program_name",
+]
+
+RecordedEffect = Infer | Tool | Agent | Emit | Checkpoint | Now | Random | Uuid | Sleep | Ask
+"""The effects handlers perform; the driver owns scopes and state."""
+
+RunStatus = Literal["completed", "failed", "waiting", "cancelled"]
+
+
+class WaitingForAnswer(BaseException):
+    """Raised by an ``ask`` handler that has no answer yet: the run stops as ``waiting``."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
+
+
+class _BudgetStop(BaseException):
+    """Unwinds from the effect that found a budget spent to the ``limit`` that owns it."""
+
+    def __init__(self, scope: _Scope, exhausted: BudgetExhausted) -> None:
+        super().__init__(exhausted.exceeded)
+        self.scope = scope
+        self.exhausted = exhausted
+
+
+@final
+@dataclass(slots=True)
+class Call:
+    """What a handler knows about the effect it performs (see ``CallInfo``)."""
+
+    run_id: str
+    address: str
+    clock: Clock
+    bus: EventBus
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across a crash and a resume: the same effect gets the same key."""
+        return f"{self.run_id}:{self.address}"
+
+    def token(self, text: str) -> None:
+        if self.bus.active:
+            self.bus.emit(
+                TokenDelta(run_id=self.run_id, at=self.clock.now(), address=self.address, text=text)
+            )
+
+
+class Handlers(ABC):
+    """Performs the world-facing effects. Interpreters differ in their handlers."""
+
+    @abstractmethod
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        """Do what ``effect`` asks and return its result (or raise, to throw into the program)."""
+
+
+@dataclass(slots=True)
+class Replica:
+    """A branch's replica of the state."""
+
+    id: str
+    state: CRDTModel | None
+    lamport: int = 0
+
+    def stamp(self) -> Stamp:
+        self.lamport += 1
+        return Stamp(self.id, self.lamport)
+
+
+@dataclass(slots=True)
+class _Scope:
+    """A ``limit`` scope being run: its budget and what has been spent in it."""
+
+    budget: Budget
+    started: float
+    tokens: int = 0
+    usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    usd_unknown: int = 0
+
+    def spent(self, now: float) -> Spent:
+        return Spent(
+            tokens=self.tokens,
+            usd=self.usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+            seconds=max(0.0, now - self.started),
+            usd_unknown=self.usd_unknown,
+        )
+
+    def exceeded(self, effect: AnyEffect, now: float) -> str | None:
+        """The measure that stops ``effect`` from running in this scope, if any."""
+        b = self.budget
+        calls_model = isinstance(effect, Infer | Agent)
+        if b.seconds is not None and now - self.started >= b.seconds:
+            return "seconds"
+        if b.tokens is not None and (
+            self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
+        ):
+            return "tokens"
+        if b.usd is not None and (self.usd > b.usd or (calls_model and self.usd >= b.usd)):
+            return "usd"
+        if b.model_calls is not None and calls_model and self.model_calls >= b.model_calls:
+            return "model_calls"
+        if b.tool_calls is not None and isinstance(effect, Tool) and self.tool_calls >= b.tool_calls:
+            return "tool_calls"
+        return None
+
+    def charge(self, effect: AnyEffect, usage: Usage | None) -> None:
+        if isinstance(effect, Infer | Agent):
+            self.model_calls += 1
+        elif isinstance(effect, Tool):
+            self.tool_calls += 1
+        if usage is not None:
+            self.tokens += usage.total_tokens
+            if usage.cost_usd is None:
+                self.usd_unknown += 1 if isinstance(effect, Infer | Agent) else 0
+            else:
+                self.usd += usage.cost_usd
+
+    def exhausted(self, measure: str, now: float) -> BudgetExhausted:
+        return BudgetExhausted.model_validate(
+            {"budget": self.budget, "spent": self.spent(now), "exceeded": measure}
+        )
+
+
+@dataclass(slots=True)
+class Frame:
+    """One generator being driven: its address prefix, replica and enclosing budgets."""
+
+    prefix: str
+    replica: Replica
+    scopes: tuple[_Scope, ...] = ()
+    count: int = 0
+    last: str = field(default="")
+
+    def next_address(self) -> str:
+        self.count += 1
+        self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
+        return self.last
+
+
+def program_name(program: object) -> str:
+    """``module:qualname`` of a program function (its name in the journal)."""
+    module = getattr(program, "__module__", None) or "?"
+    qual = getattr(program, "__qualname__", None) or type(program).__name__
+    return f"{module}:{qual}"
+
+
+def _mark(exc: BaseException, address: str) -> None:
+    """Remember the address where an exception first left a program."""
+    if getattr(exc, "opdsl_address", None) is None:
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.opdsl_address = address  # type: ignore[attr-defined]
+
+
+def _close(gen: Generator[Any, Any, Any]) -> None:
+    # A program whose ``finally`` yields an effect while being closed cannot run that
+    # effect (the scope is gone); Python reports it as a RuntimeError, which is dropped so
+    # that the reason the scope closed (a timeout, a spent budget) is what propagates.
+    with contextlib.suppress(RuntimeError):
+        gen.close()
+
+
+def _not_an_effect(program: str, address: str, value: object) -> str:
+    hint = ""
+    if inspect.isgenerator(value):
+        hint = " (it is a generator: write `yield from infer(...)`, not `yield infer(...)`)"
+    return (
+        f"{program} yielded {value!r:.80} ({type(value).__name__}) at address {address}, "
+        f"which is not an effect{hint}"
+    )
+
+
+@final
+class Driver:
+    """Runs one run's generators; see the module docstring for its invariants."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        program: str,
+        handlers: Handlers,
+        journal: Journal | None,
+        bus: EventBus,
+        clock: Clock,
+    ) -> None:
+        self.run_id = run_id
+        self.program = program
+        self.handlers = handlers
+        self.journal = journal
+        self.bus = bus
+        self.clock = clock
+        self._record = journal is not None or bus.active
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def drive(self, gen: Generator[AnyEffect, Any, Any], frame: Frame) -> Any:
+        """Step ``gen`` to its end and return its value."""
+        send: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = gen.send(send) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            except BaseException as exc:
+                _mark(exc, frame.last or frame.prefix or "0")
+                raise
+            address = frame.next_address()
+            if not isinstance(effect, EFFECT_TYPES):
+                _close(gen)
+                raise NotAnEffect(_not_an_effect(self.program, address, effect))
+            try:
+                send = await self.perform(effect, address, frame)
+                error = None
+            except Exception as exc:
+                if getattr(exc, "opdsl_fatal", False):
+                    _mark(exc, address)
+                    _close(gen)
+                    raise
+                send, error = None, exc
+            except BaseException:
+                _close(gen)
+                raise
+
+    async def perform(self, effect: AnyEffect, address: str, frame: Frame) -> Any:
+        """Check budgets, then perform one effect."""
+        if frame.scopes:
+            now = self.clock.monotonic()
+            for scope in frame.scopes:
+                measure = scope.exceeded(effect, now)
+                if measure is not None:
+                    raise _BudgetStop(scope, scope.exhausted(measure, now))
+        match effect:
+            case Limit():
+                return await self._limit(effect, address, frame)
+            case Timeout():
+                return await self._timeout(effect, address, frame)
+            case Par():
+                return await self._par(effect, address, frame)
+            case Get():
+                return self._get(effect, frame)
+            case Put():
+                return self._put(effect, frame)
+            case Update():
+                return self._update(effect, frame)
+            case Merge():
+                return self._merge(effect, frame)
+            case Infer() | Tool() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep() | Ask():
+                return await self._recorded(effect, address, frame)
+            case _:
+                assert_never(effect)
+
+    # -- recording --------------------------------------------------------------------------
+
+    def _payload(self, effect: AnyEffect, address: str) -> Any:
+        try:
+            return to_jsonable(effect)
+        except NotSerializable as exc:
+            raise NotSerializable(
+                f"{self.program}: the {effect.kind} effect at address {address} cannot be "
+                f"recorded: {exc}",
+                path=exc.path,
+            ) from None
+
+    def _json(self, value: Any, what: str, address: str) -> str:
+        try:
+            return canonical_json(value)
+        except NotSerializable as exc:
+            raise NotSerializable(
+                f"{self.program}: {what} at address {address} cannot be recorded: {exc}",
+                path=exc.path,
+            ) from None
+
+    def _begin(self, effect: AnyEffect, address: str) -> float:
+        if self._record:
+            data = self._payload(effect, address)
+            now = self.clock.now()
+            if self.journal is not None:
+                self.journal.begin(self.run_id, address, effect.kind, canonical_json(data), now)
+            if self.bus.active:
+                self.bus.emit(
+                    EffectStarted(run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data)
+                )
+        return self.clock.monotonic()
+
+    def _end(
+        self,
+        effect: AnyEffect,
+        address: str,
+        t0: float,
+        *,
+        result_json: str | None = None,
+        usage: Usage | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        if not self._record:
+            return
+        status: Literal["completed", "failed", "cancelled"] = "completed"
+        error = None
+        if exc is not None:
+            status = "failed" if isinstance(exc, Exception) else "cancelled"
+            error = f"{type(exc).__name__}: {exc}"
+        now = self.clock.now()
+        if self.journal is not None:
+            self.journal.finish(
+                self.run_id,
+                address,
+                status,
+                at=now,
+                result_json=result_json,
+                error_json=None if error is None else canonical_json({"error": error}),
+                usage_json=None if usage is None else canonical_json(usage),
+            )
+        if self.bus.active:
+            self.bus.emit(
+                EffectFinished(
+                    run_id=self.run_id,
+                    at=now,
+                    address=address,
+                    kind=effect.kind,
+                    status=status,
+                    duration_s=self.clock.monotonic() - t0,
+                    usage=usage,
+                    error=error,
+                )
+            )
+
+    async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        t0 = self._begin(effect, address)
+        call = Call(self.run_id, address, self.clock, self.bus)
+        try:
+            result = await self.handlers.perform(effect, call)
+        except WaitingForAnswer:
+            # the entry stays ``started``: the question is open until it is answered
+            if self.bus.active:
+                self.bus.emit(
+                    EffectFinished(
+                        run_id=self.run_id, at=self.clock.now(), address=address, kind=effect.kind,
+                        status="unresolved", error="waiting for an answer",
+                    )
+                )  # fmt: skip
+            raise
+        except BaseException as exc:
+            self._end(effect, address, t0, exc=exc)
+            raise
+        usage = usage_of(result)
+        for scope in frame.scopes:
+            scope.charge(effect, usage)
+        result_json = None
+        if self.journal is not None:
+            recorded = self._snapshot(frame) if isinstance(effect, Checkpoint) else result
+            result_json = self._json(recorded, f"the result of {effect.kind}", address)
+        self._end(effect, address, t0, result_json=result_json, usage=usage)
+        if self.bus.active:
+            if isinstance(effect, Emit):
+                self.bus.emit(
+                    Emitted(run_id=self.run_id, at=self.clock.now(), address=address,
+                            name=effect.name, data=to_jsonable(effect.data))
+                )  # fmt: skip
+            elif isinstance(effect, Checkpoint):
+                self.bus.emit(
+                    CheckpointSaved(run_id=self.run_id, at=self.clock.now(), address=address, name=effect.name)
+                )
+        return result
+
+    def _snapshot(self, frame: Frame) -> dict[str, Any]:
+        state = frame.replica.state
+        return {
+            "state": None if state is None else to_jsonable(state),
+            "state_type": None if state is None else to_jsonable(type(state)),
+            "replica": frame.replica.id,
+            "lamport": frame.replica.lamport,
+        }
+
+    # -- scopes -----------------------------------------------------------------------------
+
+    async def _limit(self, effect: Limit[Any], address: str, frame: Frame) -> Result[Any, BudgetExhausted]:
+        scope = _Scope(effect.budget, self.clock.monotonic())
+        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope))
+        t0 = self._begin(effect, address)
+        outcome: Result[Any, BudgetExhausted]
+        try:
+            if effect.budget.seconds is None:
+                outcome = Success(await self.drive(effect.body, child))
+            else:
+                with self.clock.deadline(effect.budget.seconds) as cancel:
+                    value = await self.drive(effect.body, child)
+                if cancel.cancelled_caught:
+                    outcome = Failure(scope.exhausted("seconds", self.clock.monotonic()))
+                else:
+                    outcome = Success(value)
+        except _BudgetStop as stop:
+            if stop.scope is not scope:
+                self._end(effect, address, t0, exc=stop)
+                raise
+            outcome = Failure(stop.exhausted)
+        except BaseException as exc:
+            self._end(effect, address, t0, exc=exc)
+            raise
+        finally:
+            _close(effect.body)
+        self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
+        return outcome
+
+    async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
+        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes)
+        t0 = self._begin(effect, address)
+        outcome: Result[Any, TimedOut]
+        try:
+            with self.clock.deadline(effect.seconds) as cancel:
+                value = await self.drive(effect.body, child)
+            outcome = Failure(TimedOut(seconds=effect.seconds)) if cancel.cancelled_caught else Success(value)
+        except BaseException as exc:
+            self._end(effect, address, t0, exc=exc)
+            raise
+        finally:
+            _close(effect.body)
+        self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
+        return outcome
+
+    def _outcome_json(self, outcome: Result[Any, Any], address: str) -> str | None:
+        if self.journal is None:
+            return None
+        match outcome:
+            case Success(value):
+                data = {"ok": value}
+            case Failure(error):
+                data = {"error": error}
+            case _:  # pragma: no cover - Result has two cases
+                raise AssertionError(outcome)
+        return self._json(data, "the outcome of the scope", address)
+
+    async def _par(self, effect: Par, address: str, frame: Frame) -> tuple[Any, ...]:
+        parent = frame.replica
+        base = parent.state
+        replicas = [
+            Replica(f"r/{address}.{i}", base, parent.lamport) for i in range(1, len(effect.bodies) + 1)
+        ]
+        results: list[Any] = [None] * len(effect.bodies)
+        errors: list[tuple[int, BaseException]] = []
+        cancelled = anyio.get_cancelled_exc_class()
+
+        async def branch(i: int) -> None:
+            self.clock.task_started()
+            try:
+                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes)
+                results[i] = await self.drive(effect.bodies[i], child)
+            except BaseException as exc:
+                errors.append((i, exc))
+                raise
+            finally:
+                self.clock.task_done()
+
+        t0 = self._begin(effect, address)
+        self.clock.task_done()
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(effect.bodies)):
+                    tg.start_soon(branch, i)
+        except BaseExceptionGroup as group:
+            first = min(
+                ((i, e) for i, e in errors if not isinstance(e, cancelled)),
+                key=lambda pair: pair[0],
+                default=None,
+            )
+            chosen = first[1] if first is not None else group
+            self._end(effect, address, t0, exc=chosen)
+            if first is None:
+                raise
+            raise chosen from None
+        except BaseException as exc:
+            self._end(effect, address, t0, exc=exc)
+            raise
+        finally:
+            self.clock.task_started()
+            for body in effect.bodies:
+                _close(body)
+
+        states = [r.state for r in replicas if r.state is not None]
+        conflicts: dict[str, list[Any]] = {}
+        if states:
+            try:
+                origin = base if base is not None else type(states[0])()
+                merged = origin
+                for s in states:
+                    merged = merged.merge(s)
+                if len(states) > 1:
+                    conflicts = states[0].conflicts_since(origin, states[1:])
+            except TypeError as exc:
+                err = StateError(f"par at address {address}: cannot merge branch states: {exc}")
+                self._end(effect, address, t0, exc=err)
+                raise err from exc
+            parent.state = merged
+        parent.lamport = max([parent.lamport, *(r.lamport for r in replicas)]) + 1
+        values = tuple(results)
+        if conflicts and self.bus.active:
+            self.bus.emit(
+                ConflictDetected(run_id=self.run_id, at=self.clock.now(), address=address,
+                                 conflicts=to_jsonable(conflicts))
+            )  # fmt: skip
+        if conflicts and effect.on_conflict == "raise":
+            err2 = MergeConflict(conflicts, values)
+            self._end(effect, address, t0, exc=err2)
+            raise err2
+        result_json = None if self.journal is None else self._json(list(values), "the par results", address)
+        self._end(effect, address, t0, result_json=result_json)
+        return values
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _get(self, effect: Get[Any], frame: Frame) -> CRDTModel:
+        replica = frame.replica
+        wanted = effect.state_type
+        if replica.state is None:
+            if not (isinstance(wanted, type) and issubclass(wanted, CRDTModel)):
+                raise StateError(f"get() takes a CRDTModel class, not {wanted!r}")
+            replica.state = wanted()
+        if not isinstance(replica.state, wanted):
+            raise StateError(
+                f"get({getattr(wanted, '__name__', wanted)}): the state is a {type(replica.state).__name__}"
+            )
+        state: CRDTModel = replica.state
+        return state
+
+    def _put(self, effect: Put, frame: Frame) -> None:
+        if not isinstance(effect.state, CRDTModel):
+            raise StateError(f"put() takes a CRDTModel, not a {type(effect.state).__name__}")
+        frame.replica.state = effect.state
+        frame.replica.lamport = max(frame.replica.lamport, effect.state.max_lamport())
+
+    def _update(self, effect: Update, frame: Frame) -> None:
+        replica = frame.replica
+        if replica.state is None:
+            raise StateError("update() needs a state: pass state= to the run, or put() one first")
+        replica.state = replica.state.apply(dict(effect.ops), replica.stamp())
+
+    def _merge(self, effect: Merge, frame: Frame) -> None:
+        replica = frame.replica
+        if replica.state is None:
+            replica.state = effect.delta
+        else:
+            try:
+                replica.state = replica.state.merge(effect.delta)
+            except TypeError as exc:
+                raise StateError(f"merge(): {exc}") from exc
+        replica.lamport = max(replica.lamport, effect.delta.max_lamport())
+
+
+# -- a whole run ------------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. ``value`` raises unless the run completed.
+
+    ``status`` is ``completed``, ``failed`` (``error`` and ``address`` say what and where),
+    ``waiting`` (an ``ask`` has no answer yet) or ``cancelled``.
+    """
+
+    run_id: str
+    program: str
+    status: RunStatus
+    state: CRDTModel | None
+    journal: Journal | None
+    error: BaseException | None = None
+    address: str | None = None
+    question: str | None = None
+    _value: Any = None
+
+    @property
+    def value(self) -> Any:
+        if self.status == "completed":
+            return self._value
+        if self.status == "failed":
+            raise RunFailed(self.describe()) from self.error
+        raise RunNotFinished(self.describe())
+
+    def describe(self) -> str:
+        """One line on how the run ended."""
+        if self.status == "failed":
+            where = f" at address {self.address}" if self.address else ""
+            return f"run {self.run_id} of {self.program} failed{where}: {type(self.error).__name__}: {self.error}"
+        if self.status == "waiting":
+            return f"run {self.run_id} of {self.program} is waiting for an answer to: {self.question}"
+        return f"run {self.run_id} of {self.program} {self.status}"
+
+
+def start_program(program: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Generator[AnyEffect, Any, Any]:
+    """Call a program function and check that it gave a generator of effects."""
+    name = program_name(program)
+    if not callable(program):
+        raise NotAProgram(f"{program!r} is not a program: pass a generator function")
+    if inspect.isgenerator(program):
+        raise NotAProgram(
+            f"{name} is an already-started generator; pass the function and its arguments instead"
+        )
+    gen = program(*args, **kwargs)
+    if inspect.isgenerator(gen):
+        return cast("Generator[AnyEffect, Any, Any]", gen)
+    if inspect.iscoroutine(gen):
+        gen.close()
+        raise NotAProgram(f"{name} is an async function; a program is a generator function (def + yield from)")
+    raise NotAProgram(
+        f"{name} returned a {type(gen).__name__}, not a generator: a program yields effects "
+        "(`x = yield from infer(...)`)"
+    )
+
+
+async def execute(
+    program: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    run_id: str,
+    handlers: Handlers,
+    journal: Journal | None,
+    bus: EventBus,
+    clock: Clock,
+    state: CRDTModel | None = None,
+) -> RunResult:
+    """Run a program from its start, with a run record, events and a result on every path."""
+    name = program_name(program)
+    if state is not None and not isinstance(state, CRDTModel):
+        raise StateError(f"state= takes a CRDTModel, not a {type(state).__name__}")
+    args_json = "[]"
+    if journal is not None or bus.active:
+        for i, arg in enumerate(args):
+            _check_arg(name, f"argument {i + 1}", arg)
+        for key, arg in kwargs.items():
+            _check_arg(name, f"argument {key!r}", arg)
+        args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs)})
+    gen = start_program(program, args, kwargs)
+    driver = Driver(run_id=run_id, program=name, handlers=handlers, journal=journal, bus=bus, clock=clock)
+    if journal is not None:
+        journal.create_run(RunRecord(run_id=run_id, program=name, args_json=args_json, created_at=clock.now()))
+    if bus.active:
+        bus.emit(RunStarted(run_id=run_id, at=clock.now(), program=name, args=to_jsonable({"args": list(args), "kwargs": dict(kwargs)})))
+    root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
+    status: RunStatus = "failed"
+    value: Any = None
+    error: BaseException | None = None
+    address: str | None = None
+    question: str | None = None
+    result_json: str | None = None
+    try:
+        value = await driver.drive(gen, root)
+        if journal is not None:
+            result_json = driver._json(value, "the program's return value", root.last or "0")
+        status = "completed"
+    except WaitingForAnswer as wait:
+        status, question, address = "waiting", wait.question, root.last or None
+    except Exception as exc:
+        status, error = "failed", exc
+        address = getattr(exc, "opdsl_address", None) or root.last or None
+    except BaseException:
+        status = "cancelled"
+        raise
+    finally:
+        _close(gen)
+        message = None if error is None else f"{type(error).__name__}: {error}"
+        if journal is not None:
+            error_json = None
+            if error is not None:
+                error_json = canonical_json({"type": type(error).__name__, "message": str(error), "address": address})
+            journal.finish_run(run_id, status, at=clock.now(), result_json=result_json, error_json=error_json)
+        if bus.active:
+            bus.emit(RunFinished(run_id=run_id, at=clock.now(), status=status, error=message, address=address))
+    return RunResult(
+        run_id=run_id,
+        program=name,
+        status=status,
+        state=root.replica.state,
+        journal=journal,
+        error=error,
+        address=address,
+        question=question,
+        _value=value,
+    )
+
+
+def _check_arg(program: str, which: str, value: Any) -> None:
+    try:
+        to_jsonable(value)
+    except NotSerializable as exc:
+        raise NotSerializable(f"{program}: {which} cannot be recorded: {exc}", path=exc.path) from None

@@ -1,0 +1,185 @@
+"""The live interpreter: handlers that do the work, and a journal that records it."""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, assert_never, final
+
+from interpreters._clock import Clock, SystemClock
+from interpreters._driver import (
+    Call,
+    Handlers,
+    RecordedEffect,
+    RunResult,
+    WaitingForAnswer,
+    execute,
+)
+from interpreters._journal import Journal
+from interpreters._models import Model, resolve_model
+from interpreters._sinks import EventBus, Sink
+from interpreters._tools import ToolLike, ToolRegistry
+from op import (
+    Agent,
+    Ask,
+    Checkpoint,
+    Emit,
+    Infer,
+    ModelError,
+    ModelRequest,
+    Now,
+    Random,
+    Sleep,
+    Tool,
+    TurnRecord,
+    Uuid,
+)
+from state import CRDTModel
+
+__all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "new_run_id"]
+
+AgentBackend = Callable[[Agent, Call], Awaitable[TurnRecord]]
+Answer = Callable[[str], str | None]
+
+
+def new_run_id() -> str:
+    """A fresh run id (the interpreter's randomness, never a program's)."""
+    return _uuid.uuid4().hex[:12]
+
+
+@final
+class LiveHandlers(Handlers):
+    """Performs effects for real: the model, the bound tools, agents, the clock, a seeded RNG."""
+
+    def __init__(
+        self,
+        *,
+        model: Model | None = None,
+        tools: ToolRegistry | None = None,
+        agents: Mapping[str, AgentBackend] | None = None,
+        answer: Answer | None = None,
+        seed: int | None = 0,
+    ) -> None:
+        self.model = model
+        self.tools = tools or ToolRegistry()
+        self.agents = dict(agents or {})
+        self.answer = answer
+        self.rng = _random.Random(seed)
+
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        match effect:
+            case Infer():
+                if self.model is None:
+                    raise ModelError("infer() needs a model: pass model= (a spec or a model object)")
+                try:
+                    specs = self.tools.specs(effect.tools)
+                except KeyError as exc:
+                    raise ModelError(str(exc.args[0])) from None
+                request = ModelRequest(
+                    messages=effect.messages, model=effect.model, tools=specs, params=dict(effect.params)
+                )
+                return await self.model.complete(request, call)
+            case Tool():
+                return await self.tools.call(effect.name, effect.args)
+            case Agent():
+                backend = self.agents.get(effect.backend)
+                if backend is None:
+                    known = ", ".join(sorted(self.agents)) or "none"
+                    raise ModelError(f"no agent backend {effect.backend!r} is bound (bound: {known})")
+                return await backend(effect, call)
+            case Emit() | Checkpoint():
+                return None
+            case Now():
+                return call.clock.now()
+            case Random():
+                return self.rng.random()
+            case Uuid():
+                return str(_uuid.UUID(int=self.rng.getrandbits(128), version=4))
+            case Sleep():
+                await call.clock.sleep(effect.seconds)
+                return None
+            case Ask():
+                reply = self.answer(effect.question) if self.answer is not None else None
+                if reply is None:
+                    raise WaitingForAnswer(effect.question)
+                return reply
+            case _:
+                assert_never(effect)
+
+
+@final
+class LiveInterpreter:
+    """Runs programs for real, journaling every recorded effect.
+
+    Example:
+        >>> from op import Op, tool
+        >>> def shout(text: str) -> str:
+        ...     return text.upper()
+        >>> def program() -> Op[str]:
+        ...     r = yield from tool("shout", {"text": "hi"})
+        ...     return r.output
+        >>> LiveInterpreter(tools=[shout]).run_sync(program).value
+        'HI'
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | Model | None = None,
+        tools: Iterable[ToolLike] = (),
+        agents: Mapping[str, AgentBackend] | None = None,
+        answer: Answer | None = None,
+        journal: Journal | None = None,
+        sinks: Iterable[Sink] = (),
+        clock: Clock | None = None,
+        seed: int | None = 0,
+    ) -> None:
+        self.handlers = LiveHandlers(
+            model=resolve_model(model),
+            tools=ToolRegistry(tools),
+            agents=agents,
+            answer=answer,
+            seed=seed,
+        )
+        self.journal = journal
+        self.bus = EventBus(sinks)
+        self.clock = clock or SystemClock()
+
+    async def run(
+        self,
+        program: Callable[..., Any],
+        *args: Any,
+        state: CRDTModel | None = None,
+        run_id: str | None = None,
+        **kwargs: Any,
+    ) -> RunResult:
+        """Run ``program(*args, **kwargs)`` to its end (or until it waits)."""
+        return await execute(
+            program,
+            args,
+            kwargs,
+            run_id=run_id or new_run_id(),
+            handlers=self.handlers,
+            journal=self.journal,
+            bus=self.bus,
+            clock=self.clock,
+            state=state,
+        )
+
+    def run_sync(
+        self,
+        program: Callable[..., Any],
+        *args: Any,
+        state: CRDTModel | None = None,
+        run_id: str | None = None,
+        backend: str = "asyncio",
+        **kwargs: Any,
+    ) -> RunResult:
+        """:meth:`run` from synchronous code."""
+        import anyio
+
+        async def main() -> RunResult:
+            return await self.run(program, *args, state=state, run_id=run_id, **kwargs)
+
+        return anyio.run(main, backend=backend)

@@ -1,0 +1,217 @@
+"""The scripted interpreter: tests as an ordered list of (expected effect, answer).
+
+In the style of python-effect's ``perform_sequence``: every world-facing effect the program
+performs (infer, tool, agent, ask, now, random, uuid, sleep) must match the next entry of the
+script, and gets that entry's answer. ``emit`` and ``checkpoint`` are matched when the next
+entry expects one, and otherwise pass. Scopes (limit, timeout, par) and state work as in the
+live interpreter. The first mismatch ends the run with :class:`ScriptMismatch`, whose message
+is the whole log so far, the effect that was not found, and the next expected one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, final
+
+from interpreters._clock import Clock, VirtualClock
+from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, execute
+from interpreters._journal import Journal
+from interpreters._live import new_run_id
+from interpreters._sinks import EventBus, Sink
+from op import Checkpoint, Emit, Infer, Response, Tool, ToolResult, canonical_json
+from state import CRDTModel
+
+__all__ = ["ANY", "Expect", "ScriptMismatch", "ScriptedInterpreter", "expect"]
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+ANY: Any = _Any()
+"""Matches any value in an :class:`Expect` field."""
+
+
+class ScriptMismatch(AssertionError):
+    """The program did something the script did not expect (or left entries unused)."""
+
+    opdsl_fatal = True
+
+
+@final
+@dataclass(frozen=True)
+class Expect:
+    """Matches an effect by kind and some of its fields (values, ``ANY`` or predicates)."""
+
+    kind: str
+    fields: dict[str, Any]
+
+    def matches(self, effect: RecordedEffect) -> bool:
+        if effect.kind != self.kind:
+            return False
+        for name, want in self.fields.items():
+            if not hasattr(effect, name):
+                return False
+            got = getattr(effect, name)
+            if want is ANY:
+                continue
+            if callable(want) and not isinstance(want, type):
+                if not want(got):
+                    return False
+            elif got != want and not _same_json(got, want):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
+        return f"{self.kind}({shown})"
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except TypeError:
+        return False
+
+
+def expect(kind: str, **fields: Any) -> Expect:
+    """``expect("tool", name="read_file")``: an effect of ``kind`` whose fields match."""
+    return Expect(kind, fields)
+
+
+Matcher = Expect | RecordedEffect | Callable[[RecordedEffect], bool]
+Answer = Any
+
+
+def _matches(matcher: Matcher, effect: RecordedEffect) -> bool:
+    if isinstance(matcher, Expect):
+        return matcher.matches(effect)
+    if callable(matcher) and not hasattr(matcher, "kind"):
+        return bool(matcher(effect))
+    return matcher == effect or _same_json(matcher, effect)
+
+
+def _kind_of(matcher: Matcher) -> str | None:
+    return getattr(matcher, "kind", None)
+
+
+def _show(effect: RecordedEffect) -> str:
+    parts = []
+    for f in fields(effect):
+        if f.metadata.get("serialize", True):
+            parts.append(f"{f.name}={getattr(effect, f.name)!r:.120}")
+    return f"{effect.kind}({', '.join(parts)})"
+
+
+@final
+class _ScriptedHandlers(Handlers):
+    def __init__(self, script: Sequence[tuple[Matcher, Answer]]) -> None:
+        self.script = list(script)
+        self.position = 0
+        self.log: list[str] = []
+
+    def _mismatch(self, effect: RecordedEffect, address: str) -> ScriptMismatch:
+        lines = [f"effect at address {address} does not match the script", *self.log]
+        lines.append(f"NOT FOUND: {address} {_show(effect)}")
+        if self.position < len(self.script):
+            lines.append(f"NEXT EXPECTED: {self.script[self.position][0]!r}")
+        else:
+            lines.append("NEXT EXPECTED: nothing (the script is used up)")
+        return ScriptMismatch("\n".join(lines))
+
+    def leftovers(self) -> ScriptMismatch | None:
+        if self.position >= len(self.script):
+            return None
+        rest = "\n".join(f"  {m!r}" for m, _ in self.script[self.position :])
+        return ScriptMismatch(
+            "\n".join([*self.log, f"the program finished but the script expects more:\n{rest}"])
+        )
+
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        nxt = self.script[self.position] if self.position < len(self.script) else None
+        optional = isinstance(effect, Emit | Checkpoint)
+        if nxt is None or not _matches(nxt[0], effect):
+            if optional and (nxt is None or _kind_of(nxt[0]) != effect.kind):
+                self.log.append(f"passed: {call.address} {_show(effect)}")
+                return None
+            raise self._mismatch(effect, call.address)
+        self.position += 1
+        self.log.append(f"scripted: {call.address} {_show(effect)}")
+        answer = nxt[1]
+        if isinstance(answer, BaseException):
+            raise answer
+        if callable(answer) and not isinstance(answer, type):
+            answer = answer(effect)
+        if isinstance(effect, Infer) and isinstance(answer, str):
+            return Response(text=answer, model="scripted")
+        if isinstance(effect, Tool) and isinstance(answer, str):
+            return ToolResult(output=answer)
+        return answer
+
+
+@final
+class ScriptedInterpreter:
+    """Runs a program against a script; raises :class:`ScriptMismatch` on the first surprise.
+
+    Example:
+        >>> from op import Op, tool, ToolResult
+        >>> def program() -> Op[str]:
+        ...     r = yield from tool("read_file", {"path": "a.py"})
+        ...     return r.output
+        >>> ScriptedInterpreter([(expect("tool", name="read_file"), "print(1)")]).run(program).value
+        'print(1)'
+    """
+
+    def __init__(
+        self,
+        script: Sequence[tuple[Matcher, Answer]],
+        *,
+        journal: Journal | None = None,
+        sinks: Iterable[Sink] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        self.script = list(script)
+        self.journal = journal
+        self.sinks = list(sinks)
+        self.clock = clock
+
+    async def arun(
+        self, program: Callable[..., Any], *args: Any, state: CRDTModel | None = None, **kwargs: Any
+    ) -> RunResult:
+        handlers = _ScriptedHandlers(self.script)
+        result = await execute(
+            program,
+            args,
+            kwargs,
+            run_id=new_run_id(),
+            handlers=handlers,
+            journal=self.journal,
+            bus=EventBus(self.sinks),
+            clock=self.clock or VirtualClock(),
+            state=state,
+        )
+        if isinstance(result.error, ScriptMismatch):
+            raise result.error
+        if result.status == "completed":
+            left = handlers.leftovers()
+            if left is not None:
+                raise left
+        return result
+
+    def run(
+        self, program: Callable[..., Any], *args: Any, state: CRDTModel | None = None, **kwargs: Any
+    ) -> RunResult:
+        import anyio
+
+        async def main() -> RunResult:
+            return await self.arun(program, *args, state=state, **kwargs)
+
+        return anyio.run(main)

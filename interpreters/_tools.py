@@ -1,0 +1,171 @@
+"""Tools: named, typed functions a program (or a model) can call.
+
+A plain typed Python function is a tool: its parameters become a pydantic model whose JSON
+Schema is what a model sees, its docstring's first paragraph is the description. A call with
+bad arguments, a call to an unknown tool, and a tool that raises all come back as
+``ToolResult(ok=False, error=...)`` the model can read; none of them ends the run.
+
+Sync functions are called inline (fast, but a timeout cannot interrupt them); async
+functions are awaited and are cancelled by ``timeout`` and budgets.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, final
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from op import DuplicateTool, NotSerializable, ToolResult, ToolSpec, canonical_json
+
+__all__ = ["Tool", "ToolRegistry", "format_validation_error"]
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``path: message``."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@final
+class Tool:
+    """A callable the interpreter binds by name.
+
+    Example:
+        >>> def add(a: int, b: int = 1) -> int:
+        ...     '''Add two numbers.'''
+        ...     return a + b
+        >>> t = Tool.from_function(add)
+        >>> t.spec.parameters["required"], t.spec.description
+        (['a'], 'Add two numbers.')
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        fn: Callable[..., Any],
+        args_model: type[BaseModel],
+        description: str = "",
+        read_only: bool = False,
+    ) -> None:
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"tool name {name!r} must be letters, digits, '_' or '-'")
+        self.name = name
+        self.fn = fn
+        self.args_model = args_model
+        self.description = description
+        self.read_only = read_only
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.spec = ToolSpec(
+            name=name,
+            description=description,
+            parameters=args_model.model_json_schema(),
+            read_only=read_only,
+        )
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+    ) -> Tool:
+        """Make a tool of a typed function; every parameter needs an annotation."""
+        tool_name = name or fn.__name__
+        fields: dict[str, Any] = {}
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+        except Exception as exc:  # a bad annotation is the caller's bug; say where
+            raise TypeError(f"tool {tool_name!r}: cannot read its annotations: {exc}") from exc
+        for pname, param in inspect.signature(fn).parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {tool_name!r}: *args and **kwargs cannot be described to a model")
+            if pname not in hints:
+                raise TypeError(f"tool {tool_name!r}: parameter {pname!r} has no type annotation")
+            default = ... if param.default is param.empty else param.default
+            fields[pname] = (hints[pname], default)
+        model = create_model(f"{tool_name}_args", __base__=_Args, **fields)
+        doc = inspect.getdoc(fn) or ""
+        desc = description if description is not None else doc.split("\n\n")[0].strip()
+        return cls(name=tool_name, fn=fn, args_model=model, description=desc, read_only=read_only)
+
+    async def call(self, args: Mapping[str, Any]) -> ToolResult:
+        """Validate ``args`` and run the tool; every failure is a ``ToolResult`` error."""
+        try:
+            parsed = self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            return ToolResult.failure(
+                f"invalid arguments for tool {self.name!r}: {format_validation_error(exc)}"
+            )
+        kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
+        try:
+            out = self.fn(**kwargs)
+            if self.is_async:
+                out = await out
+        except Exception as exc:
+            return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
+        if isinstance(out, ToolResult):
+            return out
+        if isinstance(out, str):
+            return ToolResult(output=out)
+        try:
+            return ToolResult(output=canonical_json(out))
+        except NotSerializable as exc:
+            return ToolResult.failure(f"tool {self.name!r} returned a value that is not JSON: {exc}")
+
+
+ToolLike = Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+@final
+class ToolRegistry:
+    """The tools bound to a run, by unique name."""
+
+    def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: ToolLike) -> None:
+        bound = tool if isinstance(tool, Tool) else Tool.from_function(tool)
+        if bound.name in self._tools:
+            raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
+        self._tools[bound.name] = bound
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs(self, names: Sequence[str] | Literal["all"]) -> tuple[ToolSpec, ...]:
+        """Specs for ``names`` (``"all"``: every tool); an unknown name is a ``KeyError``."""
+        if names == "all":
+            return tuple(self._tools[n].spec for n in self.names())
+        out = []
+        for n in names:
+            t = self._tools.get(n)
+            if t is None:
+                raise KeyError(f"infer() offers tool {n!r}, but no tool of that name is bound "
+                               f"(bound: {', '.join(self.names()) or 'none'})")
+            out.append(t.spec)
+        return tuple(out)
+
+    async def call(self, name: str, args: Mapping[str, Any]) -> ToolResult:
+        t = self._tools.get(name)
+        if t is None:
+            return ToolResult.failure(
+                f"no tool named {name!r}; available: {', '.join(self.names()) or 'none'}"
+            )
+        return await t.call(args)

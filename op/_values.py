@@ -1,0 +1,212 @@
+"""The value types that programs, interpreters and handlers share. Field names are API."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "Budget",
+    "BudgetExhausted",
+    "Message",
+    "ModelRequest",
+    "Response",
+    "Spent",
+    "TimedOut",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "TurnRecord",
+    "Usage",
+]
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Usage(_Value):
+    """Tokens and money one effect used. ``cost_usd`` is None when the price is unknown.
+
+    Example:
+        >>> (Usage(input_tokens=3, cost_usd=0.5) + Usage(output_tokens=2)).total_tokens
+        5
+    """
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None
+        if self.cost_usd is not None or other.cost_usd is not None:
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=cost,
+        )
+
+
+class ToolCall(_Value):
+    """A model's request to call a tool."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(_Value):
+    """One message of a conversation with a model."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def tool_result(cls, call: ToolCall, result: ToolResult) -> Message:
+        """The message that answers ``call`` with ``result``."""
+        text = result.output if result.ok else f"error: {result.error}"
+        return cls(role="tool", content=text, tool_call_id=call.id)
+
+
+class Response(_Value):
+    """What a model said: text, tool calls, why it stopped, and what it cost."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str = "end_turn"
+    usage: Usage = Usage()
+    model: str = ""
+
+    def as_message(self) -> Message:
+        """This response as the assistant message to append to a history."""
+        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
+
+
+class ToolResult(_Value):
+    """The outcome of a tool call. A failing tool is a value (``ok=False``), not an exception."""
+
+    ok: bool = True
+    output: str = ""
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _error_iff_failed(self) -> Self:
+        if not self.ok and not self.error:
+            raise ValueError("a failed ToolResult needs an error message")
+        return self
+
+    @classmethod
+    def failure(cls, error: str, output: str = "") -> ToolResult:
+        return cls(ok=False, output=output, error=error)
+
+
+class ToolSpec(_Value):
+    """A tool as a model sees it: name, description, JSON Schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    read_only: bool = False
+
+
+class ModelRequest(_Value):
+    """What a model handler is asked: the conversation, the model, the tools it may call."""
+
+    messages: tuple[Message, ...]
+    model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _finite(v: float | None) -> float | None:
+    if v is not None and (math.isnan(v) or math.isinf(v)):
+        raise ValueError("must be a finite number")
+    return v
+
+
+class Budget(_Value):
+    """Limits for a ``limit`` scope. None means no limit on that measure.
+
+    Example:
+        >>> Budget(tokens=50_000, tool_calls=20).tokens
+        50000
+    """
+
+    tokens: int | None = Field(default=None, ge=0)
+    usd: float | None = Field(default=None, ge=0)
+    model_calls: int | None = Field(default=None, ge=0)
+    tool_calls: int | None = Field(default=None, ge=0)
+    seconds: float | None = Field(default=None, ge=0)
+
+    _check_usd = field_validator("usd", "seconds")(_finite)
+
+
+class Spent(_Value):
+    """What a scope has used so far. ``usd_unknown`` counts calls whose price was unknown."""
+
+    tokens: int = 0
+    usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    seconds: float = 0.0
+    usd_unknown: int = 0
+
+
+class BudgetExhausted(_Value):
+    """Why a ``limit`` scope stopped: its budget, what it spent, which measure ran out."""
+
+    budget: Budget
+    spent: Spent
+    exceeded: Literal["tokens", "usd", "model_calls", "tool_calls", "seconds"]
+
+
+class TimedOut(_Value):
+    """A ``timeout`` scope's deadline passed."""
+
+    seconds: float
+
+
+class TurnRecord(_Value):
+    """The record of one delegated agent turn (the ``agent`` effect)."""
+
+    backend: str
+    text: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    turns: int = 0
+    usage: Usage = Usage()
+    duration_s: float = 0.0
+    session_id: str | None = None
+    exit_code: int | None = None
+    crashed: bool = False
+    crash_reason: str | None = None
+
+
+def usage_of(value: object) -> Usage | None:
+    """The usage carried by a result, if it carries any."""
+    if isinstance(value, Response | TurnRecord):
+        return value.usage
+    return None
+
+
+def params_dict(params: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(sorted(params.items()))

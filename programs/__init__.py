@@ -1,0 +1,1 @@
+"""Ready programs, written only against ``op`` and ``state``."""

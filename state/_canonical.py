@@ -1,0 +1,100 @@
+"""Canonical JSON: the same value gives the same bytes in every process.
+
+Rules (the journal, replay and CRDT law tests all lean on them):
+
+- object keys are sorted, separators are ``,`` and ``:``, no whitespace, UTF-8 kept as is;
+- sets and frozensets become lists sorted by their elements' canonical encoding, so the
+  order never depends on ``PYTHONHASHSEED``;
+- tuples become lists; pydantic models and dataclasses become objects of their fields
+  (dataclass fields marked ``metadata={"serialize": False}`` are left out);
+- NaN and the infinities are refused, and so are values JSON cannot hold (bytes, objects,
+  non-string keys): the error names the path to the offending value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["NotSerializable", "canonical_json", "to_jsonable"]
+
+
+class NotSerializable(TypeError):
+    """A value cannot be written as canonical JSON; ``path`` says where in it."""
+
+    opdsl_fatal = True
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def to_jsonable(value: Any, path: str = "$") -> Any:
+    """Turn ``value`` into plain JSON data (dict, list, str, int, float, bool, None)."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise NotSerializable(f"{path}: {value!r} is not allowed in canonical JSON", path=path)
+        return value
+    if isinstance(value, BaseModel):
+        return {
+            name: to_jsonable(getattr(value, name), f"{path}.{name}")
+            for name in type(value).model_fields
+        }
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotSerializable(
+                    f"{path}: mapping key {key!r} is a {type(key).__name__}; JSON keys are strings",
+                    path=path,
+                )
+            out[key] = to_jsonable(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [to_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        items = [to_jsonable(item, f"{path}{{}}") for item in value]
+        return sorted(items, key=_dump)
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value, path)
+    if isinstance(value, type):
+        return f"{value.__module__}:{value.__qualname__}"
+    if dataclasses.is_dataclass(value):
+        out = {}
+        kind = getattr(value, "kind", None)
+        if isinstance(kind, str):
+            out["kind"] = kind
+        for f in dataclasses.fields(value):
+            if f.metadata.get("serialize", True):
+                out[f.name] = to_jsonable(getattr(value, f.name), f"{path}.{f.name}")
+        return out
+    raise NotSerializable(
+        f"{path}: a {type(value).__name__} cannot be written as JSON "
+        "(use str, int, float, bool, None, lists, dicts with string keys, or pydantic models)",
+        path=path,
+    )
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of ``value``.
+
+    Example:
+        >>> canonical_json({"b": {3, 1, 2}, "a": (1.5, None)})
+        '{"a":[1.5,null],"b":[1,2,3]}'
+    """
+    return _dump(to_jsonable(value))
