@@ -5,7 +5,8 @@ Rules (the journal, replay and CRDT law tests all lean on them):
 - object keys are sorted, separators are ``,`` and ``:``, no whitespace, UTF-8 kept as is;
 - sets and frozensets become lists sorted by their elements' canonical encoding, so the
   order never depends on ``PYTHONHASHSEED``;
-- tuples become lists; pydantic models and dataclasses become objects of their fields
+- tuples become lists; ``Success(v)`` and ``Failure(e)`` become ``{"ok": v}`` and
+  ``{"error": e}``; pydantic models and dataclasses become objects of their fields
   (dataclass fields marked ``metadata={"serialize": False}`` are left out);
 - NaN and the infinities are refused, and so are values JSON cannot hold (bytes, objects,
   non-string keys): the error names the path to the offending value.
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
+from returns.result import Failure, Success
 
 __all__ = ["NotSerializable", "canonical_json", "to_jsonable"]
 
@@ -66,6 +68,10 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
     if isinstance(value, set | frozenset):
         items = [to_jsonable(item, f"{path}{{}}") for item in value]
         return sorted(items, key=_dump)
+    if isinstance(value, Success):
+        return {"ok": to_jsonable(value.unwrap(), f"{path}.ok")}
+    if isinstance(value, Failure):
+        return {"error": to_jsonable(value.failure(), f"{path}.error")}
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value, path)
     if isinstance(value, type):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from state._canonical import canonical_json
 
@@ -118,6 +118,14 @@ class GCounter(CRDT):
     crdt_name: ClassVar[str] = "GCounter"
     counts: dict[str, int] = Field(default_factory=dict)
 
+    @field_validator("counts")
+    @classmethod
+    def _no_empty_slots(cls, counts: dict[str, int]) -> dict[str, int]:
+        if any(n < 0 for n in counts.values()):
+            raise ValueError("GCounter slots cannot be negative")
+        # a zero slot and a missing slot mean the same; keep one spelling for canonical bytes
+        return {k: n for k, n in counts.items() if n}
+
     @property
     def value(self) -> int:
         return sum(self.counts.values())
@@ -125,6 +133,8 @@ class GCounter(CRDT):
     def inc(self, stamp: Stamp, n: int = 1) -> GCounter:
         if n < 0:
             raise ValueError(f"a GCounter only grows; cannot add {n} (use a PNCounter)")
+        if n == 0:
+            return self
         counts = dict(self.counts)
         counts[stamp.replica] = counts.get(stamp.replica, 0) + n
         return GCounter(counts=counts)

@@ -1,0 +1,32 @@
+"""Shared test helpers: an event recorder that checks the event protocol."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from op import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
+
+
+class Recorder:
+    """A sink that keeps events and checks the protocol of DESIGN section 6."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type) -> list[Event]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def check_protocol(self) -> None:
+        runs = Counter(e.run_id for e in self.events if isinstance(e, RunStarted))
+        ends = Counter(e.run_id for e in self.events if isinstance(e, RunFinished))
+        assert runs == ends and all(n == 1 for n in runs.values()), (runs, ends)
+        starts = Counter((e.run_id, e.address) for e in self.events if isinstance(e, EffectStarted))
+        closes = Counter((e.run_id, e.address) for e in self.events if isinstance(e, EffectFinished))
+        assert starts == closes, f"unclosed or doubly closed effects: {starts - closes} {closes - starts}"
+        assert isinstance(self.events[0], RunStarted) and isinstance(self.events[-1], RunFinished)
+
+    def finished(self) -> dict[str, str]:
+        return {e.address: e.status for e in self.events if isinstance(e, EffectFinished)}
