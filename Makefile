@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench
 
 typecheck: $(STAMP)
-	$(BIN)/mypy op state interpreters programs tests/typing/pass
+	$(BIN)/mypy op state interpreters programs tests bench
 	$(BIN)/pyright
 
 pytest: $(STAMP)

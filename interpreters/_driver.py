@@ -332,6 +332,8 @@ class Driver:
                 if measure is not None:
                     raise _BudgetStop(scope, scope.exhausted(measure, now))
         match effect:
+            case Tool() | Infer() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep() | Ask():
+                return await self._recorded(effect, address, frame)
             case Limit():
                 return await self._limit(effect, address, frame)
             case Timeout():
@@ -346,8 +348,6 @@ class Driver:
                 return self._update(effect, frame)
             case Merge():
                 return self._merge(effect, frame)
-            case Infer() | Tool() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep() | Ask():
-                return await self._recorded(effect, address, frame)
             case _:
                 assert_never(effect)
 
@@ -427,8 +427,16 @@ class Driver:
             )
 
     async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
-        t0 = self._begin(effect, address)
         call = Call(self.run_id, address, self.clock, self.bus)
+        if not self._record:
+            # the fast path: nothing listens, nothing is journaled; budgets still count
+            result = await self.handlers.perform(effect, call)
+            if frame.scopes:
+                usage = usage_of(result)
+                for scope in frame.scopes:
+                    scope.charge(effect, usage)
+            return result
+        t0 = self._begin(effect, address)
         try:
             result = await self.handlers.perform(effect, call)
         except WaitingForAnswer:

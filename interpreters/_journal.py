@@ -172,15 +172,11 @@ class MemoryJournal(Journal):
         if old is None or old.status != "started":
             state = "missing" if old is None else old.status
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is {state}")
-        entries[address] = old.model_copy(
-            update={
-                "status": status,
-                "result_json": result_json,
-                "error_json": error_json,
-                "usage_json": usage_json,
-                "finished_at": at,
-            }
-        )
+        old.status = status
+        old.result_json = result_json
+        old.error_json = error_json
+        old.usage_json = usage_json
+        old.finished_at = at
 
     def run(self, run_id: str) -> RunRecord:
         try:
@@ -192,4 +188,4 @@ class MemoryJournal(Journal):
         return list(self._runs.values())
 
     def entries(self, run_id: str) -> list[Entry]:
-        return sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)
+        return [e.model_copy() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]

@@ -81,7 +81,8 @@ class LiveHandlers(Handlers):
                 )
                 return await self.model.complete(request, call)
             case Tool():
-                return await self.tools.call(effect.name, effect.args)
+                bound = self.tools.get(effect.name)
+                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args)
             case Agent():
                 backend = self.agents.get(effect.backend)
                 if backend is None:

@@ -32,9 +32,9 @@ __all__ = ["EditState", "fix_file", "review"]
 class EditState(CRDTModel):
     """What the program tracks: files it changed, tokens spent, notes from reviewers."""
 
-    files_modified: GSet[str]
-    tokens: GCounter
-    notes: Log[str]
+    files_modified: GSet[str] = GSet()
+    tokens: GCounter = GCounter()
+    notes: Log[str] = Log()
 
 
 SYSTEM = (

@@ -37,32 +37,47 @@ class NotSerializable(TypeError):
         self.path = path
 
 
-_SCALARS = (str, int, bool, type(None))
+_EXACT_SCALARS = frozenset({str, int, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _dataclass_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("serialize", True))
+        _FIELDS[cls] = names
+    return names
 
 
 def to_jsonable(value: Any, path: str = "$") -> Any:
     """Turn ``value`` into plain JSON data (dict, list, str, int, float, bool, None)."""
-    if isinstance(value, _SCALARS):
+    cls = type(value)
+    if cls in _EXACT_SCALARS:
         return value
-    if isinstance(value, float):
+    if cls is dict:
+        return _mapping(value, path)
+    if cls is float:
         if math.isnan(value) or math.isinf(value):
             raise NotSerializable(f"{path}: {value!r} is not allowed in canonical JSON", path=path)
         return value
+    if cls is list or cls is tuple:
+        return [to_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, BaseModel):
-        return {
-            name: to_jsonable(getattr(value, name), f"{path}.{name}")
-            for name in type(value).model_fields
-        }
-    if isinstance(value, Mapping):
+        return {name: to_jsonable(getattr(value, name), f"{path}.{name}") for name in cls.model_fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise NotSerializable(
-                    f"{path}: mapping key {key!r} is a {type(key).__name__}; JSON keys are strings",
-                    path=path,
-                )
-            out[key] = to_jsonable(item, f"{path}.{key}")
+        kind = getattr(value, "kind", None)
+        if isinstance(kind, str):
+            out["kind"] = kind
+        for name in _dataclass_fields(cls):
+            out[name] = to_jsonable(getattr(value, name), f"{path}.{name}")
         return out
+    if isinstance(value, str | int):  # subclasses (IntEnum, StrEnum, ...)
+        return value.value if isinstance(value, enum.Enum) else value
+    if isinstance(value, float):
+        return to_jsonable(float(value), path)
+    if isinstance(value, Mapping):
+        return _mapping(value, path)
     if isinstance(value, list | tuple):
         return [to_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, set | frozenset):
@@ -76,20 +91,25 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         return to_jsonable(value.value, path)
     if isinstance(value, type):
         return f"{value.__module__}:{value.__qualname__}"
-    if dataclasses.is_dataclass(value):
-        out = {}
-        kind = getattr(value, "kind", None)
-        if isinstance(kind, str):
-            out["kind"] = kind
-        for f in dataclasses.fields(value):
-            if f.metadata.get("serialize", True):
-                out[f.name] = to_jsonable(getattr(value, f.name), f"{path}.{f.name}")
-        return out
     raise NotSerializable(
-        f"{path}: a {type(value).__name__} cannot be written as JSON "
+        f"{path}: a {cls.__name__} cannot be written as JSON "
         "(use str, int, float, bool, None, lists, dicts with string keys, or pydantic models)",
         path=path,
     )
+
+
+def _mapping(value: Mapping[Any, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise NotSerializable(
+                    f"{path}: mapping key {key!r} is a {type(key).__name__}; JSON keys are strings",
+                    path=path,
+                )
+            key = str(key)
+        out[key] = to_jsonable(item, f"{path}.{key}")
+    return out
 
 
 def _dump(data: Any) -> str:

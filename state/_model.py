@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel
-
 from state._crdt import (
     CRDT,
     GCounter,
@@ -160,13 +158,14 @@ def _checked(make: Any, where: str) -> CRDT:
 class CRDTModel(CRDT):
     """Base for state models: every field is a CRDT and ``merge`` is field by field.
 
-    Fields without a default start empty (``GSet[str]()`` and so on).
+    Give each field an empty default (``files: GSet[str] = GSet()``) so type checkers know
+    the model can be built empty; a field left without one is given it at class creation.
 
     Example:
         >>> from state import GSet, GCounter
         >>> class CodeState(CRDTModel):
-        ...     files: GSet[str]
-        ...     tokens: GCounter
+        ...     files: GSet[str] = GSet()
+        ...     tokens: GCounter = GCounter()
         >>> s = CodeState().apply({"files": Add("a.py"), "tokens": Inc(5)}, Stamp("r", 1))
         >>> s.files.sorted(), s.tokens.value
         (['a.py'], 5)
@@ -239,7 +238,3 @@ def _key(item: Any) -> str:
     from state._canonical import canonical_json
 
     return canonical_json(item)
-
-
-def _is_model(value: object) -> bool:
-    return isinstance(value, BaseModel)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypeVar
 
 from op import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
+
+E = TypeVar("E")
 
 
 class Recorder:
@@ -16,7 +19,7 @@ class Recorder:
     def __call__(self, event: Event) -> None:
         self.events.append(event)
 
-    def of(self, kind: type) -> list[Event]:
+    def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, kind)]
 
     def check_protocol(self) -> None:

@@ -24,8 +24,8 @@ from op import (
     Emitted,
     Failure,
     Inc,
-    Message,
     MergeConflict,
+    Message,
     ModelError,
     NotAnEffect,
     NotAProgram,
@@ -57,16 +57,16 @@ from op import (
     update,
     uuid,
 )
-from state import GCounter, GSet, Log, LWWRegister, Stamp, StateError
 from state import CRDTModel as _Model
+from state import GCounter, GSet, Log, LWWRegister, Stamp, StateError
 from tests.helpers import Recorder
 
 
 class S(_Model):
-    files: GSet[str]
-    tokens: GCounter
-    log: Log[str]
-    branch: LWWRegister[str]
+    files: GSet[str] = GSet()
+    tokens: GCounter = GCounter()
+    log: Log[str] = Log()
+    branch: LWWRegister[str] = LWWRegister()
 
 
 def echo(text: str) -> str:
@@ -458,7 +458,7 @@ def test_state_effects_and_their_errors() -> None:
 
 def test_update_without_state_and_get_of_wrong_type() -> None:
     class T(_Model):
-        n: GCounter
+        n: GCounter = GCounter()
 
     def program() -> Op[list[str]]:
         errors = []

@@ -109,14 +109,16 @@ class ORSetMachine(RuleBasedStateMachine):
         super().__init__()
         self.replicas = [ORSet[str](), ORSet[str]()]
         self.clock = [0, 0]
+        self.count = [0, 0]
         # reference: for each element, the set of adds (replica, n) not yet observed-removed
         self.adds: list[dict[str, set[tuple[int, int]]]] = [{}, {}]
 
     @rule(who=st.integers(0, 1), item=st.sampled_from("abc"))
     def add(self, who: int, item: str) -> None:
         self.clock[who] += 1
+        self.count[who] += 1  # the ORSet's dot counter for this replica: its number of adds
         self.replicas[who] = self.replicas[who].add(item, Stamp(f"r/{who}", self.clock[who]))
-        self.adds[who][item] = {(who, self.clock[who])}
+        self.adds[who][item] = {(who, self.count[who])}
 
     @rule(who=st.integers(0, 1), item=st.sampled_from("abc"))
     def remove(self, who: int, item: str) -> None:
@@ -179,14 +181,14 @@ TestGCounter.settings = settings(max_examples=60, stateful_step_count=20, deadli
 
 
 class CodeState(CRDTModel):
-    files_modified: GSet[str]
-    errors: Log[str]
-    tokens: GCounter
-    budget: PNCounter
-    branch: LWWRegister[str]
-    owner: MVRegister[str]
-    tags: ORSet[str]
-    per_file: ORMap[GCounter]
+    files_modified: GSet[str] = GSet()
+    errors: Log[str] = Log()
+    tokens: GCounter = GCounter()
+    budget: PNCounter = PNCounter()
+    branch: LWWRegister[str] = LWWRegister()
+    owner: MVRegister[str] = MVRegister()
+    tags: ORSet[str] = ORSet()
+    per_file: ORMap[GCounter] = ORMap[GCounter]()
 
 
 def test_model_fields_start_empty_and_ops_apply() -> None:
@@ -243,7 +245,7 @@ def test_model_merge_is_field_by_field_and_refuses_other_types() -> None:
     assert m.files_modified.sorted() == ["a", "b"] and m.tokens.value == 3
 
     class Other(CRDTModel):
-        tokens: GCounter
+        tokens: GCounter = GCounter()
 
     with pytest.raises(TypeError, match="cannot merge"):
         a.merge(Other())  # type: ignore[arg-type]

@@ -1,0 +1,16 @@
+# A handler whose dispatch forgets an effect must not type-check (assert_never).
+# expect-mypy: Argument 1 to "assert_never" has incompatible type "Ask"
+# expect-pyright: Argument of type "Ask" cannot be assigned to parameter "arg" of type "Never"
+from typing import Any, assert_never
+
+from interpreters import Call, Handlers, RecordedEffect
+from op import Agent, Checkpoint, Emit, Infer, Now, Random, Sleep, Tool, Uuid
+
+
+class Forgetful(Handlers):
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        match effect:
+            case Infer() | Tool() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep():
+                return None
+            case _:
+                assert_never(effect)
