@@ -19,7 +19,7 @@ from interpreters import LiveInterpreter, MemoryJournal
 from op import Op, tool
 
 N = 20_000
-REPEAT = 3
+REPEAT = 5
 
 
 def best_rate(fn: Callable[[int], object]) -> float:

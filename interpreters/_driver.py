@@ -103,6 +103,8 @@ RecordedEffect = Infer | Tool | Agent | Emit | Checkpoint | Now | Random | Uuid 
 
 RunStatus = Literal["completed", "failed", "waiting", "cancelled"]
 
+_EFFECT_SET = frozenset(EFFECT_TYPES)
+
 
 class WaitingForAnswer(BaseException):
     """Raised by an ``ask`` handler that has no answer yet: the run stops as ``waiting``."""
@@ -307,7 +309,7 @@ class Driver:
                 _mark(exc, frame.last or frame.prefix or "0")
                 raise
             address = frame.next_address()
-            if not isinstance(effect, EFFECT_TYPES):
+            if type(effect) not in _EFFECT_SET and not isinstance(effect, EFFECT_TYPES):
                 _close(gen)
                 raise NotAnEffect(_not_an_effect(self.program, address, effect))
             try:
