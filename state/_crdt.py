@@ -44,6 +44,7 @@ __all__ = [
     "MVEntry",
     "MVRegister",
     "ORMap",
+    "ORMapEntry",
     "ORSet",
     "PNCounter",
     "Stamp",
@@ -361,16 +362,30 @@ class MVRegister(CRDT, Generic[T]):
 V = TypeVar("V", bound=CRDT)
 
 
+class ORMapEntry(BaseModel, Generic[V]):
+    """One write to a key of an :class:`ORMap`: the dot that made it and the value it left."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    key: str
+    replica: str
+    counter: int
+    value: V
+
+
 class ORMap(CRDT, Generic[V]):
     """A map from string keys to CRDT values; keys are observed-remove, values merge per key.
 
+    Each write to a key is kept under its own dot (replica, counter) together with the value it
+    left; the dots follow the add-wins rule of :class:`ORSet`, and a key's value is the merge
+    of the values under its surviving dots. A write replaces the dots it observed.
+
     Gotcha: a key removed on one replica while another concurrently updates it survives with
-    the merge of both sides' values (riak_dt's "reset-remove" caveat for embedded counters).
+    the updating replica's value, which includes what it had seen before the remove (riak_dt's
+    "reset-remove" caveat for embedded counters).
     """
 
     crdt_name: ClassVar[str] = "ORMap"
-    entries: dict[str, V] = Field(default_factory=dict)
-    dots: frozenset[tuple[str, str, int]] = Field(default_factory=frozenset)
+    entries: tuple[ORMapEntry[V], ...] = ()
     clock: dict[str, int] = Field(default_factory=dict)
 
     def value_type(self) -> type[V]:
@@ -381,48 +396,52 @@ class ORMap(CRDT, Generic[V]):
 
     def get(self, key: str) -> V:
         """The value at ``key``, or an empty one."""
-        found = self.entries.get(key)
-        return found if found is not None else self.value_type()()
+        found = [e.value for e in self.entries if e.key == key]
+        if not found:
+            return self.value_type()()
+        value = found[0]
+        for other in found[1:]:
+            value = value.merge(other)
+        return value
 
     def keys(self) -> list[str]:
-        return sorted(self.entries)
+        return sorted({e.key for e in self.entries})
 
     def update(self, key: str, change: Callable[[V], V], stamp: Stamp) -> Self:
         n = self.clock.get(stamp.replica, 0) + 1
-        dots = frozenset(d for d in self.dots if d[0] != key) | {(key, stamp.replica, n)}
-        entries = {**self.entries, key: change(self.get(key))}
+        entry = ORMapEntry[Any](key=key, replica=stamp.replica, counter=n, value=change(self.get(key)))
+        kept = tuple(e for e in self.entries if e.key != key)
         return self.model_copy(
-            update={"entries": entries, "dots": dots, "clock": {**self.clock, stamp.replica: n}}
+            update={"entries": _sorted_map((*kept, entry)), "clock": {**self.clock, stamp.replica: n}}
         )
 
     def remove(self, key: str) -> Self:
-        entries = {k: v for k, v in self.entries.items() if k != key}
-        dots = frozenset(d for d in self.dots if d[0] != key)
-        return self.model_copy(update={"entries": entries, "dots": dots})
+        return self.model_copy(update={"entries": tuple(e for e in self.entries if e.key != key)})
 
     def merge(self, other: Self) -> Self:
         self._check_same(other)
-        keep = self.dots & other.dots
-        keep |= {d for d in self.dots - other.dots if not _covered((d[1], d[2]), other.clock)}
-        keep |= {d for d in other.dots - self.dots if not _covered((d[1], d[2]), self.clock)}
-        alive = {d[0] for d in keep}
-        entries: dict[str, V] = {}
-        for key in sorted(alive):
-            a, b = self.entries.get(key), other.entries.get(key)
-            if a is not None and b is not None:
-                entries[key] = a.merge(b)
-            else:
-                entries[key] = cast(V, a if a is not None else b)
+        mine = {(e.key, e.replica, e.counter): e for e in self.entries}
+        theirs = {(e.key, e.replica, e.counter): e for e in other.entries}
+        keep: list[ORMapEntry[V]] = []
+        for dot, e in mine.items():
+            if dot in theirs:
+                t = theirs[dot]
+                keep.append(e if canonical_json(e) >= canonical_json(t) else t)
+            elif not _covered((dot[1], dot[2]), other.clock):
+                keep.append(e)
+        for dot, e in theirs.items():
+            if dot not in mine and not _covered((dot[1], dot[2]), self.clock):
+                keep.append(e)
         return self.model_copy(
-            update={
-                "entries": entries,
-                "dots": frozenset(keep),
-                "clock": _max_map(self.clock, other.clock),
-            }
+            update={"entries": _sorted_map(keep), "clock": _max_map(self.clock, other.clock)}
         )
 
     def max_lamport(self) -> int:
-        return max((v.max_lamport() for v in self.entries.values()), default=0)
+        return max((e.value.max_lamport() for e in self.entries), default=0)
+
+
+def _sorted_map(entries: Iterable[ORMapEntry[V]]) -> tuple[ORMapEntry[V], ...]:
+    return tuple(sorted(entries, key=lambda e: (e.key, e.replica, e.counter)))
 
 
 class LogEntry(BaseModel, Generic[T]):

@@ -93,7 +93,7 @@ def _b(x: CRDT) -> str:
 
 
 def _law_test(make: Callable[[], CRDT], kinds: list[str]) -> Callable[..., None]:
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(ops=_ops(kinds), order=st.randoms(use_true_random=False))
     def law(ops: list[tuple[int, str, Any]], order: Any) -> None:
         a, b, c = _simulate(make(), _apply, ops)

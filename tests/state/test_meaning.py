@@ -102,6 +102,19 @@ def test_ormap_counters_merge_per_key_and_keys_observed_remove() -> None:
     assert gone.merge(m).keys() == [] and gone.merge(n).keys() == []
 
 
+def test_ormap_remove_concurrent_with_an_update_stays_associative() -> None:
+    # found by the law tests: a value merged from two writers must not outlive the remove
+    # of one of them differently depending on merge order
+    s1, s3 = Stamp("r/1.1", 1), Stamp("r/1.3", 1)
+    a = ORMap[GCounter]().update("c", lambda v: v.inc(s1, 1), s1)
+    b = ORMap[GCounter]().merge(a)
+    c = ORMap[GCounter]().update("c", lambda v: v.inc(s3, 1), s3)
+    a = a.remove("c")
+    left, right = a.merge(b).merge(c), a.merge(b.merge(c))
+    assert left.canonical() == right.canonical()
+    assert left.get("c").value == 1
+
+
 class ORSetMachine(RuleBasedStateMachine):
     """Two replicas against a reference model of add-wins semantics."""
 
