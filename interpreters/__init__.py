@@ -3,8 +3,10 @@
 ::
 
     from interpreters import run, ScriptedModel
-    result = run(program, "task", model=ScriptedModel(["done"]))
+    result = run(program, "task", model=ScriptedModel(["done"]))   # journaled to .opdsl/runs.db
     result.value, result.state, result.run_id, result.status
+    resume(result.run_id, from_checkpoint="before-verify")          # fork from a checkpoint
+    replay(result.run_id)                                           # check it, offline
 """
 
 from interpreters._api import arun, run
@@ -19,12 +21,37 @@ from interpreters._driver import (
     execute,
     program_name,
 )
-from interpreters._journal import Entry, Journal, JournalError, MemoryJournal, RunRecord
+from interpreters._durable import (
+    Plan,
+    ProgramNotFound,
+    aanswer,
+    adry_run,
+    areplay,
+    aresume,
+    dry_run,
+    load_program,
+    replay,
+    resume,
+)
+from interpreters._journal import (
+    Entry,
+    Journal,
+    JournalError,
+    MemoryJournal,
+    RunLocked,
+    RunRecord,
+    SqliteJournal,
+    check_integrity,
+    export_run,
+    import_run,
+    open_journal,
+)
 from interpreters._live import AgentBackend, LiveHandlers, LiveInterpreter, new_run_id
 from interpreters._models import CallInfo, Model, ModelScriptExhausted, ScriptedModel, resolve_model
+from interpreters._replay import Divergence, ReplayedError
 from interpreters._scripted import ANY, Expect, ScriptedInterpreter, ScriptMismatch, expect
 from interpreters._sinks import ConsoleSink, EventBus, JsonlSink, Sink
-from interpreters._tools import Tool, ToolRegistry
+from interpreters._tools import Tool, ToolRegistry, read_only
 
 __all__ = [
     "ANY",
@@ -33,6 +60,7 @@ __all__ = [
     "CallInfo",
     "Clock",
     "ConsoleSink",
+    "Divergence",
     "Driver",
     "Entry",
     "EventBus",
@@ -46,23 +74,41 @@ __all__ = [
     "MemoryJournal",
     "Model",
     "ModelScriptExhausted",
+    "Plan",
+    "ProgramNotFound",
     "RecordedEffect",
+    "ReplayedError",
+    "RunLocked",
     "RunRecord",
     "RunResult",
     "ScriptMismatch",
     "ScriptedInterpreter",
     "ScriptedModel",
     "Sink",
+    "SqliteJournal",
     "SystemClock",
     "Tool",
     "ToolRegistry",
     "VirtualClock",
     "WaitingForAnswer",
+    "aanswer",
+    "adry_run",
+    "areplay",
+    "aresume",
     "arun",
+    "check_integrity",
+    "dry_run",
     "execute",
     "expect",
+    "export_run",
+    "import_run",
+    "load_program",
     "new_run_id",
+    "open_journal",
     "program_name",
+    "read_only",
+    "replay",
     "resolve_model",
+    "resume",
     "run",
 ]

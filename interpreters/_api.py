@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from interpreters._clock import Clock
-from interpreters._driver import RunResult
-from interpreters._journal import Journal, MemoryJournal
+from interpreters._driver import RunResult, program_name
+from interpreters._durable import config_for
+from interpreters._journal import Journal, RunRecord, open_journal
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
 from interpreters._models import Model
 from interpreters._sinks import Sink
@@ -34,30 +36,37 @@ async def arun(
     tools: Iterable[ToolLike] = (),
     agents: Mapping[str, AgentBackend] | None = None,
     state: CRDTModel | None = None,
-    journal: Journal | None = None,
+    db: str | Path | Journal | None = None,
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
-    seed: int | None = 0,
+    seed: int | str | None = None,
     answer: Answer | None = None,
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
 
-    ``journal`` defaults to a fresh in-memory journal (``result.journal``); ``on_event`` takes
-    one sink or several; ``clock`` defaults to real time (tests pass a ``VirtualClock``).
+    ``db`` is a journal file (default: ``$OPDSL_DB``, else ``.opdsl/runs.db``) or a journal
+    object such as ``MemoryJournal()``; ``on_event`` takes one sink or several; ``clock``
+    defaults to real time (tests pass a ``VirtualClock``).
     """
+    tool_list = list(tools)
     interp = LiveInterpreter(
         model=model,
-        tools=tools,
+        tools=tool_list,
         agents=agents,
         answer=answer,
-        journal=journal if journal is not None else MemoryJournal(),
+        journal=open_journal(db),
         sinks=_sinks(on_event),
         clock=clock,
         seed=seed,
     )
-    return await interp.run(program, *args, state=state, run_id=run_id, **dict(kwargs or {}))
+    record = RunRecord(
+        run_id="-",
+        program=program_name(program),
+        config_json=config_for(model=model, tools=tool_list, seed=seed),
+    )
+    return await interp.run(program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {}))
 
 
 def run(
@@ -67,10 +76,10 @@ def run(
     tools: Iterable[ToolLike] = (),
     agents: Mapping[str, AgentBackend] | None = None,
     state: CRDTModel | None = None,
-    journal: Journal | None = None,
+    db: str | Path | Journal | None = None,
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
-    seed: int | None = 0,
+    seed: int | str | None = None,
     answer: Answer | None = None,
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
@@ -84,14 +93,15 @@ def run(
         >>> def hello() -> Op[str]:
         ...     reply = yield from infer("Say hi")
         ...     return reply.text
-        >>> run(hello, model=ScriptedModel(["hi!"])).value
+        >>> from interpreters import MemoryJournal
+        >>> run(hello, model=ScriptedModel(["hi!"]), db=MemoryJournal()).value
         'hi!'
     """
 
     async def main() -> RunResult:
         return await arun(
             program, *args, model=model, tools=tools, agents=agents, state=state,
-            journal=journal, on_event=on_event, clock=clock, seed=seed, answer=answer,
+            db=db, on_event=on_event, clock=clock, seed=seed, answer=answer,
             run_id=run_id, kwargs=kwargs,
         )  # fmt: skip
 

@@ -64,7 +64,7 @@ def demo(console: Console | None = None) -> int:
         model=_session(),
         tools=[read_file, write_file],
         state=EditState(),
-        journal=journal,
+        db=journal,
         on_event=ConsoleSink(console, show_tokens=False),
     )
     console.print()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -40,7 +41,16 @@ import anyio
 from returns.result import Failure, Result, Success
 
 from interpreters._clock import Clock
-from interpreters._journal import Journal, RunRecord
+from interpreters._journal import Entry, Journal, RunRecord
+from interpreters._replay import (
+    Divergence,
+    ReplayLog,
+    decode_error,
+    decode_result,
+    divergence,
+    error_json,
+    source_line,
+)
 from interpreters._sinks import EventBus
 from op import (
     EFFECT_TYPES,
@@ -172,6 +182,8 @@ class _Scope:
 
     budget: Budget
     started: float
+    #: False while replaying a finished scope: time is not measured again
+    timed: bool = True
     tokens: int = 0
     usd: float = 0.0
     model_calls: int = 0
@@ -192,7 +204,7 @@ class _Scope:
         """The measure that stops ``effect`` from running in this scope, if any."""
         b = self.budget
         calls_model = isinstance(effect, Infer | Agent)
-        if b.seconds is not None and now - self.started >= b.seconds:
+        if b.seconds is not None and self.timed and now - self.started >= b.seconds:
             return "seconds"
         if b.tokens is not None and (
             self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
@@ -231,6 +243,9 @@ class Frame:
     prefix: str
     replica: Replica
     scopes: tuple[_Scope, ...] = ()
+    #: the innermost enclosing scope whose record is finished (replaying), if any
+    recorded: Entry | None = None
+    gen: Generator[Any, Any, Any] | None = None
     count: int = 0
     last: str = field(default="")
 
@@ -272,6 +287,16 @@ def _not_an_effect(program: str, address: str, value: object) -> str:
     )
 
 
+def _is_failure(entry: Entry | None) -> bool:
+    """Whether a finished scope entry recorded a ``Failure`` outcome."""
+    return entry is not None and entry.status == "completed" and (entry.result_json or "").startswith('{"error"')
+
+
+class _ReplayStop(BaseException):
+    """Replaying reached the point where the recorded run's scope was cut off (a timeout, a
+    spent budget): unwinds to the innermost scope whose record is a ``Failure``."""
+
+
 @final
 class Driver:
     """Runs one run's generators; see the module docstring for its invariants."""
@@ -285,6 +310,7 @@ class Driver:
         journal: Journal | None,
         bus: EventBus,
         clock: Clock,
+        log: ReplayLog | None = None,
     ) -> None:
         self.run_id = run_id
         self.program = program
@@ -292,12 +318,15 @@ class Driver:
         self.journal = journal
         self.bus = bus
         self.clock = clock
+        self.log = log
+        self.last_checkpoint: tuple[str, str] | None = None
         self._record = journal is not None or bus.active
 
     # -- the loop ---------------------------------------------------------------------------
 
     async def drive(self, gen: Generator[AnyEffect, Any, Any], frame: Frame) -> Any:
         """Step ``gen`` to its end and return its value."""
+        frame.gen = gen
         send: Any = None
         error: BaseException | None = None
         while True:
@@ -375,6 +404,7 @@ class Driver:
             ) from None
 
     def _begin(self, effect: AnyEffect, address: str) -> float:
+        """Journal (or begin again, after a crash) and announce an effect starting."""
         if self._record:
             data = self._payload(effect, address)
             now = self.clock.now()
@@ -411,7 +441,7 @@ class Driver:
                 status,
                 at=now,
                 result_json=result_json,
-                error_json=None if error is None else canonical_json({"error": error}),
+                error_json=None if exc is None else error_json(exc),
                 usage_json=None if usage is None else canonical_json(usage),
             )
         if self.bus.active:
@@ -428,9 +458,95 @@ class Driver:
                 )
             )
 
+    # -- replay -----------------------------------------------------------------------------
+
+    def _diverged(self, frame: Frame, address: str, reason: str, recorded: str | None, now: str | None) -> Divergence:
+        return divergence(
+            program=self.program,
+            address=address,
+            where=source_line(frame.gen),
+            checkpoint=self.last_checkpoint,
+            recorded=recorded,
+            now=now,
+            reason=reason,
+        )
+
+    def _lookup(self, effect: AnyEffect, address: str, frame: Frame) -> Entry | None:
+        """The recorded entry for this effect, checked against it; None to go live."""
+        log = self.log
+        if log is None:
+            return None
+        entry = log.entries.get(address)
+        if entry is None:
+            if _is_failure(frame.recorded):
+                raise _ReplayStop()
+            if frame.recorded is not None:
+                raise self._diverged(
+                    frame, address,
+                    f"the record finished the scope at {frame.recorded.address} without this effect",
+                    None, canonical_json(self._payload(effect, address)),
+                )  # fmt: skip
+            if log.strict:
+                raise self._diverged(
+                    frame, address, "the record ends before this effect", None,
+                    canonical_json(self._payload(effect, address)),
+                )  # fmt: skip
+            return None
+        now = canonical_json(self._payload(effect, address))
+        if now != entry.effect_json:
+            raise self._diverged(frame, address, "the program asks for a different effect here", entry.effect_json, now)
+        log.used.add(address)
+        return entry
+
+    async def _replayed(self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry) -> Any:
+        """The recorded outcome of a finished entry, as the program saw it the first time."""
+        if entry.status == "completed":
+            if isinstance(effect, Checkpoint):
+                self.last_checkpoint = (effect.name, address)
+                if self.log is not None and self.log.restore_at == address:
+                    self._restore(frame, address, entry)
+            usage = Usage.model_validate_json(entry.usage_json) if entry.usage_json else None
+            for scope in frame.scopes:
+                scope.charge(effect, usage)
+            return decode_result(effect, entry.result_json)
+        if entry.status == "failed":
+            raise decode_error(entry.error_json)
+        # cancelled: a timeout or budget cut it off, or a par sibling's failure did
+        if _is_failure(frame.recorded):
+            raise _ReplayStop()
+        await anyio.sleep_forever()
+
+    def _restore(self, frame: Frame, address: str, entry: Entry) -> None:
+        """At a fork's checkpoint: the replayed state must be the recorded snapshot."""
+        snapshot = json.loads(entry.result_json or "{}")
+        recorded = snapshot.get("state")
+        state = frame.replica.state
+        now = None if state is None else json.loads(state.canonical())
+        if recorded != now:
+            raise self._diverged(
+                frame, address, "the state at this checkpoint differs from the recorded snapshot",
+                canonical_json(recorded), canonical_json(now),
+            )  # fmt: skip
+        frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
+
     async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
         call = Call(self.run_id, address, self.clock, self.bus)
-        if not self._record:
+        if self.log is not None:
+            entry = self._lookup(effect, address, frame)
+            if entry is not None:
+                reopen = entry.status == "cancelled" and not self.log.strict and not _is_failure(frame.recorded)
+                if entry.status != "started" and not reopen:
+                    return await self._replayed(effect, address, frame, entry)
+                if self.log.strict:
+                    if isinstance(effect, Ask):
+                        raise WaitingForAnswer(effect.question)
+                    raise self._diverged(
+                        frame, address, "the record ends inside this effect (it started and never finished)",
+                        entry.effect_json, entry.effect_json,
+                    )  # fmt: skip
+                # a crash or a stop left it unfinished: perform it again (at least once), with
+                # the same idempotency key
+        elif not self._record:
             # the fast path: nothing listens, nothing is journaled; budgets still count
             result = await self.handlers.perform(effect, call)
             if frame.scopes:
@@ -462,6 +578,8 @@ class Driver:
             recorded = self._snapshot(frame) if isinstance(effect, Checkpoint) else result
             result_json = self._json(recorded, f"the result of {effect.kind}", address)
         self._end(effect, address, t0, result_json=result_json, usage=usage)
+        if isinstance(effect, Checkpoint):
+            self.last_checkpoint = (effect.name, address)
         if self.bus.active:
             if isinstance(effect, Emit):
                 self.bus.emit(
@@ -485,16 +603,53 @@ class Driver:
 
     # -- scopes -----------------------------------------------------------------------------
 
+    def _open_scope(self, effect: AnyEffect, address: str, frame: Frame) -> tuple[Entry | None, bool, float]:
+        """Look the scope up in the record; begin it if it runs live. Returns (entry, live, t0)."""
+        entry = self._lookup(effect, address, frame)
+        live = entry is None or entry.status == "started"
+        t0 = self._begin(effect, address) if live else 0.0
+        return entry, live, t0
+
+    def _settle(
+        self,
+        effect: AnyEffect,
+        address: str,
+        frame: Frame,
+        entry: Entry | None,
+        outcome: Result[Any, Any],
+        error_type: type[BudgetExhausted] | type[TimedOut],
+    ) -> Result[Any, Any]:
+        """The scope's outcome: the recorded failure when replaying one, else ``outcome``."""
+        if entry is not None and entry.status == "completed":
+            data = json.loads(entry.result_json or "{}")
+            if "error" in data:
+                if isinstance(outcome, Success):
+                    raise self._diverged(
+                        frame, address, "the record says this scope was cut off, but its body finished now",
+                        entry.result_json, self._json(outcome, "the outcome", address),
+                    )  # fmt: skip
+                return Failure(error_type.model_validate(data["error"]))
+            if isinstance(outcome, Failure):
+                raise self._diverged(
+                    frame, address, "the record says this scope finished, but it was cut off now",
+                    entry.result_json, self._json(outcome, "the outcome", address),
+                )  # fmt: skip
+        return outcome
+
     async def _limit(self, effect: Limit[Any], address: str, frame: Frame) -> Result[Any, BudgetExhausted]:
-        scope = _Scope(effect.budget, self.clock.monotonic())
-        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope))
-        t0 = self._begin(effect, address)
+        entry, live, t0 = self._open_scope(effect, address, frame)
+        scope = _Scope(effect.budget, self.clock.monotonic(), timed=live)
+        if entry is not None and live:  # resumed inside the scope: its time kept running
+            scope.started -= max(0.0, self.clock.now() - entry.started_at)
+        done = entry if entry is not None and entry.status == "completed" else frame.recorded
+        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope), recorded=done)
         outcome: Result[Any, BudgetExhausted]
         try:
-            if effect.budget.seconds is None:
+            if effect.budget.seconds is None or not live:
                 outcome = Success(await self.drive(effect.body, child))
             else:
-                with self.clock.deadline(effect.budget.seconds) as cancel:
+                left = effect.budget.seconds - (self.clock.monotonic() - scope.started)
+                with self.clock.deadline(max(0.0, left)) as cancel:
                     value = await self.drive(effect.body, child)
                 if cancel.cancelled_caught:
                     outcome = Failure(scope.exhausted("seconds", self.clock.monotonic()))
@@ -502,31 +657,53 @@ class Driver:
                     outcome = Success(value)
         except _BudgetStop as stop:
             if stop.scope is not scope:
-                self._end(effect, address, t0, exc=stop)
+                if live:
+                    self._end(effect, address, t0, exc=stop)
                 raise
             outcome = Failure(stop.exhausted)
+        except _ReplayStop:
+            if not _is_failure(entry):
+                raise
+            outcome = Failure(scope.exhausted("seconds", self.clock.monotonic()))
         except BaseException as exc:
-            self._end(effect, address, t0, exc=exc)
+            if live:
+                self._end(effect, address, t0, exc=exc)
             raise
         finally:
             _close(effect.body)
-        self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
+        outcome = self._settle(effect, address, frame, entry, outcome, BudgetExhausted)
+        if live:
+            self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
         return outcome
 
     async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
-        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes)
-        t0 = self._begin(effect, address)
+        entry, live, t0 = self._open_scope(effect, address, frame)
+        done = entry if entry is not None and entry.status == "completed" else frame.recorded
+        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes, recorded=done)
         outcome: Result[Any, TimedOut]
         try:
-            with self.clock.deadline(effect.seconds) as cancel:
-                value = await self.drive(effect.body, child)
-            outcome = Failure(TimedOut(seconds=effect.seconds)) if cancel.cancelled_caught else Success(value)
+            if live:
+                left = effect.seconds
+                if entry is not None:  # resumed inside the scope: its time kept running
+                    left -= max(0.0, self.clock.now() - entry.started_at)
+                with self.clock.deadline(max(0.0, left)) as cancel:
+                    value = await self.drive(effect.body, child)
+                outcome = Failure(TimedOut(seconds=effect.seconds)) if cancel.cancelled_caught else Success(value)
+            else:
+                outcome = Success(await self.drive(effect.body, child))
+        except _ReplayStop:
+            if not _is_failure(entry):
+                raise
+            outcome = Failure(TimedOut(seconds=effect.seconds))
         except BaseException as exc:
-            self._end(effect, address, t0, exc=exc)
+            if live:
+                self._end(effect, address, t0, exc=exc)
             raise
         finally:
             _close(effect.body)
-        self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
+        outcome = self._settle(effect, address, frame, entry, outcome, TimedOut)
+        if live:
+            self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
         return outcome
 
     def _outcome_json(self, outcome: Result[Any, Any], address: str) -> str | None:
@@ -535,6 +712,8 @@ class Driver:
         return self._json(outcome, "the outcome of the scope", address)
 
     async def _par(self, effect: Par, address: str, frame: Frame) -> tuple[Any, ...]:
+        entry, live, t0 = self._open_scope(effect, address, frame)
+        done = entry if entry is not None and entry.status == "completed" else frame.recorded
         parent = frame.replica
         base = parent.state
         replicas = [
@@ -546,7 +725,7 @@ class Driver:
 
         async def branch(i: int) -> None:
             try:
-                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes)
+                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes, recorded=done)
                 results[i] = await self.drive(effect.bodies[i], child)
             except BaseException as exc:
                 errors.append((i, exc))
@@ -554,7 +733,6 @@ class Driver:
             finally:
                 self.clock.task_done()
 
-        t0 = self._begin(effect, address)
         # each branch counts as working from the moment it is scheduled, and the parent
         # stops counting while it waits at the join (see VirtualClock)
         for _ in effect.bodies:
@@ -565,18 +743,21 @@ class Driver:
                 for i in range(len(effect.bodies)):
                     tg.start_soon(branch, i)
         except BaseExceptionGroup as group:
-            first = min(
-                ((i, e) for i, e in errors if not isinstance(e, cancelled)),
-                key=lambda pair: pair[0],
-                default=None,
+            # the error that reaches the parent: a real one before a replay cut-off, and
+            # among those the first branch's
+            ranked = sorted(
+                ((isinstance(e, _ReplayStop), i, e) for i, e in errors if not isinstance(e, cancelled)),
+                key=lambda t: (t[0], t[1]),
             )
-            chosen = first[1] if first is not None else group
-            self._end(effect, address, t0, exc=chosen)
-            if first is None:
+            chosen = ranked[0][2] if ranked else group
+            if live:
+                self._end(effect, address, t0, exc=chosen)
+            if not ranked:
                 raise
             raise chosen from None
         except BaseException as exc:
-            self._end(effect, address, t0, exc=exc)
+            if live:
+                self._end(effect, address, t0, exc=exc)
             raise
         finally:
             self.clock.task_started()
@@ -595,22 +776,25 @@ class Driver:
                     conflicts = states[0].conflicts_since(origin, states[1:])
             except TypeError as exc:
                 err = StateError(f"par at address {address}: cannot merge branch states: {exc}")
-                self._end(effect, address, t0, exc=err)
+                if live:
+                    self._end(effect, address, t0, exc=err)
                 raise err from exc
             parent.state = merged
         parent.lamport = max([parent.lamport, *(r.lamport for r in replicas)]) + 1
         values = tuple(results)
-        if conflicts and self.bus.active:
+        if conflicts and live and self.bus.active:
             self.bus.emit(
                 ConflictDetected(run_id=self.run_id, at=self.clock.now(), address=address,
                                  conflicts=to_jsonable(conflicts))
             )  # fmt: skip
         if conflicts and effect.on_conflict == "raise":
             err2 = MergeConflict(conflicts, values)
-            self._end(effect, address, t0, exc=err2)
+            if live:
+                self._end(effect, address, t0, exc=err2)
             raise err2
-        result_json = None if self.journal is None else self._json(list(values), "the par results", address)
-        self._end(effect, address, t0, result_json=result_json)
+        if live:
+            result_json = None if self.journal is None else self._json(list(values), "the par results", address)
+            self._end(effect, address, t0, result_json=result_json)
         return values
 
     # -- state ------------------------------------------------------------------------------
@@ -725,12 +909,19 @@ async def execute(
     bus: EventBus,
     clock: Clock,
     state: CRDTModel | None = None,
+    log: ReplayLog | None = None,
+    record: RunRecord | None = None,
 ) -> RunResult:
-    """Run a program from its start, with a run record, events and a result on every path."""
+    """Run a program from its start, with a run record, events and a result on every path.
+
+    ``record``: the run as it will be journaled (its config, parent and fork point); when it
+    already exists in ``journal``, the run is resumed in place. ``log``: recorded entries the
+    program is fed from before it goes live (resume, fork) or instead of going live (replay).
+    """
     name = program_name(program)
     if state is not None and not isinstance(state, CRDTModel):
         raise StateError(f"state= takes a CRDTModel, not a {type(state).__name__}")
-    args_json = "[]"
+    args_json = '{"args":[],"kwargs":{}}'
     if journal is not None or bus.active:
         for i, arg in enumerate(args):
             _check_arg(name, f"argument {i + 1}", arg)
@@ -738,11 +929,39 @@ async def execute(
             _check_arg(name, f"argument {key!r}", arg)
         args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs)})
     gen = start_program(program, args, kwargs)
-    driver = Driver(run_id=run_id, program=name, handlers=handlers, journal=journal, bus=bus, clock=clock)
+    driver = Driver(run_id=run_id, program=name, handlers=handlers, journal=journal, bus=bus, clock=clock, log=log)
+    locked = False
     if journal is not None:
-        journal.create_run(RunRecord(run_id=run_id, program=name, args_json=args_json, created_at=clock.now()))
+        existing = record is not None and record.run_id == run_id and _try_run(journal, run_id) is not None
+        journal.acquire(run_id)
+        locked = True
+        try:
+            if existing:
+                journal.reopen_run(run_id)
+            else:
+                base = record or RunRecord(run_id=run_id, program=name)
+                journal.create_run(
+                    base.model_copy(
+                        update={
+                            "run_id": run_id,
+                            "program": name,
+                            "args_json": args_json,
+                            "state_json": None if state is None else state.canonical(),
+                            "created_at": clock.now(),
+                            "config_json": _with_state_type(base.config_json, state),
+                        }
+                    )
+                )
+        except BaseException:
+            journal.release(run_id)
+            raise
     if bus.active:
-        bus.emit(RunStarted(run_id=run_id, at=clock.now(), program=name, args=to_jsonable({"args": list(args), "kwargs": dict(kwargs)})))
+        bus.emit(
+            RunStarted(
+                run_id=run_id, at=clock.now(), program=name,
+                args=json.loads(args_json), parent_run=None if record is None else record.parent_run,
+            )
+        )  # fmt: skip
     root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
     status: RunStatus = "failed"
     value: Any = None
@@ -754,6 +973,14 @@ async def execute(
         value = await driver.drive(gen, root)
         if journal is not None:
             result_json = driver._json(value, "the program's return value", root.last or "0")
+        if log is not None and log.strict:
+            unused = sorted(set(log.entries) - log.used, key=lambda a: log.entries[a].seq)
+            if unused:
+                first = log.entries[unused[0]]
+                raise driver._diverged(
+                    root, first.address, "the program finished, but the record goes on",
+                    first.effect_json, None,
+                )  # fmt: skip
         status = "completed"
     except WaitingForAnswer as wait:
         status, question, address = "waiting", wait.question, root.last or None
@@ -766,11 +993,25 @@ async def execute(
     finally:
         _close(gen)
         message = None if error is None else f"{type(error).__name__}: {error}"
+        final_state = root.replica.state
         if journal is not None:
-            error_json = None
-            if error is not None:
-                error_json = canonical_json({"type": type(error).__name__, "message": str(error), "address": address})
-            journal.finish_run(run_id, status, at=clock.now(), result_json=result_json, error_json=error_json)
+            try:
+                err = None
+                if error is not None:
+                    err = canonical_json(
+                        {"type": type(error).__name__, "message": str(error), "address": address}
+                    )
+                journal.finish_run(
+                    run_id,
+                    status,
+                    at=clock.now(),
+                    result_json=result_json,
+                    error_json=err,
+                    final_state_json=None if final_state is None else final_state.canonical(),
+                )
+            finally:
+                if locked:
+                    journal.release(run_id)
         if bus.active:
             bus.emit(RunFinished(run_id=run_id, at=clock.now(), status=status, error=message, address=address))
     return RunResult(
@@ -784,6 +1025,20 @@ async def execute(
         question=question,
         _value=value,
     )
+
+
+def _try_run(journal: Journal, run_id: str) -> RunRecord | None:
+    try:
+        return journal.run(run_id)
+    except Exception:
+        return None
+
+
+def _with_state_type(config_json: str, state: CRDTModel | None) -> str:
+    config = json.loads(config_json or "{}")
+    if state is not None:
+        config["state_type"] = to_jsonable(type(state))
+    return canonical_json(config)
 
 
 def _check_arg(program: str, which: str, value: Any) -> None:

@@ -4,38 +4,67 @@ Rules:
 
 - an entry is written ``started`` before its handler runs and ``completed``, ``failed`` or
   ``cancelled`` after, so a result is in the journal before the program sees it;
-- entries are keyed by (run id, address); a ``started`` entry may be begun again (a resumed
-  run performs an effect the crash left open once more), a finished one may not;
-- effects, results and errors are canonical JSON text, readable without opdsl.
+- entries are keyed by (run id, address) and numbered by ``seq`` in the order they began; a
+  ``started`` or ``cancelled`` entry may be begun again (a resumed run performs an effect a
+  crash or a stop left unfinished once more), a completed or failed one never changes;
+- effects, results and errors are canonical JSON text, readable with any SQLite client;
+- one writer per run: :meth:`Journal.acquire` refuses a second writer, naming the holder.
 
-``MemoryJournal`` keeps all of it in memory (tests, benchmarks); other stores implement the
-same :class:`Journal` interface.
+``MemoryJournal`` keeps everything in memory (tests, benchmarks); ``SqliteJournal`` is the
+embedded default (``.opdsl/runs.db``, WAL mode).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import sqlite3
+import threading
 from abc import ABC, abstractmethod
-from typing import Literal, final
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal, final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["Entry", "Journal", "JournalError", "MemoryJournal", "RunRecord"]
+__all__ = [
+    "DEFAULT_DB",
+    "Entry",
+    "Journal",
+    "JournalError",
+    "MemoryJournal",
+    "RunLocked",
+    "RunRecord",
+    "SqliteJournal",
+    "check_integrity",
+    "export_run",
+    "import_run",
+    "open_journal",
+]
 
 EntryStatus = Literal["started", "completed", "failed", "cancelled"]
 RunStatus = Literal["running", "completed", "failed", "waiting", "cancelled"]
+DEFAULT_DB = Path(".opdsl") / "runs.db"
 
 
 class JournalError(Exception):
-    """The journal was asked for something its records do not allow."""
+    """The journal was asked for something its records do not allow, or cannot be read."""
+
+
+class RunLocked(JournalError):
+    """Another live process is writing this run."""
 
 
 class RunRecord(BaseModel):
-    """One run: what program with what arguments, and how it ended."""
+    """One run: what program with what arguments, where it came from, and how it ended."""
 
     model_config = ConfigDict(extra="forbid")
     run_id: str
     program: str
-    args_json: str = "[]"
+    args_json: str = '{"args":[],"kwargs":{}}'
+    config_json: str = "{}"
+    state_json: str | None = None
     status: RunStatus = "running"
     parent_run: str | None = None
     fork_checkpoint: str | None = None
@@ -43,6 +72,7 @@ class RunRecord(BaseModel):
     finished_at: float | None = None
     result_json: str | None = None
     error_json: str | None = None
+    final_state_json: str | None = None
 
 
 class Entry(BaseModel):
@@ -62,11 +92,19 @@ class Entry(BaseModel):
     finished_at: float | None = None
 
 
+def _holder() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
 class Journal(ABC):
     """Where runs and entries are kept."""
 
     @abstractmethod
     def create_run(self, run: RunRecord) -> None: ...
+
+    @abstractmethod
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a run ``running`` again (it is being resumed)."""
 
     @abstractmethod
     def finish_run(
@@ -77,6 +115,7 @@ class Journal(ABC):
         at: float,
         result_json: str | None = None,
         error_json: str | None = None,
+        final_state_json: str | None = None,
     ) -> None: ...
 
     @abstractmethod
@@ -96,6 +135,10 @@ class Journal(ABC):
     ) -> None: ...
 
     @abstractmethod
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        """Copy finished entries in as they are (forks, imports)."""
+
+    @abstractmethod
     def run(self, run_id: str) -> RunRecord: ...
 
     @abstractmethod
@@ -103,6 +146,16 @@ class Journal(ABC):
 
     @abstractmethod
     def entries(self, run_id: str) -> list[Entry]: ...
+
+    @abstractmethod
+    def acquire(self, run_id: str) -> None:
+        """Become the run's only writer, or raise :class:`RunLocked`."""
+
+    @abstractmethod
+    def release(self, run_id: str) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - stores without resources need nothing
+        """Release what the store holds open."""
 
 
 @final
@@ -112,12 +165,18 @@ class MemoryJournal(Journal):
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._entries: dict[str, dict[str, Entry]] = {}
+        self._locks: set[str] = set()
 
     def create_run(self, run: RunRecord) -> None:
         if run.run_id in self._runs:
             raise JournalError(f"run {run.run_id} already exists")
         self._runs[run.run_id] = run.model_copy()
         self._entries[run.run_id] = {}
+
+    def reopen_run(self, run_id: str) -> None:
+        self._runs[run_id] = self.run(run_id).model_copy(
+            update={"status": "running", "finished_at": None, "error_json": None}
+        )
 
     def finish_run(
         self,
@@ -127,14 +186,15 @@ class MemoryJournal(Journal):
         at: float,
         result_json: str | None = None,
         error_json: str | None = None,
+        final_state_json: str | None = None,
     ) -> None:
-        run = self.run(run_id)
-        self._runs[run_id] = run.model_copy(
+        self._runs[run_id] = self.run(run_id).model_copy(
             update={
                 "status": status,
                 "finished_at": at,
                 "result_json": result_json,
                 "error_json": error_json,
+                "final_state_json": final_state_json,
             }
         )
 
@@ -147,7 +207,7 @@ class MemoryJournal(Journal):
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         entries = self._run_entries(run_id)
         old = entries.get(address)
-        if old is not None and old.status != "started":
+        if old is not None and old.status not in ("started", "cancelled"):
             raise JournalError(
                 f"run {run_id}: address {address} is already {old.status}; entries are append-only"
             )
@@ -178,6 +238,10 @@ class MemoryJournal(Journal):
         old.usage_json = usage_json
         old.finished_at = at
 
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        for e in entries:
+            self._run_entries(e.run_id)[e.address] = e.model_copy()
+
     def run(self, run_id: str) -> RunRecord:
         try:
             return self._runs[run_id]
@@ -189,3 +253,361 @@ class MemoryJournal(Journal):
 
     def entries(self, run_id: str) -> list[Entry]:
         return [e.model_copy() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
+
+    def acquire(self, run_id: str) -> None:
+        if run_id in self._locks:
+            raise RunLocked(f"run {run_id} is already being written by this process")
+        self._locks.add(run_id)
+
+    def release(self, run_id: str) -> None:
+        self._locks.discard(run_id)
+
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    program TEXT NOT NULL,
+    args_json TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    state_json TEXT,
+    status TEXT NOT NULL,
+    parent_run TEXT,
+    fork_checkpoint TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    result_json TEXT,
+    error_json TEXT,
+    final_state_json TEXT
+);
+CREATE TABLE IF NOT EXISTS entries (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    address TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    effect_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result_json TEXT,
+    error_json TEXT,
+    usage_json TEXT,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    PRIMARY KEY (run_id, address)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_seq ON entries (run_id, seq);
+CREATE TABLE IF NOT EXISTS locks (
+    run_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL
+);
+"""
+_RUN_COLS = list(RunRecord.model_fields)
+_ENTRY_COLS = list(Entry.model_fields)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@final
+class SqliteJournal(Journal):
+    """The embedded journal: one SQLite file in WAL mode, every write committed at once.
+
+    Example:
+        >>> import tempfile, os
+        >>> j = SqliteJournal(os.path.join(tempfile.mkdtemp(), "runs.db"))
+        >>> j.runs()
+        []
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise JournalError(f"{self.path} is a directory, not a journal file")
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.path.open("rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    raise JournalError(f"{self.path} is not an opdsl journal (not a SQLite database)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._setup()
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
+        except OSError as exc:
+            raise JournalError(f"cannot open journal {self.path}: {exc}") from None
+        self._mutex = threading.Lock()
+
+    def _setup(self) -> None:
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row and str(row[0]).isdigit() else None
+            if version is None:
+                raise JournalError(f"{self.path} has no schema version; it is not an opdsl journal")
+            if version > SCHEMA_VERSION:
+                raise JournalError(
+                    f"{self.path} was written by a newer opdsl (schema {version}; this one reads "
+                    f"up to {SCHEMA_VERSION}); upgrade opdsl to read it"
+                )
+        elif tables - {"sqlite_sequence"}:
+            raise JournalError(
+                f"{self.path} is a SQLite database of something else (tables: {', '.join(sorted(tables))})"
+            )
+        self._db.executescript(_SCHEMA)
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            with self._mutex:
+                return self._db.execute(sql, params)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> None:
+        data = run.model_dump()
+        try:
+            self._exec(
+                f"INSERT INTO runs ({', '.join(_RUN_COLS)}) VALUES ({', '.join('?' * len(_RUN_COLS))})",
+                tuple(data[c] for c in _RUN_COLS),
+            )
+        except sqlite3.IntegrityError:
+            raise JournalError(f"run {run.run_id} already exists") from None
+
+    def reopen_run(self, run_id: str) -> None:
+        self.run(run_id)
+        self._exec(
+            "UPDATE runs SET status='running', finished_at=NULL, error_json=NULL WHERE run_id=?",
+            (run_id,),
+        )
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        final_state_json: str | None = None,
+    ) -> None:
+        self._exec(
+            "UPDATE runs SET status=?, finished_at=?, result_json=?, error_json=?, final_state_json=? "
+            "WHERE run_id=?",
+            (status, at, result_json, error_json, final_state_json, run_id),
+        )
+
+    def _record(self, row: tuple[Any, ...]) -> RunRecord:
+        try:
+            return RunRecord.model_validate(dict(zip(_RUN_COLS, row, strict=True)))
+        except ValidationError as exc:
+            raise JournalError(f"journal {self.path}: a run record is malformed: {exc}") from None
+
+    def run(self, run_id: str) -> RunRecord:
+        row = self._exec(f"SELECT {', '.join(_RUN_COLS)} FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise JournalError(f"no run {run_id!r} in {self.path}")
+        return self._record(row)
+
+    def runs(self) -> list[RunRecord]:
+        rows = self._exec(f"SELECT {', '.join(_RUN_COLS)} FROM runs ORDER BY created_at, run_id").fetchall()
+        return [self._record(r) for r in rows]
+
+    # -- entries ----------------------------------------------------------------------------
+
+    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
+        # one statement: a fresh entry takes the next seq; a started one is begun again
+        try:
+            cur = self._exec(
+                "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+                "VALUES (?, (SELECT COALESCE(MAX(seq), -1) + 1 FROM entries WHERE run_id=?), ?, ?, ?, 'started', ?) "
+                "ON CONFLICT (run_id, address) DO UPDATE SET effect_json=excluded.effect_json, "
+                "started_at=excluded.started_at, status='started', finished_at=NULL, error_json=NULL "
+                "WHERE entries.status IN ('started', 'cancelled')",
+                (run_id, run_id, address, kind, effect_json, at),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise JournalError(f"run {run_id}: cannot begin address {address}: {exc}") from None
+        if cur.rowcount == 0:
+            raise JournalError(f"run {run_id}: address {address} is already finished; entries are append-only")
+
+    def finish(
+        self,
+        run_id: str,
+        address: str,
+        status: Literal["completed", "failed", "cancelled"],
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        usage_json: str | None = None,
+    ) -> None:
+        cur = self._exec(
+            "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
+            "WHERE run_id=? AND address=? AND status='started'",
+            (status, result_json, error_json, usage_json, at, run_id, address),
+        )
+        if cur.rowcount == 0:
+            raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
+
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        rows = [tuple(e.model_dump()[c] for c in _ENTRY_COLS) for e in entries]
+        sql = f"INSERT INTO entries ({', '.join(_ENTRY_COLS)}) VALUES ({', '.join('?' * len(_ENTRY_COLS))})"
+        try:
+            with self._mutex:
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany(sql, rows)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"journal {self.path}: cannot add entries: {exc}") from None
+
+    def entries(self, run_id: str) -> list[Entry]:
+        self.run(run_id)
+        rows = self._exec(
+            f"SELECT {', '.join(_ENTRY_COLS)} FROM entries WHERE run_id=? ORDER BY seq", (run_id,)
+        ).fetchall()
+        try:
+            return [Entry.model_validate(dict(zip(_ENTRY_COLS, r, strict=True))) for r in rows]
+        except ValidationError as exc:
+            raise JournalError(f"journal {self.path}: an entry of run {run_id} is malformed: {exc}") from None
+
+    # -- one writer per run -----------------------------------------------------------------
+
+    def acquire(self, run_id: str) -> None:
+        me, host = _holder(), socket.gethostname()
+        try:
+            self._exec(
+                "INSERT INTO locks (run_id, holder, pid, host) VALUES (?, ?, ?, ?)",
+                (run_id, me, os.getpid(), host),
+            )
+            return
+        except sqlite3.IntegrityError:
+            pass
+        row = self._exec("SELECT holder, pid, host FROM locks WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:  # released in between
+            return self.acquire(run_id)
+        holder, pid, their_host = row
+        if their_host == host and (pid == os.getpid() or not _pid_alive(pid)):
+            if pid == os.getpid():
+                raise RunLocked(f"run {run_id} is already being written by this process")
+            # the holder died (a crash): take the run over
+            self._exec(
+                "UPDATE locks SET holder=?, pid=? WHERE run_id=? AND pid=?", (me, os.getpid(), run_id, pid)
+            )
+            return None
+        raise RunLocked(f"run {run_id} is being written by {holder}; wait for it or stop that process")
+
+    def release(self, run_id: str) -> None:
+        self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
+
+
+def open_journal(db: str | Path | Journal | None) -> Journal:
+    """A journal from a path, a journal object, or the default (``OPDSL_DB``, else ``.opdsl/runs.db``)."""
+    if isinstance(db, Journal):
+        return db
+    if db is None:
+        db = os.environ.get("OPDSL_DB") or DEFAULT_DB
+    return SqliteJournal(db)
+
+
+# -- portability and checks -------------------------------------------------------------------
+
+
+def export_run(journal: Journal, run_id: str) -> str:
+    """A run as JSONL: its record on the first line, then one entry a line."""
+    lines = [json.dumps({"run": journal.run(run_id).model_dump()}, sort_keys=True)]
+    lines += [json.dumps({"entry": e.model_dump()}, sort_keys=True) for e in journal.entries(run_id)]
+    return "\n".join(lines) + "\n"
+
+
+def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
+    """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
+    run: RunRecord | None = None
+    entries: list[Entry] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("a line must be a JSON object")
+            if n == 1:
+                run = RunRecord.model_validate(data["run"])
+            else:
+                entries.append(Entry.model_validate(data["entry"]))
+        except (ValueError, KeyError, ValidationError) as exc:
+            what = "a run record" if n == 1 else "an entry"
+            raise JournalError(f"{source}, line {n}: expected {what}: {str(exc).splitlines()[0]}") from None
+    if run is None:
+        raise JournalError(f"{source} is empty: expected a run record on line 1")
+    for e in entries:
+        if e.run_id != run.run_id:
+            raise JournalError(f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}")
+    problems = _entry_problems(entries)
+    if problems:
+        raise JournalError(f"{source}: {problems[0]}")
+    journal.create_run(run)
+    journal.add_entries(entries)
+    return run
+
+
+def _entry_problems(entries: list[Entry]) -> list[str]:
+    problems = []
+    seqs = sorted(e.seq for e in entries)
+    if seqs != list(range(len(seqs))):
+        problems.append(f"entry numbers are not 0..{len(seqs) - 1} without gaps: {seqs[:10]}")
+    addresses = {e.address for e in entries}
+    for e in entries:
+        if not all(part.isdigit() for part in e.address.split(".")):
+            problems.append(f"address {e.address!r} is malformed")
+        for text in (e.effect_json, e.result_json, e.error_json, e.usage_json):
+            if text is not None:
+                try:
+                    json.loads(text)
+                except ValueError:
+                    problems.append(f"entry {e.address} holds text that is not JSON")
+        if e.status == "completed" and e.result_json is None:
+            problems.append(f"entry {e.address} is completed without a result")
+        parent = e.address.rpartition(".")[0]
+        # scope bodies live under the scope's address (a.n), par branches under a.i.n
+        if parent and parent not in addresses and parent.rpartition(".")[0] not in addresses:
+            problems.append(f"entry {e.address} has no enclosing scope entry")
+    return problems
+
+
+def check_integrity(journal: Journal, run_id: str) -> list[str]:
+    """Problems with a run's record (empty when it is sound)."""
+    run = journal.run(run_id)
+    entries = journal.entries(run_id)
+    problems = _entry_problems(entries)
+    if run.status == "completed":
+        problems += [f"entry {e.address} is still started in a completed run" for e in entries if e.status == "started"]
+        if run.result_json is None:
+            problems.append("the run is completed but has no result")
+    return problems

@@ -16,7 +16,7 @@ from interpreters._driver import (
     WaitingForAnswer,
     execute,
 )
-from interpreters._journal import Journal
+from interpreters._journal import Journal, RunRecord
 from interpreters._models import Model, resolve_model
 from interpreters._sinks import EventBus, Sink
 from interpreters._tools import ToolLike, ToolRegistry
@@ -59,13 +59,18 @@ class LiveHandlers(Handlers):
         tools: ToolRegistry | None = None,
         agents: Mapping[str, AgentBackend] | None = None,
         answer: Answer | None = None,
-        seed: int | None = 0,
+        seed: int | str | None = None,
     ) -> None:
         self.model = model
         self.tools = tools or ToolRegistry()
         self.agents = dict(agents or {})
         self.answer = answer
-        self.rng = _random.Random(seed)
+        self.seed = seed
+
+    def _rng(self, call: Call) -> _random.Random:
+        # one stream per address: a resumed run draws what an uninterrupted one would have
+        seed = call.run_id if self.seed is None else self.seed
+        return _random.Random(f"{seed}:{call.address}")
 
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         match effect:
@@ -82,7 +87,7 @@ class LiveHandlers(Handlers):
                 return await self.model.complete(request, call)
             case Tool():
                 bound = self.tools.get(effect.name)
-                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args)
+                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args, call)
             case Agent():
                 backend = self.agents.get(effect.backend)
                 if backend is None:
@@ -94,9 +99,9 @@ class LiveHandlers(Handlers):
             case Now():
                 return call.clock.now()
             case Random():
-                return self.rng.random()
+                return self._rng(call).random()
             case Uuid():
-                return str(_uuid.UUID(int=self.rng.getrandbits(128), version=4))
+                return str(_uuid.UUID(int=self._rng(call).getrandbits(128), version=4))
             case Sleep():
                 await call.clock.sleep(effect.seconds)
                 return None
@@ -134,7 +139,7 @@ class LiveInterpreter:
         journal: Journal | None = None,
         sinks: Iterable[Sink] = (),
         clock: Clock | None = None,
-        seed: int | None = 0,
+        seed: int | str | None = None,
     ) -> None:
         self.handlers = LiveHandlers(
             model=resolve_model(model),
@@ -153,6 +158,7 @@ class LiveInterpreter:
         *args: Any,
         state: CRDTModel | None = None,
         run_id: str | None = None,
+        record: RunRecord | None = None,
         **kwargs: Any,
     ) -> RunResult:
         """Run ``program(*args, **kwargs)`` to its end (or until it waits)."""
@@ -166,6 +172,7 @@ class LiveInterpreter:
             bus=self.bus,
             clock=self.clock,
             state=state,
+            record=record,
         )
 
     def run_sync(

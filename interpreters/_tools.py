@@ -5,6 +5,10 @@ Schema is what a model sees, its docstring's first paragraph is the description.
 bad arguments, a call to an unknown tool, and a tool that raises all come back as
 ``ToolResult(ok=False, error=...)`` the model can read; none of them ends the run.
 
+A parameter annotated ``CallInfo`` is not shown to the model: the interpreter passes the
+call's details in it (``call.idempotency_key`` is the same when a resumed run performs an
+effect a crash left unfinished, so a tool can make a retried side effect happen once).
+
 Sync functions are called inline (fast, but a timeout cannot interrupt them); async
 functions are awaited and are cancelled by ``timeout`` and budgets.
 """
@@ -13,13 +17,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, final
+from typing import Any, Literal, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from interpreters._models import CallInfo
 from op import DuplicateTool, NotSerializable, ToolResult, ToolSpec, canonical_json
 
-__all__ = ["Tool", "ToolRegistry", "format_validation_error"]
+__all__ = ["Tool", "ToolLike", "ToolRegistry", "format_validation_error", "read_only"]
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -70,6 +75,8 @@ class Tool:
         self.read_only = read_only
         self.is_async = inspect.iscoroutinefunction(fn)
         self._validate = args_model.__pydantic_validator__.validate_python
+        #: the parameter that receives the :class:`CallInfo`, if the function asks for it
+        self.inject: str | None = None
         self.spec = ToolSpec(
             name=name,
             description=description,
@@ -93,7 +100,11 @@ class Tool:
             hints = inspect.get_annotations(fn, eval_str=True)
         except Exception as exc:  # a bad annotation is the caller's bug; say where
             raise TypeError(f"tool {tool_name!r}: cannot read its annotations: {exc}") from exc
+        inject = None
         for pname, param in inspect.signature(fn).parameters.items():
+            if hints.get(pname) is CallInfo:
+                inject = pname  # the interpreter passes the call (idempotency key, ...)
+                continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {tool_name!r}: *args and **kwargs cannot be described to a model")
             if pname not in hints:
@@ -103,9 +114,11 @@ class Tool:
         model = create_model(f"{tool_name}_args", __base__=_Args, **fields)
         doc = inspect.getdoc(fn) or ""
         desc = description if description is not None else doc.split("\n\n")[0].strip()
-        return cls(name=tool_name, fn=fn, args_model=model, description=desc, read_only=read_only)
+        tool = cls(name=tool_name, fn=fn, args_model=model, description=desc, read_only=read_only)
+        tool.inject = inject
+        return tool
 
-    async def call(self, args: Mapping[str, Any]) -> ToolResult:
+    async def call(self, args: Mapping[str, Any], call: CallInfo | None = None) -> ToolResult:
         """Validate ``args`` and run the tool; every failure is a ``ToolResult`` error."""
         try:
             parsed = self._validate(args)
@@ -114,6 +127,8 @@ class Tool:
                 f"invalid arguments for tool {self.name!r}: {format_validation_error(exc)}"
             )
         kwargs = parsed.__dict__  # the validated fields (the model forbids extras)
+        if self.inject is not None:
+            kwargs = {**kwargs, self.inject: call}
         try:
             out = self.fn(**kwargs)
             if self.is_async:
@@ -133,6 +148,22 @@ class Tool:
 
 ToolLike = Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def read_only(fn: F) -> F:
+    """Mark a tool function as free of side effects: a dry run calls it for real.
+
+    Example:
+        >>> @read_only
+        ... def list_files() -> list[str]:
+        ...     return []
+        >>> ToolRegistry([list_files]).get("list_files").read_only
+        True
+    """
+    fn.opdsl_read_only = True  # type: ignore[attr-defined]
+    return fn
+
 
 @final
 class ToolRegistry:
@@ -144,7 +175,11 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, tool: ToolLike) -> None:
-        bound = tool if isinstance(tool, Tool) else Tool.from_function(tool)
+        bound = (
+            tool
+            if isinstance(tool, Tool)
+            else Tool.from_function(tool, read_only=bool(getattr(tool, "opdsl_read_only", False)))
+        )
         if bound.name in self._tools:
             raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
         self._tools[bound.name] = bound

@@ -122,7 +122,7 @@ def test_results_reach_the_journal_before_the_program_sees_them() -> None:
         yield from tool("echo", {"text": "x"})
         yield from tool("inspect", {"address": "1"})
 
-    run(program, tools=[echo, inspect], journal=journal)
+    run(program, tools=[echo, inspect], db=journal)
     # while the second tool ran: the first was completed, the second already started
     assert seen == [("1", "completed"), ("2", "started")]
 
@@ -640,7 +640,7 @@ def test_uncaught_exception_fails_the_run_and_closes_every_effect() -> None:
 
     rec = Recorder()
     journal = MemoryJournal()
-    result = run(program, on_event=rec, journal=journal)
+    result = run(program, on_event=rec, db=journal)
     assert result.status == "failed" and result.address == "2.1"
     assert isinstance(result.error, KeyError)
     run_record = journal.run(result.run_id)

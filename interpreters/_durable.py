@@ -1,0 +1,605 @@
+"""Durable runs: resume in place, fork from a checkpoint, replay, answer, dry-run.
+
+A run is named in its journal by its program (``module:function``), its arguments, and a
+config (the model spec, the tools by reference, the seed, the state type), so a new process
+can rebuild it. Everything that reaches the program again is fed from the journal: a resumed
+run performs no completed effect twice, and a replay performs none at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, assert_never, final
+
+import anyio
+
+from interpreters._clock import Clock, SystemClock, VirtualClock
+from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, execute, program_name
+from interpreters._journal import Entry, Journal, JournalError, RunRecord, open_journal
+from interpreters._live import AgentBackend, LiveHandlers, new_run_id
+from interpreters._models import Model, resolve_model
+from interpreters._replay import Divergence, ReplayLog, divergence
+from interpreters._sinks import EventBus, Sink
+from interpreters._tools import Tool, ToolLike, ToolRegistry
+from op import (
+    Agent,
+    Ask,
+    Checkpoint,
+    EffectFinished,
+    EffectStarted,
+    Emit,
+    Event,
+    Infer,
+    Now,
+    OpdslError,
+    Random,
+    Response,
+    RunFinished,
+    Sleep,
+    ToolResult,
+    TurnRecord,
+    Usage,
+    Uuid,
+    canonical_json,
+)
+from op import Tool as ToolEffect
+from state import CRDTModel
+
+__all__ = [
+    "Plan",
+    "ProgramNotFound",
+    "aanswer",
+    "adry_run",
+    "areplay",
+    "aresume",
+    "config_for",
+    "dry_run",
+    "find_checkpoint",
+    "load_object",
+    "load_program",
+    "replay",
+    "resume",
+]
+
+
+class ProgramNotFound(OpdslError):
+    """A ``module:attr`` reference cannot be imported."""
+
+
+def load_object(ref: str, what: str = "object") -> Any:
+    """Import ``module:attr.path``."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ProgramNotFound(f"{what} {ref!r} should look like module:function")
+    if "<locals>" in attr:
+        raise ProgramNotFound(
+            f"{what} {ref!r} is defined inside a function; define it at module level so a new "
+            "process can import it, or pass it explicitly"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ProgramNotFound(f"cannot import {what} {ref!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ProgramNotFound(f"cannot import {what} {ref!r}: {module_name} has no {attr!r}") from None
+    return obj
+
+
+def load_program(ref: str) -> Callable[..., Any]:
+    obj = load_object(ref, "program")
+    if not callable(obj):
+        raise ProgramNotFound(f"program {ref!r} is a {type(obj).__name__}, not a function")
+    return obj  # type: ignore[no-any-return]
+
+
+def _tool_refs(tools: Iterable[ToolLike]) -> list[str] | None:
+    refs = []
+    for t in tools:
+        fn = t.fn if isinstance(t, Tool) else t
+        ref = program_name(fn)
+        if "<locals>" in ref or "<lambda>" in ref:
+            return None
+        refs.append(ref)
+    return refs
+
+
+def config_for(
+    *, model: str | Model | None, tools: Iterable[ToolLike], seed: int | str | None, tool_refs: list[str] | None = None
+) -> str:
+    """The config a run records so that a new process can resume it."""
+    return canonical_json(
+        {
+            "model": model if isinstance(model, str) else None,
+            "tools": tool_refs if tool_refs is not None else _tool_refs(tools),
+            "seed": seed,
+        }
+    )
+
+
+def _load_tools(refs: list[str]) -> list[ToolLike]:
+    out: list[ToolLike] = []
+    for ref in refs:
+        obj = load_object(ref, "tool")
+        if isinstance(obj, list | tuple):
+            out.extend(obj)
+        else:
+            out.append(obj)
+    return out
+
+
+def _initial_state(record: RunRecord, config: Mapping[str, Any]) -> CRDTModel | None:
+    if record.state_json is None:
+        return None
+    ref = config.get("state_type")
+    if not isinstance(ref, str):
+        raise JournalError(f"run {record.run_id} recorded a state but not its type")
+    cls = load_object(ref, "state type")
+    if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+        raise ProgramNotFound(f"state type {ref!r} is not a CRDTModel")
+    return cls.model_validate_json(record.state_json)
+
+
+def find_checkpoint(entries: list[Entry], name: str) -> Entry:
+    """The checkpoint ``name`` (``name#k``: the k-th time it was reached, from 1)."""
+    base, _, nth = name.partition("#")
+    if nth and not (nth.isdigit() and int(nth) >= 1):
+        raise OpdslError(f"checkpoint {name!r}: after '#' comes a count from 1, like {base}#2")
+    hits = [
+        e for e in entries
+        if e.kind == "checkpoint" and e.status == "completed" and json.loads(e.effect_json).get("name") == base
+    ]  # fmt: skip
+    k = int(nth) if nth else 1
+    if len(hits) < k:
+        known = sorted({json.loads(e.effect_json).get("name") for e in entries if e.kind == "checkpoint"})
+        reached = f"reached {len(hits)} time(s)" if hits else "never reached"
+        raise OpdslError(
+            f"checkpoint {name!r} not found in run {entries[0].run_id if entries else '?'}: {base!r} was "
+            f"{reached}; checkpoints: {', '.join(known) or 'none'}"
+        )
+    return hits[k - 1]
+
+
+def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:
+    """The parent's entries up to a checkpoint, as the fork's own; scopes still open at the
+    checkpoint (its ancestors) are reopened."""
+    ancestors = set()
+    parts = cp.address.split(".")
+    for i in range(1, len(parts)):
+        ancestors.add(".".join(parts[:i]))
+    out = []
+    for e in entries:
+        if e.seq > cp.seq:
+            continue
+        if e.address in ancestors:
+            e = e.model_copy(update={"status": "started", "result_json": None, "error_json": None,
+                                     "usage_json": None, "finished_at": None})  # fmt: skip
+        out.append(e.model_copy(update={"run_id": new_run}))
+    # keep seq contiguous in the fork
+    return [e.model_copy(update={"seq": i}) for i, e in enumerate(sorted(out, key=lambda e: e.seq))]
+
+
+def _sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
+    if on_event is None:
+        return []
+    if callable(on_event):
+        return [on_event]
+    return list(on_event)
+
+
+async def aresume(
+    run_id: str,
+    *,
+    db: str | Journal | None = None,
+    from_checkpoint: str | None = None,
+    program: Callable[..., Any] | None = None,
+    model: str | Model | None = None,
+    tools: Iterable[ToolLike] | None = None,
+    agents: Mapping[str, AgentBackend] | None = None,
+    answer: str | None = None,
+    on_event: Sink | Iterable[Sink] | None = None,
+    clock: Clock | None = None,
+) -> RunResult:
+    """Continue a run in place, or fork a new run from one of its checkpoints.
+
+    In place: the program runs again from its start, fed from the journal, and goes on live
+    from the first effect without a finished entry; an effect a crash left open is performed
+    again with the same idempotency key. ``answer`` answers a run that waits on ``ask``.
+    With ``from_checkpoint`` (``NAME`` or ``NAME#k``) a new run is made with a parent link;
+    it replays the parent up to that checkpoint and goes on live; the parent is untouched.
+    """
+    journal = open_journal(db)
+    record = journal.run(run_id)
+    config = json.loads(record.config_json or "{}")
+    program = program or load_program(record.program)
+    if program_name(program) != record.program:
+        raise OpdslError(f"run {run_id} is of {record.program}, not {program_name(program)}")
+    call_args = json.loads(record.args_json)
+    model = model if model is not None else config.get("model")
+    tool_list: list[ToolLike]
+    if tools is not None:
+        tool_list = list(tools)
+    elif config.get("tools") is None:
+        raise OpdslError(
+            f"run {run_id} was given tools that cannot be imported by name; pass tools= to resume it"
+        )
+    else:
+        tool_list = _load_tools(config["tools"])
+    entries = journal.entries(run_id)
+    state = _initial_state(record, config)
+    if from_checkpoint is not None:
+        cp = find_checkpoint(entries, from_checkpoint)
+        target_id = new_run_id()
+        prefix = _fork_prefix(entries, cp, target_id)
+        new_record = RunRecord(
+            run_id=target_id,
+            program=record.program,
+            config_json=record.config_json,
+            parent_run=run_id,
+            fork_checkpoint=from_checkpoint,
+        )
+        log = ReplayLog({e.address: e for e in prefix}, restore_at=cp.address)
+        run_record = new_record
+        on_created: list[Entry] | None = prefix
+    else:
+        if record.status == "completed":
+            raise OpdslError(
+                f"run {run_id} already completed; replay it to check it, or fork it with --from CHECKPOINT"
+            )
+        if answer is not None:
+            _answer_pending(journal, run_id, entries, answer)
+            entries = journal.entries(run_id)
+        target_id = run_id
+        log = ReplayLog({e.address: e for e in entries})
+        run_record = record
+        on_created = None
+    handlers = LiveHandlers(
+        model=resolve_model(model),
+        tools=ToolRegistry(tool_list),
+        agents=agents,
+        seed=config.get("seed"),
+    )
+    journal_for_run = _CopyOnCreate(journal, on_created) if on_created is not None else journal
+    return await execute(
+        program,
+        tuple(call_args.get("args", [])),
+        call_args.get("kwargs", {}),
+        run_id=target_id,
+        handlers=handlers,
+        journal=journal_for_run,
+        bus=EventBus(_sinks(on_event)),
+        clock=clock or SystemClock(),
+        state=state,
+        log=log,
+        record=run_record,
+    )
+
+
+class _CopyOnCreate(Journal):
+    """A journal that copies a fork's prefix in right after the fork's run record is made."""
+
+    def __init__(self, inner: Journal, prefix: list[Entry]) -> None:
+        self.inner = inner
+        self.prefix = prefix
+
+    def create_run(self, run: RunRecord) -> None:
+        self.inner.create_run(run)
+        self.inner.add_entries(self.prefix)
+
+    def reopen_run(self, run_id: str) -> None:
+        self.inner.reopen_run(run_id)
+
+    def finish_run(self, run_id: str, status: Any, **kw: Any) -> None:
+        self.inner.finish_run(run_id, status, **kw)
+
+    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
+        self.inner.begin(run_id, address, kind, effect_json, at)
+
+    def finish(self, run_id: str, address: str, status: Any, **kw: Any) -> None:
+        self.inner.finish(run_id, address, status, **kw)
+
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        self.inner.add_entries(entries)
+
+    def run(self, run_id: str) -> RunRecord:
+        return self.inner.run(run_id)
+
+    def runs(self) -> list[RunRecord]:
+        return self.inner.runs()
+
+    def entries(self, run_id: str) -> list[Entry]:
+        return self.inner.entries(run_id)
+
+    def acquire(self, run_id: str) -> None:
+        self.inner.acquire(run_id)
+
+    def release(self, run_id: str) -> None:
+        self.inner.release(run_id)
+
+
+def _answer_pending(journal: Journal, run_id: str, entries: list[Entry], answer: str) -> None:
+    pending = [e for e in entries if e.kind == "ask" and e.status == "started"]
+    if not pending:
+        raise OpdslError(f"run {run_id} is not waiting for an answer")
+    journal.acquire(run_id)
+    try:
+        journal.finish(run_id, pending[-1].address, "completed", at=SystemClock().now(),
+                       result_json=canonical_json(answer))  # fmt: skip
+    finally:
+        journal.release(run_id)
+
+
+def resume(run_id: str, **kwargs: Any) -> RunResult:
+    """:func:`aresume` from synchronous code."""
+
+    async def main() -> RunResult:
+        return await aresume(run_id, **kwargs)
+
+    return anyio.run(main)
+
+
+async def aanswer(run_id: str, text: str, **kwargs: Any) -> RunResult:
+    """Answer a waiting run and continue it."""
+    return await aresume(run_id, answer=text, **kwargs)
+
+
+@final
+class _Unreachable(Handlers):
+    """Handlers for a replay: every effect must come from the journal."""
+
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        raise Divergence(f"replay tried to perform the {effect.kind} effect at {call.address} live")
+
+
+async def areplay(
+    run_id: str, *, db: str | Journal | None = None, program: Callable[..., Any] | None = None
+) -> RunResult:
+    """Run a recorded run against its journal only and check it ends the same, byte for byte.
+
+    Nothing is written and nothing is performed. A program that no longer does what the
+    journal recorded raises :class:`Divergence`, naming the address, the source line, the
+    nearest earlier checkpoint and the recorded and new effects as a diff.
+    """
+    journal = open_journal(db)
+    record = journal.run(run_id)
+    config = json.loads(record.config_json or "{}")
+    program = program or load_program(record.program)
+    call_args = json.loads(record.args_json)
+    entries = journal.entries(run_id)
+    result = await execute(
+        program,
+        tuple(call_args.get("args", [])),
+        call_args.get("kwargs", {}),
+        run_id=run_id,
+        handlers=_Unreachable(),
+        journal=None,
+        bus=EventBus([]),
+        clock=VirtualClock(),
+        state=_initial_state(record, config),
+        log=ReplayLog({e.address: e for e in entries}, strict=True),
+    )
+    if isinstance(result.error, Divergence):
+        raise result.error
+    _compare(record, result)
+    return result
+
+
+def _compare(record: RunRecord, result: RunResult) -> None:
+    def fail(what: str, recorded: str | None, now: str | None) -> Divergence:
+        return divergence(program=record.program, address="end", where="the end of the run", checkpoint=None,
+                          recorded=recorded, now=now, reason=what)  # fmt: skip
+
+    if record.status in ("running", "cancelled"):
+        return  # an unfinished record: the replay reached its end, which is all it can check
+    if result.status != record.status:
+        raise fail(f"the record ended {record.status}, the replay {result.status}", record.status, result.status)
+    if record.status == "completed":
+        now = canonical_json(result._value)
+        if now != record.result_json:
+            raise fail("the program returned something else", record.result_json, now)
+    state_now = None if result.state is None else result.state.canonical()
+    if record.final_state_json is not None and state_now != record.final_state_json:
+        raise fail("the final state differs", record.final_state_json, state_now)
+
+
+def replay(run_id: str, **kwargs: Any) -> RunResult:
+    """:func:`areplay` from synchronous code."""
+
+    async def main() -> RunResult:
+        return await areplay(run_id, **kwargs)
+
+    return anyio.run(main)
+
+
+# -- dry run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanStep:
+    address: str
+    kind: str
+    what: str
+    note: str = ""
+
+
+@dataclass
+class Plan:
+    """What a program would do: its effects in order, the checkpoints it passes, and an
+    estimate of the usage (from the stub or script answers)."""
+
+    program: str
+    status: str
+    steps: list[PlanStep] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    would_run: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    value: Any = None
+    error: str | None = None
+
+    def render(self) -> str:
+        lines = [f"dry run of {self.program}: {self.status}"]
+        for s in self.steps:
+            note = f"  [{s.note}]" if s.note else ""
+            lines.append(f"  {s.address:>8}  {s.kind:<10} {s.what}{note}")
+        lines.append(f"checkpoints: {', '.join(self.checkpoints) or 'none'}")
+        lines.append(f"tools called: {', '.join(self.tools) or 'none'}")
+        if self.would_run:
+            lines.append(f"would run (side effects, skipped): {', '.join(self.would_run)}")
+        lines.append(
+            f"estimated usage: {self.usage.input_tokens} input + {self.usage.output_tokens} output tokens"
+        )
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+
+def _estimate(messages: Iterable[Any]) -> int:
+    return max(1, sum(len(getattr(m, "content", "")) for m in messages) // 4)
+
+
+@final
+class DryRunHandlers(Handlers):
+    """No side effects: models answer from a script or a stub, read-only tools run, every other
+    tool is recorded as "would run" and answered with a placeholder."""
+
+    def __init__(self, *, model: Model | None, tools: ToolRegistry, plan: Plan) -> None:
+        self.model = model
+        self.tools = tools
+        self.plan = plan
+        self.live = LiveHandlers(model=model, tools=tools, seed=0)
+
+    def _note(self, address: str, note: str) -> None:
+        for step in reversed(self.plan.steps):
+            if step.address == address:
+                step.note = note
+                return
+
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        match effect:
+            case Infer():
+                if self.model is not None:
+                    reply = await self.live.perform(effect, call)
+                    self._note(call.address, "scripted")
+                else:
+                    reply = Response(
+                        text="(dry run: no model)",
+                        usage=Usage(input_tokens=_estimate(effect.messages), output_tokens=0),
+                        model="dry-run",
+                    )
+                    self._note(call.address, "stub")
+                self.plan.usage = self.plan.usage + reply.usage
+                return reply
+            case ToolEffect():
+                if effect.name not in self.plan.tools:
+                    self.plan.tools.append(effect.name)
+                bound = self.tools.get(effect.name)
+                if bound is not None and bound.read_only:
+                    self._note(call.address, "ran: read-only")
+                    return await bound.call(effect.args)
+                if bound is None:
+                    return self.tools.unknown(effect.name)
+                self.plan.would_run.append(f"{effect.name} at {call.address}")
+                self._note(call.address, "would run")
+                return ToolResult(output=f"(dry run: {effect.name} would run here)")
+            case Agent():
+                self._note(call.address, "would run")
+                self.plan.would_run.append(f"agent {effect.backend} at {call.address}")
+                return TurnRecord(backend=effect.backend, text="(dry run)")
+            case Ask():
+                self._note(call.address, "stub answer")
+                return "(dry run answer)"
+            case Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep():
+                return await self.live.perform(effect, call)
+            case _:
+                assert_never(effect)
+
+
+async def adry_run(
+    program: Callable[..., Any],
+    *args: Any,
+    model: str | Model | None = None,
+    tools: Iterable[ToolLike] = (),
+    state: CRDTModel | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Walk ``program`` with no side effects and return its :class:`Plan`."""
+    plan = Plan(program=program_name(program), status="running")
+
+    def collect(event: Event) -> None:
+        if isinstance(event, EffectStarted):
+            plan.steps.append(PlanStep(event.address, event.kind, _what(event.effect)))
+            if event.kind == "checkpoint" and isinstance(event.effect, dict):
+                plan.checkpoints.append(str(event.effect.get("name")))
+        elif isinstance(event, EffectFinished) and event.status != "completed":
+            for step in reversed(plan.steps):
+                if step.address == event.address:
+                    step.note = (step.note + "; " if step.note else "") + event.status
+                    break
+        elif isinstance(event, RunFinished):
+            plan.status = event.status
+            plan.error = event.error
+
+    result = await execute(
+        program,
+        args,
+        dict(kwargs or {}),
+        run_id=new_run_id(),
+        handlers=DryRunHandlers(model=resolve_model(model), tools=ToolRegistry(tools), plan=plan),
+        journal=None,
+        bus=EventBus([collect]),
+        clock=VirtualClock(),
+        state=state,
+    )
+    plan.value = result._value
+    return plan
+
+
+def dry_run(program: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
+    """:func:`adry_run` from synchronous code.
+
+    Example:
+        >>> from op import Op, tool, checkpoint
+        >>> def deploy() -> Op[str]:
+        ...     yield from checkpoint("start")
+        ...     r = yield from tool("push", {"branch": "main"})
+        ...     return r.output
+        >>> def push(branch: str) -> str:
+        ...     raise RuntimeError("never called in a dry run")
+        >>> plan = dry_run(deploy, tools=[push])
+        >>> plan.would_run, plan.checkpoints
+        (['push at 2'], ['start'])
+    """
+
+    async def main() -> Plan:
+        return await adry_run(program, *args, **kwargs)
+
+    return anyio.run(main)
+
+
+def _what(effect: Any) -> str:
+    if not isinstance(effect, dict):
+        return ""
+    kind = effect.get("kind")
+    if kind == "tool":
+        return f"{effect.get('name')} {canonical_json(effect.get('args'))[:60]}"
+    if kind == "infer":
+        msgs = effect.get("messages") or []
+        text = " ".join(str(msgs[-1].get("content", "")).split()) if msgs else ""
+        return text[:60]
+    if kind in ("checkpoint", "emit"):
+        return str(effect.get("name"))
+    if kind == "ask":
+        return str(effect.get("question"))[:60]
+    if kind == "limit":
+        return canonical_json({k: v for k, v in (effect.get("budget") or {}).items() if v is not None})
+    if kind == "timeout":
+        return f"{effect.get('seconds')}s"
+    if kind == "par":
+        return f"{effect.get('branches')} branches"
+    return ""
