@@ -1,23 +1,305 @@
-"""The ``opdsl`` command (also ``python -m interpreters``)."""
+"""The ``opdsl`` command (also ``python -m interpreters``).
+
+Wrong input (an unknown run, checkpoint or program, a malformed ``--arg``, a missing or
+corrupt database) prints one line, ``opdsl: error: ...``, and exits with status 2. A run that
+fails exits with 1; a replay that diverges prints its report and exits with 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opdsl", description="Run agent programs written as generators.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the example program offline with a scripted model")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from interpreters._demo import demo
+class UsageError(Exception):
+    """Bad command-line input."""
 
-        return demo()
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
+
+def _parse_args(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--arg {pair!r}: expected NAME=VALUE, NAME a Python identifier")
+        if name in out:
+            raise UsageError(f"--arg {name} is given twice")
+        try:
+            out[name] = json.loads(raw)
+        except ValueError:
+            out[name] = raw  # not JSON: the text itself
+    return out
+
+
+def _load_tools(refs: Sequence[str]) -> list[Any]:
+    from interpreters._durable import load_object
+
+    tools: list[Any] = []
+    for ref in refs:
+        obj = load_object(ref, "tool")
+        tools.extend(obj if isinstance(obj, list | tuple) else [obj])
+    return tools
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from interpreters import ConsoleSink, dry_run, load_program, run
+    from interpreters._durable import load_object
+    from state import CRDTModel
+
+    program = load_program(a.program)
+    kwargs = _parse_args(a.arg)
+    tools = _load_tools(a.tools)
+    state = None
+    if a.state:
+        cls = load_object(a.state, "state type")
+        if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+            raise UsageError(f"--state {a.state!r} is not a CRDTModel class")
+        state = cls()
+    _check_call(program, a.program, kwargs)
+    if a.dry_run:
+        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs)
+        print(plan.render())
+        return 0 if plan.status == "completed" else 1
+    sinks = [] if a.quiet else [ConsoleSink(_console())]
+    result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
+                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None)  # fmt: skip
+    return _report(result)
+
+
+def _check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -> None:
+    import inspect
+
+    try:
+        inspect.signature(program).bind(**kwargs)
+    except TypeError as exc:
+        raise UsageError(f"{ref}: {exc} (pass program arguments as --arg NAME=VALUE)") from None
+
+
+def _report(result: Any) -> int:
+    if result.status == "completed":
+        value = result.value
+        print(value if isinstance(value, str) else json.dumps(value, default=str))
+        print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
+        return 0
+    print(result.describe(), file=sys.stderr)
+    if result.status == "waiting":
+        print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
+        return 0
+    return 1
+
+
+def cmd_runs(a: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from interpreters import open_journal
+
+    journal = open_journal(a.db)
+    table = Table()
+    for col in ("run", "program", "status", "started", "parent"):
+        table.add_column(col)
+    for r in journal.runs():
+        parent = f"{r.parent_run} @ {r.fork_checkpoint}" if r.parent_run else ""
+        table.add_row(r.run_id, r.program, r.status, _when(r.created_at), parent)
+    _console().print(table)
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from interpreters import open_journal
+    from op import Usage
+
+    journal = open_journal(a.db)
+    r = journal.run(a.run)
+    c = _console()
+    c.print(f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]")
+    c.print(f"arguments: {r.args_json}")
+    if r.parent_run:
+        c.print(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}")
+    if r.error_json:
+        err = json.loads(r.error_json)
+        c.print(f"[red]error at address {err.get('address')}: {err.get('type')}: {err.get('message')}[/]")
+    table = Table(title="timeline")
+    for col in ("address", "kind", "status", "duration", "tokens", "what"):
+        table.add_column(col)
+    total = Usage()
+    for e in journal.entries(r.run_id):
+        effect = json.loads(e.effect_json)
+        usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
+        if usage is not None:
+            total = total + usage
+        duration = "" if e.finished_at is None else f"{e.finished_at - e.started_at:.2f}s"
+        what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+        if e.kind == "emit" and effect.get("data") is not None:
+            what = f"{what} {json.dumps(effect['data'])[:50]}"
+        style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
+        table.add_row(e.address, f"[{style}]{e.kind}[/]" if style else e.kind, e.status, duration,
+                      "" if usage is None else str(usage.total_tokens), str(what))  # fmt: skip
+    c.print(table)
+    cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
+    c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
+    if r.result_json is not None:
+        c.print(f"result: {r.result_json}")
+    return 0
+
+
+def cmd_checkpoints(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+
+    journal = open_journal(a.db)
+    seen: dict[str, int] = {}
+    rows = []
+    for e in journal.entries(a.run):
+        if e.kind == "checkpoint":
+            name = json.loads(e.effect_json)["name"]
+            seen[name] = seen.get(name, 0) + 1
+            label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+            rows.append(f"{e.address:>8}  {label}  {e.status}")
+    print("\n".join(rows) if rows else f"run {a.run} has no checkpoints")
+    return 0
+
+
+def cmd_resume(a: argparse.Namespace) -> int:
+    from interpreters import ConsoleSink, resume
+
+    kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
+    if a.model:
+        kwargs["model"] = a.model
+    if a.tools:
+        kwargs["tools"] = _load_tools(a.tools)
+    sinks = [] if a.quiet else [ConsoleSink(_console())]
+    return _report(resume(a.run, on_event=sinks, **kwargs))
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    from interpreters import replay
+
+    result = replay(a.run, db=a.db)
+    print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
+    return 0
+
+
+def cmd_answer(a: argparse.Namespace) -> int:
+    from interpreters import ConsoleSink, resume
+
+    sinks = [] if a.quiet else [ConsoleSink(_console())]
+    return _report(resume(a.run, db=a.db, answer=a.text, on_event=sinks))
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from interpreters import export_run, open_journal
+
+    text = export_run(open_journal(a.db), a.run)
+    if a.output:
+        Path(a.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    from interpreters import import_run, open_journal
+
+    try:
+        text = Path(a.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {a.file}: {exc}") from None
+    record = import_run(open_journal(a.db), text, source=a.file)
+    print(f"imported run {record.run_id} ({record.program})")
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from interpreters._demo import demo
+
+    return demo()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opdsl", description="Run, resume and replay agent programs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(fn=fn)
+        p.add_argument("--db", help="journal file (default: $OPDSL_DB or .opdsl/runs.db)")
+        return p
+
+    p = add("run", cmd_run, "run a program: opdsl run module:function --arg name=value")
+    p.add_argument("program")
+    p.add_argument("--arg", action="append", default=[], help="a program argument, NAME=VALUE (JSON or text)")
+    p.add_argument("--model", help="a model spec, e.g. scripted:answers.json")
+    p.add_argument("--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)")
+    p.add_argument("--state", help="the initial state, a CRDTModel class as module:Class")
+    p.add_argument("--seed", help="the seed of random() and uuid()")
+    p.add_argument("--dry-run", action="store_true", help="no side effects: print the plan")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    add("runs", cmd_runs, "list runs")
+    p = add("show", cmd_show, "a run's timeline")
+    p.add_argument("run")
+    p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
+    p.add_argument("run")
+    p = add("resume", cmd_resume, "continue a run, or fork it from a checkpoint with --from")
+    p.add_argument("run")
+    p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
+    p.add_argument("--model")
+    p.add_argument("--tools", action="append", default=[])
+    p.add_argument("--quiet", action="store_true")
+    p = add("replay", cmd_replay, "re-run a run against its journal only; fails on divergence")
+    p.add_argument("run")
+    p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
+    p.add_argument("run")
+    p.add_argument("text")
+    p.add_argument("--quiet", action="store_true")
+    p = add("export", cmd_export, "write a run as JSONL")
+    p.add_argument("run")
+    p.add_argument("-o", "--output")
+    p = add("import", cmd_import, "add a run from a JSONL file")
+    p.add_argument("file")
+    add("demo", cmd_demo, "the example program, offline")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from interpreters._journal import JournalError
+    from interpreters._replay import Divergence
+    from op import NotSerializable, OpdslError
+
+    args = _parser().parse_args(argv)
+    # programs are named module:function, importable from here as with `python -m`
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        code: int = args.fn(args)
+        return code
+    except Divergence as exc:
+        print(f"opdsl: {exc}", file=sys.stderr)
+        return 1
+    except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"opdsl: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("opdsl: stopped; continue with `opdsl resume RUN`", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ async def arun(
     answer: Answer | None = None,
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    tool_refs: list[str] | None = None,
 ) -> RunResult:
     """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
 
@@ -64,7 +65,7 @@ async def arun(
     record = RunRecord(
         run_id="-",
         program=program_name(program),
-        config_json=config_for(model=model, tools=tool_list, seed=seed),
+        config_json=config_for(model=model, tools=tool_list, seed=seed, tool_refs=tool_refs),
     )
     return await interp.run(program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {}))
 
@@ -83,6 +84,7 @@ def run(
     answer: Answer | None = None,
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    tool_refs: list[str] | None = None,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`arun` from synchronous code (``backend`` is ``"asyncio"`` or ``"trio"``).
@@ -102,7 +104,7 @@ def run(
         return await arun(
             program, *args, model=model, tools=tools, agents=agents, state=state,
             db=db, on_event=on_event, clock=clock, seed=seed, answer=answer,
-            run_id=run_id, kwargs=kwargs,
+            run_id=run_id, kwargs=kwargs, tool_refs=tool_refs,
         )  # fmt: skip
 
     return anyio.run(main, backend=backend)
