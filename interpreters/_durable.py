@@ -167,16 +167,19 @@ def find_checkpoint(entries: list[Entry], name: str) -> Entry:
 
 def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:
     """The parent's entries up to a checkpoint, as the fork's own; scopes still open at the
-    checkpoint (its ancestors) are reopened."""
-    ancestors = set()
-    parts = cp.address.split(".")
-    for i in range(1, len(parts)):
-        ancestors.add(".".join(parts[:i]))
+    checkpoint are reopened, so the fork finishes them live."""
+    # scopes that were still open at the checkpoint: its ancestors, and any scope (a par
+    # sibling's) with effects recorded after it
+    reopen = set()
+    for later in [cp, *(e for e in entries if e.seq > cp.seq)]:
+        parts = later.address.split(".")
+        for i in range(1, len(parts)):
+            reopen.add(".".join(parts[:i]))
     out = []
     for e in entries:
         if e.seq > cp.seq:
             continue
-        if e.address in ancestors:
+        if e.address in reopen and e.kind in ("limit", "timeout", "par"):
             e = e.model_copy(update={"status": "started", "result_json": None, "error_json": None,
                                      "usage_json": None, "finished_at": None})  # fmt: skip
         out.append(e.model_copy(update={"run_id": new_run}))
