@@ -26,9 +26,11 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest
 
+# the baselines are installed for the benchmarks only; they are not dependencies of opdsl
 bench: $(STAMP)
-	$(BIN)/pip install -q effect
+	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite
 	$(BIN)/python bench/driver.py
+	$(BIN)/python bench/journal.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -51,7 +51,7 @@ from interpreters._models import CallInfo, Model, ModelScriptExhausted, Scripted
 from interpreters._replay import Divergence, ReplayedError
 from interpreters._scripted import ANY, Expect, ScriptedInterpreter, ScriptMismatch, expect
 from interpreters._sinks import ConsoleSink, EventBus, JsonlSink, Sink
-from interpreters._tools import Tool, ToolRegistry, read_only
+from interpreters._tools import Tool, ToolLike, ToolRegistry, read_only
 
 __all__ = [
     "ANY",
@@ -88,6 +88,7 @@ __all__ = [
     "SqliteJournal",
     "SystemClock",
     "Tool",
+    "ToolLike",
     "ToolRegistry",
     "VirtualClock",
     "WaitingForAnswer",

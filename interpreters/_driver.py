@@ -93,7 +93,7 @@ from op import (
     Uuid,
     usage_of,
 )
-from state import CRDTModel, Stamp, StateError, canonical_json, to_jsonable
+from state import CRDTModel, Stamp, StateError, canonical_json, dump_jsonable, to_jsonable
 
 __all__ = [
     "Call",
@@ -409,7 +409,7 @@ class Driver:
             data = self._payload(effect, address)
             now = self.clock.now()
             if self.journal is not None:
-                self.journal.begin(self.run_id, address, effect.kind, canonical_json(data), now)
+                self.journal.begin(self.run_id, address, effect.kind, dump_jsonable(data), now)
             if self.bus.active:
                 self.bus.emit(
                     EffectStarted(run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data)
@@ -484,15 +484,15 @@ class Driver:
                 raise self._diverged(
                     frame, address,
                     f"the record finished the scope at {frame.recorded.address} without this effect",
-                    None, canonical_json(self._payload(effect, address)),
+                    None, dump_jsonable(self._payload(effect, address)),
                 )  # fmt: skip
             if log.strict:
                 raise self._diverged(
                     frame, address, "the record ends before this effect", None,
-                    canonical_json(self._payload(effect, address)),
+                    dump_jsonable(self._payload(effect, address)),
                 )  # fmt: skip
             return None
-        now = canonical_json(self._payload(effect, address))
+        now = dump_jsonable(self._payload(effect, address))
         if now != entry.effect_json:
             raise self._diverged(frame, address, "the program asks for a different effect here", entry.effect_json, now)
         log.used.add(address)
@@ -530,7 +530,6 @@ class Driver:
         frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
 
     async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
-        call = Call(self.run_id, address, self.clock, self.bus)
         if self.log is not None:
             entry = self._lookup(effect, address, frame)
             if entry is not None:
@@ -548,7 +547,7 @@ class Driver:
                 # the same idempotency key
         elif not self._record:
             # the fast path: nothing listens, nothing is journaled; budgets still count
-            result = await self.handlers.perform(effect, call)
+            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus))
             if frame.scopes:
                 usage = usage_of(result)
                 for scope in frame.scopes:
@@ -556,7 +555,7 @@ class Driver:
             return result
         t0 = self._begin(effect, address)
         try:
-            result = await self.handlers.perform(effect, call)
+            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus))
         except WaitingForAnswer:
             # the entry stays ``started``: the question is open until it is answered
             if self.bus.active:

@@ -180,11 +180,10 @@ def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:
         if e.seq > cp.seq:
             continue
         if e.address in reopen and e.kind in ("limit", "timeout", "par"):
-            e = e.model_copy(update={"status": "started", "result_json": None, "error_json": None,
-                                     "usage_json": None, "finished_at": None})  # fmt: skip
-        out.append(e.model_copy(update={"run_id": new_run}))
+            e = e.replace(status="started", result_json=None, error_json=None, usage_json=None, finished_at=None)
+        out.append(e.replace(run_id=new_run))
     # keep seq contiguous in the fork
-    return [e.model_copy(update={"seq": i}) for i, e in enumerate(sorted(out, key=lambda e: e.seq))]
+    return [e.replace(seq=i) for i, e in enumerate(sorted(out, key=lambda e: e.seq))]
 
 
 def _sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:

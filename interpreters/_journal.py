@@ -16,6 +16,7 @@ embedded default (``.opdsl/runs.db``, WAL mode).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -23,10 +24,11 @@ import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, final
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 __all__ = [
     "DEFAULT_DB",
@@ -75,10 +77,10 @@ class RunRecord(BaseModel):
     final_state_json: str | None = None
 
 
-class Entry(BaseModel):
+@dataclass(slots=True)
+class Entry:
     """One recorded effect at one address of one run."""
 
-    model_config = ConfigDict(extra="forbid")
     run_id: str
     seq: int
     address: str
@@ -90,6 +92,29 @@ class Entry(BaseModel):
     usage_json: str | None = None
     started_at: float = 0.0
     finished_at: float | None = None
+
+    def replace(self, **changes: Any) -> Entry:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in _ENTRY_COLS}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Entry:
+        """Build and check an entry from untrusted data (an imported file)."""
+        if not isinstance(data, dict):
+            raise ValueError("an entry must be a JSON object")
+        extra = set(data) - set(_ENTRY_COLS)
+        if extra:
+            raise ValueError(f"unknown entry fields: {', '.join(sorted(extra))}")
+        entry: Entry = _ENTRY_ADAPTER.validate_python(data)
+        return entry
+
+
+_ENTRY_COLS = [f.name for f in dataclasses.fields(Entry)]
+_ENTRY_ADAPTER = TypeAdapter(Entry)
+_STATUSES = frozenset({"started", "completed", "failed", "cancelled"})
 
 
 def _holder() -> str:
@@ -240,7 +265,7 @@ class MemoryJournal(Journal):
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         for e in entries:
-            self._run_entries(e.run_id)[e.address] = e.model_copy()
+            self._run_entries(e.run_id)[e.address] = e.replace()
 
     def run(self, run_id: str) -> RunRecord:
         try:
@@ -252,7 +277,7 @@ class MemoryJournal(Journal):
         return list(self._runs.values())
 
     def entries(self, run_id: str) -> list[Entry]:
-        return [e.model_copy() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
+        return [e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
 
     def acquire(self, run_id: str) -> None:
         if run_id in self._locks:
@@ -282,7 +307,7 @@ CREATE TABLE IF NOT EXISTS runs (
     final_state_json TEXT
 );
 CREATE TABLE IF NOT EXISTS entries (
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     address TEXT NOT NULL,
     kind TEXT NOT NULL,
@@ -294,8 +319,7 @@ CREATE TABLE IF NOT EXISTS entries (
     started_at REAL NOT NULL,
     finished_at REAL,
     PRIMARY KEY (run_id, address)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS entries_seq ON entries (run_id, seq);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS locks (
     run_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
@@ -304,7 +328,6 @@ CREATE TABLE IF NOT EXISTS locks (
 );
 """
 _RUN_COLS = list(RunRecord.model_fields)
-_ENTRY_COLS = list(Entry.model_fields)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -317,7 +340,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-@final
 class SqliteJournal(Journal):
     """The embedded journal: one SQLite file in WAL mode, every write committed at once.
 
@@ -343,13 +365,13 @@ class SqliteJournal(Journal):
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
             self._setup()
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
         self._mutex = threading.Lock()
+        self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
 
     def _setup(self) -> None:
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -437,21 +459,41 @@ class SqliteJournal(Journal):
 
     # -- entries ----------------------------------------------------------------------------
 
+    def _known(self, run_id: str) -> tuple[list[int], set[str]]:
+        # the run's only writer holds its lock, so its next seq and its addresses can be
+        # kept here instead of asked for on every write
+        known = self._runs_known.get(run_id)
+        if known is None:
+            rows = self._exec("SELECT seq, address FROM entries WHERE run_id=?", (run_id,)).fetchall()
+            known = ([max((r[0] for r in rows), default=-1) + 1], {r[1] for r in rows})
+            self._runs_known[run_id] = known
+        return known
+
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
-        # one statement: a fresh entry takes the next seq; a started one is begun again
-        try:
+        next_seq, addresses = self._known(run_id)
+        if address in addresses:
+            # begun before and left unfinished by a crash or a stop: begin it again
             cur = self._exec(
+                "UPDATE entries SET effect_json=?, started_at=?, status='started', finished_at=NULL, "
+                "error_json=NULL WHERE run_id=? AND address=? AND status IN ('started', 'cancelled')",
+                (effect_json, at, run_id, address),
+            )
+            if cur.rowcount == 0:
+                raise JournalError(
+                    f"run {run_id}: address {address} is already finished; entries are append-only"
+                )
+            return
+        try:
+            self._exec(
                 "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
-                "VALUES (?, (SELECT COALESCE(MAX(seq), -1) + 1 FROM entries WHERE run_id=?), ?, ?, ?, 'started', ?) "
-                "ON CONFLICT (run_id, address) DO UPDATE SET effect_json=excluded.effect_json, "
-                "started_at=excluded.started_at, status='started', finished_at=NULL, error_json=NULL "
-                "WHERE entries.status IN ('started', 'cancelled')",
-                (run_id, run_id, address, kind, effect_json, at),
+                "VALUES (?, ?, ?, ?, ?, 'started', ?)",
+                (run_id, next_seq[0], address, kind, effect_json, at),
             )
         except sqlite3.IntegrityError as exc:
+            self._runs_known.pop(run_id, None)
             raise JournalError(f"run {run_id}: cannot begin address {address}: {exc}") from None
-        if cur.rowcount == 0:
-            raise JournalError(f"run {run_id}: address {address} is already finished; entries are append-only")
+        next_seq[0] += 1
+        addresses.add(address)
 
     def finish(
         self,
@@ -473,7 +515,8 @@ class SqliteJournal(Journal):
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
-        rows = [tuple(e.model_dump()[c] for c in _ENTRY_COLS) for e in entries]
+        self._runs_known.clear()
+        rows = [tuple(getattr(e, c) for c in _ENTRY_COLS) for e in entries]
         sql = f"INSERT INTO entries ({', '.join(_ENTRY_COLS)}) VALUES ({', '.join('?' * len(_ENTRY_COLS))})"
         try:
             with self._mutex:
@@ -492,14 +535,16 @@ class SqliteJournal(Journal):
         rows = self._exec(
             f"SELECT {', '.join(_ENTRY_COLS)} FROM entries WHERE run_id=? ORDER BY seq", (run_id,)
         ).fetchall()
-        try:
-            return [Entry.model_validate(dict(zip(_ENTRY_COLS, r, strict=True))) for r in rows]
-        except ValidationError as exc:
-            raise JournalError(f"journal {self.path}: an entry of run {run_id} is malformed: {exc}") from None
+        out = [Entry(*r) for r in rows]
+        for e in out:
+            if e.status not in _STATUSES or not isinstance(e.effect_json, str):
+                raise JournalError(f"journal {self.path}: entry {e.address} of run {run_id} is malformed")
+        return out
 
     # -- one writer per run -----------------------------------------------------------------
 
     def acquire(self, run_id: str) -> None:
+        self._runs_known.pop(run_id, None)
         me, host = _holder(), socket.gethostname()
         try:
             self._exec(
@@ -542,7 +587,7 @@ def open_journal(db: str | Path | Journal | None) -> Journal:
 def export_run(journal: Journal, run_id: str) -> str:
     """A run as JSONL: its record on the first line, then one entry a line."""
     lines = [json.dumps({"run": journal.run(run_id).model_dump()}, sort_keys=True)]
-    lines += [json.dumps({"entry": e.model_dump()}, sort_keys=True) for e in journal.entries(run_id)]
+    lines += [json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in journal.entries(run_id)]
     return "\n".join(lines) + "\n"
 
 
@@ -560,7 +605,7 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
             if n == 1:
                 run = RunRecord.model_validate(data["run"])
             else:
-                entries.append(Entry.model_validate(data["entry"]))
+                entries.append(Entry.from_dict(data["entry"]))
         except (ValueError, KeyError, ValidationError) as exc:
             what = "a run record" if n == 1 else "an entry"
             raise JournalError(f"{source}, line {n}: expected {what}: {str(exc).splitlines()[0]}") from None

@@ -66,10 +66,30 @@ class ReplayLog:
     used: set[str] = field(default_factory=set)
 
 
+_DECODED: dict[tuple[str, str], Any] = {}
+
+
 def decode_result(effect: AnyEffect, text: str | None) -> Any:
-    """The value the program saw for ``effect``, from its recorded JSON."""
+    """The value the program saw for ``effect``, from its recorded JSON.
+
+    Results are immutable values, so equal texts decode to one shared value (a bounded cache:
+    replays of long runs repeat the same small results often).
+    """
     if text is None:
         return None
+    key = (effect.kind, text)
+    found = _DECODED.get(key)
+    if found is not None:
+        return found
+    value = _decode(effect, text)
+    if len(text) < 4096 and isinstance(value, Response | ToolResult | TurnRecord | str | float):
+        if len(_DECODED) > 10_000:
+            _DECODED.clear()
+        _DECODED[key] = value
+    return value
+
+
+def _decode(effect: AnyEffect, text: str) -> Any:
     match effect:
         case Infer():
             return Response.model_validate_json(text)

@@ -4,7 +4,7 @@ The types and their merge rules are described in :mod:`state._crdt`; state model
 operations programs use on them in :mod:`state._model`.
 """
 
-from state._canonical import NotSerializable, canonical_json, to_jsonable
+from state._canonical import NotSerializable, canonical_json, dump_jsonable, to_jsonable
 from state._crdt import (
     CRDT,
     GCounter,
@@ -59,5 +59,6 @@ __all__ = [
     "Stamp",
     "apply_op",
     "canonical_json",
+    "dump_jsonable",
     "to_jsonable",
 ]

@@ -18,13 +18,13 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 from returns.result import Failure, Success
 
-__all__ = ["NotSerializable", "canonical_json", "to_jsonable"]
+__all__ = ["NotSerializable", "canonical_json", "dump_jsonable", "to_jsonable"]
 
 
 class NotSerializable(TypeError):
@@ -61,17 +61,15 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
             raise NotSerializable(f"{path}: {value!r} is not allowed in canonical JSON", path=path)
         return value
     if cls is list or cls is tuple:
-        return [to_jsonable(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [
+            item if type(item) in _EXACT_SCALARS else to_jsonable(item, f"{path}[{i}]")
+            for i, item in enumerate(value)
+        ]
     if isinstance(value, BaseModel):
-        return {name: to_jsonable(getattr(value, name), f"{path}.{name}") for name in cls.model_fields}
+        return _fields(value, cls.model_fields, path, {})
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
         kind = getattr(value, "kind", None)
-        if isinstance(kind, str):
-            out["kind"] = kind
-        for name in _dataclass_fields(cls):
-            out[name] = to_jsonable(getattr(value, name), f"{path}.{name}")
-        return out
+        return _fields(value, _dataclass_fields(cls), path, {"kind": kind} if isinstance(kind, str) else {})
     if isinstance(value, str | int):  # subclasses (IntEnum, StrEnum, ...)
         return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, float):
@@ -98,6 +96,13 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
     )
 
 
+def _fields(value: Any, names: Iterable[str], path: str, out: dict[str, Any]) -> dict[str, Any]:
+    for name in names:
+        item = getattr(value, name)
+        out[name] = item if type(item) in _EXACT_SCALARS else to_jsonable(item, f"{path}.{name}")
+    return out
+
+
 def _mapping(value: Mapping[Any, Any], path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in value.items():
@@ -108,12 +113,21 @@ def _mapping(value: Mapping[Any, Any], path: str) -> dict[str, Any]:
                     path=path,
                 )
             key = str(key)
-        out[key] = to_jsonable(item, f"{path}.{key}")
+        # scalars are most values: skip the call (and building the path) for them
+        out[key] = item if type(item) in _EXACT_SCALARS else to_jsonable(item, f"{path}.{key}")
     return out
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _dump(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(data)
+
+
+def dump_jsonable(data: Any) -> str:
+    """Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."""
+    return _ENCODER.encode(data)
 
 
 def canonical_json(value: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from interpreters import Call, CallInfo, ScriptedModel, read_only
+from interpreters import Call, CallInfo, ScriptedModel, ToolLike, read_only
 from op import (
     Add,
     Agent,
@@ -67,7 +67,7 @@ def record(note: str, call: CallInfo) -> str:
     return f"recorded {note} at {call.address}"
 
 
-TOOLS = [lookup, record]
+TOOLS: list[ToolLike] = [lookup, record]
 
 
 def _answer(request: ModelRequest) -> Response:
