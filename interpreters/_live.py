@@ -74,6 +74,9 @@ class LiveHandlers(Handlers):
 
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         match effect:
+            case Tool():
+                bound = self.tools.get(effect.name)
+                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args, call)
             case Infer():
                 if self.model is None:
                     raise ModelError("infer() needs a model: pass model= (a spec or a model object)")
@@ -85,9 +88,6 @@ class LiveHandlers(Handlers):
                     messages=effect.messages, model=effect.model, tools=specs, params=dict(effect.params)
                 )
                 return await self.model.complete(request, call)
-            case Tool():
-                bound = self.tools.get(effect.name)
-                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args, call)
             case Agent():
                 backend = self.agents.get(effect.backend)
                 if backend is None:
