@@ -111,9 +111,10 @@ def main() -> int:
     print(f"driver throughput, {N:,} effects, best of {REPEAT} interleaved rounds, Python {sys.version.split()[0]}")
     print(f"{'variant':<52} {'effects/s':>12}")
     for name, _fn in variants:
-        rate = best.get(name)
-        print(f"{name:<52} {'n/a' if rate is None else f'{rate:,.0f}':>12}")
-    b, c = best.get(variants[1][0]), best.get(variants[2][0])
+        shown = best.get(name)
+        print(f"{name:<52} {'n/a' if shown is None else f'{shown:,.0f}':>12}")
+    b: float | None = best.get(variants[1][0])
+    c: float | None = best.get(variants[2][0])
     if b is not None and c is not None:
         print(f"(c) / (b) = {c / b:.2f}  (target: at least 1.00)")
     return 0

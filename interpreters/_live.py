@@ -18,6 +18,7 @@ from interpreters._driver import (
 )
 from interpreters._journal import Journal, RunRecord
 from interpreters._models import Model, resolve_model
+from interpreters._providers import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters._sinks import EventBus, Sink
 from interpreters._tools import ToolLike, ToolRegistry
 from op import (
@@ -30,6 +31,7 @@ from op import (
     ModelRequest,
     Now,
     Random,
+    Response,
     Sleep,
     Tool,
     TurnRecord,
@@ -67,6 +69,24 @@ class LiveHandlers(Handlers):
         self.answer = answer
         self.seed = seed
 
+    async def _default_model(self, request: ModelRequest, call: Call) -> Response:
+        """No model was given: ``$OPDSL_MODEL``, else Ollama's ``qwen3:8b`` on this machine."""
+        spec = default_model_spec()
+        model = resolve_model(spec)
+        assert model is not None
+        if isinstance(model, HttpModel):
+            model.retry = RetryPolicy(max_retries=0)
+        try:
+            return await model.complete(request, call)
+        except ProviderError as exc:
+            if exc.status is not None:
+                raise
+            where = f" at {model.base_url}" if isinstance(model, HttpModel) else ""
+            raise ModelError(
+                f"no model was given and the default, {spec}{where}, is unreachable; start it, or "
+                "set OPDSL_MODEL (for example OPDSL_MODEL=openai:gpt-4.1-mini with OPENAI_API_KEY)"
+            ) from None
+
     def _rng(self, call: Call) -> _random.Random:
         # one stream per address: a resumed run draws what an uninterrupted one would have
         seed = call.run_id if self.seed is None else self.seed
@@ -78,8 +98,6 @@ class LiveHandlers(Handlers):
                 bound = self.tools.get(effect.name)
                 return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args, call)
             case Infer():
-                if self.model is None:
-                    raise ModelError("infer() needs a model: pass model= (a spec or a model object)")
                 try:
                     specs = self.tools.specs(effect.tools)
                 except KeyError as exc:
@@ -87,6 +105,8 @@ class LiveHandlers(Handlers):
                 request = ModelRequest(
                     messages=effect.messages, model=effect.model, tools=specs, params=dict(effect.params)
                 )
+                if self.model is None:
+                    return await self._default_model(request, call)
                 return await self.model.complete(request, call)
             case Agent():
                 backend = self.agents.get(effect.backend)

@@ -99,7 +99,12 @@ def _as_response(value: Scripted, name: str) -> Response:
 
 
 def resolve_model(spec: str | Model | None) -> Model | None:
-    """A model object from a spec. ``scripted:PATH`` reads responses from a JSON list file."""
+    """A model object from a spec.
+
+    ``scripted:PATH`` (a JSON list of responses), ``openai:MODEL``, ``anthropic:MODEL``,
+    ``ollama:MODEL`` and ``openai-compatible:MODEL@BASE_URL``; a model object is returned as
+    it is.
+    """
     if spec is None or isinstance(spec, Model):
         return spec
     provider, sep, rest = spec.partition(":")
@@ -117,4 +122,12 @@ def resolve_model(spec: str | Model | None) -> Model | None:
             [Response.model_validate(r) if isinstance(r, dict) else str(r) for r in data],
             name=spec,
         )
-    raise ValueError(f"unknown model provider {provider!r} in {spec!r} (known: scripted)")
+    from interpreters._providers import provider_model
+
+    model = provider_model(spec)
+    if model is None:
+        raise ValueError(
+            f"unknown model provider {provider!r} in {spec!r} "
+            "(known: openai, anthropic, ollama, openai-compatible, scripted)"
+        )
+    return model

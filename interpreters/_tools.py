@@ -36,6 +36,8 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+RAW_ARGUMENTS = "__raw__"  # a model's tool-call arguments that were not JSON, as text
+
 # ToolResult's validator without the keyword-argument __init__ wrapper (half the cost)
 _ok_result = ToolResult.__pydantic_validator__.validate_python
 
@@ -120,6 +122,12 @@ class Tool:
 
     async def call(self, args: Mapping[str, Any], call: CallInfo | None = None) -> ToolResult:
         """Validate ``args`` and run the tool; every failure is a ``ToolResult`` error."""
+        if RAW_ARGUMENTS in args:
+            raw = str(args[RAW_ARGUMENTS])
+            return ToolResult.failure(
+                f"the arguments for tool {self.name!r} are not a JSON object: {raw[:200]!r}; "
+                "call it again with a JSON object of its parameters"
+            )
         try:
             parsed = self._validate(args)
         except ValidationError as exc:

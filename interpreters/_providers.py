@@ -1,0 +1,707 @@
+"""Real models for ``infer``: OpenAI-compatible chat completions, Anthropic Messages and
+Ollama's native chat, over httpx.
+
+Each provider maps the neutral :class:`~op.ModelRequest` to its wire format and its answer
+back to a :class:`~op.Response`, streaming or not. What they share lives in
+:class:`HttpModel`:
+
+- retries as the official SDKs do them: connection errors, 408, 409, 429 and 5xx (529
+  included) are retried with exponential backoff and jitter, honouring ``retry-after-ms`` and
+  ``retry-after`` (when 0 < delay <= 60 s) and ``x-should-retry``; 400, 401, 403, 404, 413,
+  422 and quota errors are not; a stream is retried only while nothing of it has reached the
+  program. Waiting uses the interpreter's clock;
+- errors that reach the program name the provider, the model, the status and the provider's
+  message, and never the API key;
+- usage (input, output, cached tokens) and its price from a table (``prices.json``, extended by
+  ``$OPDSL_PRICES``); a model without a price has an unknown cost (``None``), not zero;
+- cancellation (a ``timeout``, a spent budget) closes the connection at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from importlib import resources
+from typing import Any, ClassVar, final
+
+import anyio
+import anyio.lowlevel
+import httpx
+
+from interpreters._models import CallInfo
+from op import Message, ModelError, ModelRequest, Response, ToolCall, ToolSpec, Usage
+
+__all__ = [
+    "AnthropicModel",
+    "HttpModel",
+    "OllamaModel",
+    "OpenAIModel",
+    "Prices",
+    "ProviderError",
+    "RetryPolicy",
+    "default_model_spec",
+]
+
+from interpreters._tools import RAW_ARGUMENTS
+
+
+class ProviderError(ModelError):
+    """A model provider refused or failed a request."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before trying a request again."""
+
+    max_retries: int = 2
+    base: float = 0.5
+    cap: float = 8.0
+
+    def delay(self, attempt: int, headers: Mapping[str, str] | None) -> float:
+        if headers is not None:
+            for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+                raw = headers.get(name)
+                if raw is None:
+                    continue
+                try:
+                    seconds = float(raw) * scale
+                except ValueError:
+                    try:
+                        when = parsedate_to_datetime(raw).timestamp()
+                    except (TypeError, ValueError):
+                        continue
+                    seconds = when - time.time()
+                if 0 < seconds <= 60:
+                    return seconds
+        backoff: float = min(self.base * 2**attempt, self.cap)
+        return backoff * (1 - 0.25 * random.random())  # jitter
+
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+def _retryable(status: int, headers: Mapping[str, str], body: str) -> bool:
+    forced = headers.get("x-should-retry")
+    if forced in ("true", "false"):
+        return forced == "true"
+    if status == 429 and ("insufficient_quota" in body or "enforced_spend_limit_reached" in body):
+        return False
+    return status in RETRY_STATUSES or status >= 500
+
+
+class Prices:
+    """USD per million tokens, by model name (the longest matching prefix wins)."""
+
+    def __init__(self, table: Mapping[str, Mapping[str, float]] | None = None) -> None:
+        if table is None:
+            table = self.load()
+        self.table = {k: dict(v) for k, v in table.items() if not k.startswith("_")}
+
+    @staticmethod
+    def load() -> dict[str, Any]:
+        text = resources.files("interpreters").joinpath("prices.json").read_text(encoding="utf-8")
+        table: dict[str, Any] = json.loads(text)
+        extra = os.environ.get("OPDSL_PRICES")
+        if extra:
+            try:
+                with open(extra, encoding="utf-8") as f:
+                    table.update(json.load(f))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"OPDSL_PRICES={extra}: cannot read the price table: {exc}") from None
+        return table
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        name = model.rsplit("/", 1)[-1]
+        best = max((k for k in self.table if name.startswith(k)), key=len, default=None)
+        if best is None:
+            return None
+        p = self.table[best]
+        fresh_input = max(0, usage.input_tokens - usage.cached_tokens)
+        rate_in = float(p.get("input", 0.0))
+        rate_cached = float(p.get("cached_input", rate_in))
+        rate_out = float(p.get("output", 0.0))
+        return (fresh_input * rate_in + usage.cached_tokens * rate_cached + usage.output_tokens * rate_out) / 1_000_000
+
+
+def _parse_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments as an object; text that is not a JSON object is passed on as text."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return {RAW_ARGUMENTS: raw}
+        if isinstance(parsed, dict):
+            return parsed
+    return {RAW_ARGUMENTS: raw if isinstance(raw, str) else json.dumps(raw)}
+
+
+@dataclass
+class _Stream:
+    """What a streaming answer has delivered so far."""
+
+    delivered: bool = False
+    text: list[str] = field(default_factory=list)
+
+    def token(self, call: CallInfo, text: str) -> None:
+        if text:
+            self.delivered = True
+            self.text.append(text)
+            call.token(text)
+
+
+class HttpModel(ABC):
+    """A model behind an HTTP API. Subclasses give the wire format."""
+
+    provider: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        stream: bool = True,
+        timeout: float = 600.0,
+        retry: RetryPolicy | None = None,
+        prices: Prices | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError(f"{self.provider}: a model name is required")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.stream = stream
+        self.timeout = httpx.Timeout(timeout, connect=min(10.0, timeout))
+        self.retry = retry or RetryPolicy()
+        self.prices = prices or Prices()
+        self._client: tuple[object, httpx.AsyncClient] | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    def _http(self) -> httpx.AsyncClient:
+        # one client per event loop: connections are reused within a run (or a thousand
+        # concurrent runs), and never across event loops
+        token = anyio.lowlevel.current_token()
+        if self._client is None or self._client[0] is not token:
+            self._client = (token, httpx.AsyncClient(timeout=self.timeout, trust_env=False))
+        return self._client[1]
+
+    def _redact(self, text: str) -> str:
+        if self.api_key and len(self.api_key) >= 4:
+            text = text.replace(self.api_key, "***")
+        return text
+
+    def error(self, message: str, status: int | None = None, *, retryable: bool = False) -> ProviderError:
+        where = f"{self.provider} model {self.model}"
+        head = f"{where}: HTTP {status}" if status is not None else where
+        return ProviderError(self._redact(f"{head}: {message}"), status=status, retryable=retryable)
+
+    @abstractmethod
+    def _path(self) -> str: ...
+
+    @abstractmethod
+    def _headers(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _parse(self, data: Any) -> Response: ...
+
+    @abstractmethod
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response: ...
+
+    @staticmethod
+    def _message_of(body: str) -> str:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return body.strip()[:500] or "(no body)"
+        if isinstance(data, dict):
+            err = data.get("error", data)
+            if isinstance(err, dict):
+                return str(err.get("message") or err.get("type") or err)[:500]
+            return str(err)[:500]
+        return str(data)[:500]
+
+    def _priced(self, response: Response) -> Response:
+        if response.usage.cost_usd is not None:
+            return response
+        cost = self.prices.cost(response.model or self.model, response.usage)
+        if cost is None:
+            return response
+        return response.model_copy(update={"usage": response.usage.model_copy(update={"cost_usd": cost})})
+
+    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        stream = bool(request.params.get("stream", self.stream))
+        body = self._body(request, stream)
+        url = self.base_url + self._path()
+        attempt = 0
+        while True:
+            seen = _Stream()
+            try:
+                return self._priced(await self._send(url, body, stream, call, seen))
+            except ProviderError as exc:
+                if not exc.retryable or seen.delivered or attempt >= self.retry.max_retries:
+                    raise
+                delay = self.retry.delay(attempt, getattr(exc, "headers", None))
+            attempt += 1
+            await call.clock.sleep(delay)
+
+    async def _send(self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream) -> Response:
+        headers = {**self._headers(), "content-type": "application/json"}
+        headers.setdefault("idempotency-key", call.idempotency_key)
+        try:
+            async with self._http().stream("POST", url, json=body, headers=headers) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    err = self.error(
+                        self._message_of(text),
+                        response.status_code,
+                        retryable=_retryable(response.status_code, response.headers, text),
+                    )
+                    err.headers = response.headers  # type: ignore[attr-defined]
+                    raise err
+                if stream:
+                    return await self._read_stream(response, call, seen)
+                raw = await response.aread()
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    raise self.error(f"the answer is not JSON: {raw[:200]!r}", response.status_code) from None
+                return self._parse(data)
+        except httpx.TimeoutException as exc:
+            raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
+        except httpx.TransportError as exc:
+            what = "the stream was cut" if seen.delivered else f"cannot reach {self.base_url}"
+            raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
+
+
+async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs of a server-sent-events stream."""
+    event, data = "message", list[str]()
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+    if data:
+        yield event, "\n".join(data)
+
+
+def _loads(text: str, model: HttpModel) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise model.error(f"the stream sent a line that is not JSON: {text[:200]!r}") from None
+
+
+# -- OpenAI-compatible chat completions ---------------------------------------------------------
+
+
+_OPENAI_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
+
+
+@final
+class OpenAIModel(HttpModel):
+    """OpenAI's chat completions API, and the servers that speak it (vLLM, llama.cpp, LM Studio,
+    Ollama's ``/v1``)."""
+
+    provider = "openai"
+
+    def _path(self) -> str:
+        return "/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": [_openai_message(m) for m in request.messages],
+        }
+        if request.tools:
+            body["tools"] = [_openai_tool(t) for t in request.tools]
+        body.update({k: v for k, v in request.params.items() if k != "stream"})
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _parse(self, data: Any) -> Response:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices:
+            raise self.error("the answer has no choices")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        calls = tuple(
+            ToolCall(
+                id=c.get("id") or f"call_{i}",
+                name=(c.get("function") or {}).get("name", ""),
+                arguments=_parse_arguments((c.get("function") or {}).get("arguments")),
+            )
+            for i, c in enumerate(message.get("tool_calls") or [])
+        )
+        return Response(
+            text=message.get("content") or "",
+            tool_calls=calls,
+            stop_reason=_OPENAI_STOP.get(choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""),
+            usage=_openai_usage(data.get("usage")),
+            model=data.get("model") or self.model,
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        calls: dict[int, dict[str, Any]] = {}
+        finish = None
+        usage = Usage()
+        model = self.model
+        any_choice = False
+        async for _event, data in _sse(response):
+            if data.strip() == "[DONE]":
+                break
+            chunk = _loads(data, self)
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise self.error(self._message_of(json.dumps(chunk)), retryable=True)
+            model = chunk.get("model") or model
+            if chunk.get("usage"):
+                usage = _openai_usage(chunk["usage"])
+            for choice in chunk.get("choices") or []:
+                any_choice = True
+                delta = choice.get("delta") or {}
+                seen.token(call, delta.get("content") or "")
+                for frag in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(int(frag.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
+                    if frag.get("id"):
+                        slot["id"] = frag["id"]
+                    fn = frag.get("function") or {}
+                    if fn.get("name"):
+                        slot["name"] = fn["name"]
+                    slot["arguments"] += fn.get("arguments") or ""
+                    seen.delivered = True
+                finish = choice.get("finish_reason") or finish
+        else:
+            if not any_choice:
+                raise self.error("the stream ended without an answer", retryable=not seen.delivered)
+            if finish is None:
+                raise self.error("the stream was cut before it finished", retryable=not seen.delivered)
+        if not any_choice:
+            raise self.error("the answer has no choices")
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=_parse_arguments(c["arguments"]))
+            for i, c in sorted(calls.items())
+        )
+        return Response(
+            text="".join(seen.text),
+            tool_calls=tool_calls,
+            stop_reason=_OPENAI_STOP.get(finish or "stop", finish or ""),
+            usage=usage,
+            model=model,
+        )
+
+
+def _openai_message(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["content"] = m.content or None
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in m.tool_calls
+        ]
+    return out
+
+
+def _openai_tool(t: ToolSpec) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+
+
+def _openai_usage(u: Any) -> Usage:
+    if not isinstance(u, dict):
+        return Usage()
+    details = u.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(u.get("prompt_tokens") or 0),
+        output_tokens=int(u.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+# -- Anthropic Messages -------------------------------------------------------------------------
+
+
+@final
+class AnthropicModel(HttpModel):
+    """Anthropic's Messages API."""
+
+    provider = "anthropic"
+
+    def _path(self) -> str:
+        return "/v1/messages"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": "2023-06-01"}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        return headers
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        messages: list[dict[str, Any]] = []
+        for m in request.messages:
+            if m.role == "system":
+                continue
+            if m.role == "tool":
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
+                if m.content.startswith("error: "):
+                    block["is_error"] = True
+                if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+                    messages[-1]["content"].append(block)
+                else:
+                    messages.append({"role": "user", "content": [block]})
+            elif m.role == "assistant" and m.tool_calls:
+                blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+                blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+                messages.append({"role": "assistant", "content": blocks})
+            else:
+                messages.append({"role": m.role, "content": m.content})
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "max_tokens": int(request.params.get("max_tokens", 4096)),
+            "messages": messages,
+        }
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            ]
+        body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
+        if stream:
+            body["stream"] = True
+        return body
+
+    def _parse(self, data: Any) -> Response:
+        if not isinstance(data, dict) or "content" not in data:
+            raise self.error("the answer has no content")
+        text, calls = [], []
+        for block in data.get("content") or []:
+            if block.get("type") == "text":
+                text.append(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""),
+                                      arguments=_parse_arguments(block.get("input"))))  # fmt: skip
+        return Response(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            stop_reason=data.get("stop_reason") or "end_turn",
+            usage=_anthropic_usage(data.get("usage") or {}),
+            model=data.get("model") or self.model,
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        blocks: dict[int, dict[str, Any]] = {}
+        usage_in: dict[str, Any] = {}
+        output_tokens = 0
+        stop = None
+        model = self.model
+        finished = False
+        async for event, data in _sse(response):
+            msg = _loads(data, self)
+            kind = msg.get("type", event)
+            if kind == "error":
+                err = msg.get("error") or {}
+                retry = err.get("type") in ("overloaded_error", "api_error", "rate_limit_error")
+                raise self.error(f"{err.get('type', 'error')}: {err.get('message', '')}", retryable=retry)
+            if kind == "message_start":
+                message = msg.get("message") or {}
+                model = message.get("model") or model
+                usage_in = dict(message.get("usage") or {})
+                output_tokens = int(usage_in.get("output_tokens") or 0)
+            elif kind == "content_block_start":
+                block = dict(msg.get("content_block") or {})
+                block["partial"] = ""
+                blocks[int(msg.get("index", len(blocks)))] = block
+            elif kind == "content_block_delta":
+                block = blocks.setdefault(int(msg.get("index", 0)), {"type": "text", "text": "", "partial": ""})
+                delta = msg.get("delta") or {}
+                if delta.get("type") == "text_delta":
+                    block["text"] = block.get("text", "") + delta.get("text", "")
+                    seen.token(call, delta.get("text", ""))
+                elif delta.get("type") == "input_json_delta":
+                    block["partial"] += delta.get("partial_json", "")
+                    seen.delivered = True
+            elif kind == "message_delta":
+                stop = (msg.get("delta") or {}).get("stop_reason") or stop
+                usage = msg.get("usage") or {}
+                output_tokens = max(output_tokens, int(usage.get("output_tokens") or 0))
+                for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+                    if usage.get(key):
+                        usage_in[key] = max(int(usage_in.get(key) or 0), int(usage[key]))
+            elif kind == "message_stop":
+                finished = True
+                break
+        if not finished:
+            raise self.error("the stream was cut before message_stop", retryable=not seen.delivered)
+        text, calls = [], []
+        for _i, block in sorted(blocks.items()):
+            if block.get("type") == "text":
+                text.append(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                raw = block.get("partial") or ""
+                args = _parse_arguments(raw) if raw else _parse_arguments(block.get("input") or {})
+                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=args))
+        usage_in["output_tokens"] = output_tokens
+        return Response(
+            text="".join(text), tool_calls=tuple(calls), stop_reason=stop or "end_turn",
+            usage=_anthropic_usage(usage_in), model=model,
+        )  # fmt: skip
+
+
+def _anthropic_usage(u: Mapping[str, Any]) -> Usage:
+    cached = int(u.get("cache_read_input_tokens") or 0)
+    created = int(u.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=int(u.get("input_tokens") or 0) + cached + created,
+        output_tokens=int(u.get("output_tokens") or 0),
+        cached_tokens=cached,
+    )
+
+
+# -- Ollama native chat -------------------------------------------------------------------------
+
+
+@final
+class OllamaModel(HttpModel):
+    """Ollama's native ``/api/chat`` (NDJSON stream; tool calls without ids; errors that can
+    arrive after status 200)."""
+
+    provider = "ollama"
+
+    def _path(self) -> str:
+        return "/api/chat"
+
+    def _headers(self) -> dict[str, str]:
+        return {}
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        names = {c.id: c.name for m in request.messages for c in m.tool_calls}
+        messages = []
+        for m in request.messages:
+            out: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.tool_calls:
+                out["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
+            if m.role == "tool" and m.tool_call_id in names:
+                out["tool_name"] = names[m.tool_call_id]
+            messages.append(out)
+        body: dict[str, Any] = {"model": request.model or self.model, "messages": messages, "stream": stream}
+        if request.tools:
+            body["tools"] = [_openai_tool(t) for t in request.tools]
+        options = {k: v for k, v in request.params.items() if k not in ("stream", "think", "keep_alive")}
+        if options:
+            body["options"] = options
+        for key in ("think", "keep_alive"):
+            if key in request.params:
+                body[key] = request.params[key]
+        return body
+
+    def _calls(self, message: Mapping[str, Any], start: int) -> list[ToolCall]:
+        out = []
+        for i, c in enumerate(message.get("tool_calls") or []):
+            fn = c.get("function") or {}
+            out.append(ToolCall(id=c.get("id") or f"call_{start + i}", name=fn.get("name", ""),
+                                arguments=_parse_arguments(fn.get("arguments"))))  # fmt: skip
+        return out
+
+    def _final(self, text: str, calls: list[ToolCall], last: Mapping[str, Any]) -> Response:
+        reason = last.get("done_reason") or "stop"
+        return Response(
+            text=text,
+            tool_calls=tuple(calls),
+            stop_reason="tool_use" if calls else _OPENAI_STOP.get(reason, reason),
+            usage=Usage(input_tokens=int(last.get("prompt_eval_count") or 0),
+                        output_tokens=int(last.get("eval_count") or 0)),  # fmt: skip
+            model=last.get("model") or self.model,
+        )
+
+    def _parse(self, data: Any) -> Response:
+        if not isinstance(data, dict):
+            raise self.error("the answer is not an object")
+        if "error" in data:
+            raise self.error(str(data["error"]))
+        message = data.get("message") or {}
+        return self._final(message.get("content") or "", self._calls(message, 0), data)
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        calls: list[ToolCall] = []
+        async for line in response.aiter_lines():
+            if not line.strip():
+                continue
+            data = _loads(line, self)
+            if "error" in data:
+                raise self.error(str(data["error"]), response.status_code, retryable=not seen.delivered)
+            message = data.get("message") or {}
+            seen.token(call, message.get("content") or "")
+            new = self._calls(message, len(calls))
+            if new:
+                seen.delivered = True
+                calls += new
+            if data.get("done"):
+                return self._final("".join(seen.text), calls, data)
+        raise self.error("the stream was cut before done", retryable=not seen.delivered)
+
+
+# -- specs --------------------------------------------------------------------------------------
+
+
+DEFAULT_MODEL = "ollama:qwen3:8b"
+
+
+def default_model_spec() -> str:
+    """``$OPDSL_MODEL``, else ``ollama:qwen3:8b``."""
+    return os.environ.get("OPDSL_MODEL") or DEFAULT_MODEL
+
+
+def provider_model(spec: str) -> HttpModel | None:
+    """An HTTP model from a spec, or None when the provider is not an HTTP one."""
+    provider, _, rest = spec.partition(":")
+    if provider == "openai":
+        return OpenAIModel(rest, base_url=os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+                           api_key=os.environ.get("OPENAI_API_KEY"))  # fmt: skip
+    if provider == "anthropic":
+        return AnthropicModel(rest, base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
+                              api_key=os.environ.get("ANTHROPIC_API_KEY"))  # fmt: skip
+    if provider == "ollama":
+        host = os.environ.get("OLLAMA_HOST") or "http://localhost:11434"
+        if "://" not in host:
+            host = f"http://{host}"
+        return OllamaModel(rest, base_url=host)
+    if provider == "openai-compatible":
+        name, at, url = rest.rpartition("@")
+        if not at or not name or "://" not in url:
+            raise ValueError(f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1")
+        key = os.environ.get("OPENAI_COMPATIBLE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        return OpenAIModel(name, base_url=url, api_key=key)
+    return None
