@@ -1,0 +1,326 @@
+"""Models over HTTP against real servers on 127.0.0.1 that speak each provider's protocol."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interpreters import MemoryJournal, VirtualClock, export_run, resolve_model, run
+from interpreters.__main__ import main
+from interpreters._providers import AnthropicModel, OllamaModel, OpenAIModel, Prices, RetryPolicy
+from op import (
+    Budget,
+    Failure,
+    Message,
+    ModelError,
+    Op,
+    Response,
+    TimedOut,
+    TokenDelta,
+    Usage,
+    infer,
+    limit,
+    timeout,
+)
+from programs.loop import tool_loop
+from tests.fixtures.model_programs import TOOLS, summarize
+from tests.helpers import Recorder
+from tests.servers import ScriptedServer, anthropic, hang, ollama, openai, status
+
+KEY = "sk-secret-test-key-123456"
+
+
+def openai_model(srv: ScriptedServer, **kw: Any) -> OpenAIModel:
+    return OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key=KEY, **kw)
+
+
+def anthropic_model(srv: ScriptedServer, **kw: Any) -> AnthropicModel:
+    return AnthropicModel("claude-sonnet-4-5", base_url=srv.url, api_key=KEY, **kw)
+
+
+def ollama_model(srv: ScriptedServer, **kw: Any) -> OllamaModel:
+    return OllamaModel("qwen3:8b", base_url=srv.url, **kw)
+
+
+def ask(text: str = "hi") -> Op[Response]:
+    return (yield from infer(text))
+
+
+def ask_catching() -> Op[str]:
+    try:
+        reply = yield from infer("hi")
+    except ModelError as exc:
+        return f"error: {exc}"
+    return reply.text
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> str:
+    path = tmp_path / "notes.txt"
+    path.write_text("three short lines\nabout nothing\nat all\n")
+    return str(path)
+
+
+# -- a tool-calling round trip, streamed and not, for each provider -------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "ollama"])
+def test_tool_calling_round_trip(provider: str, stream: bool, notes: str) -> None:
+    args = {"path": notes}
+    with ScriptedServer() as srv:
+        if provider == "openai":
+            srv.add(openai("", [("call_1", "read_file", json.dumps(args))]), openai("It is about nothing."))
+            model: Any = openai_model(srv, stream=stream)
+        elif provider == "anthropic":
+            srv.add(anthropic("Let me read it.", [("toolu_1", "read_file", args)]), anthropic("It is about nothing."))
+            model = anthropic_model(srv, stream=stream)
+        else:
+            srv.add(ollama("", [("read_file", args)]), ollama("It is about nothing."))
+            model = ollama_model(srv, stream=stream)
+        rec = Recorder()
+        result = run(summarize, notes, model=model, tools=TOOLS, db=MemoryJournal(), on_event=rec)
+        assert result.value == "It is about nothing.", result.describe()
+        second = srv.requests[1]
+        if provider == "openai":
+            assert second["messages"][0] == {"role": "system", "content": "You summarize files."}
+            assert second["messages"][2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": json.dumps(args)}
+            assert second["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": Path(notes).read_text()}
+            assert second["tools"][0]["function"]["parameters"]["required"] == ["path"]
+            assert second.get("stream", False) is stream
+        elif provider == "anthropic":
+            assert second["system"] == "You summarize files."
+            assert second["messages"][1]["content"][1] == {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": args}
+            assert second["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"
+            assert second["tools"][0]["input_schema"]["required"] == ["path"]
+        else:
+            assert second["messages"][2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": args}
+            assert second["messages"][3]["tool_name"] == "read_file"
+            assert second["stream"] is stream
+        if stream:
+            streamed = "".join(e.text for e in rec.of(TokenDelta))
+            assert "It is about nothing." in streamed
+        rec.check_protocol()
+
+
+def test_the_journal_holds_the_assembled_response_stream_or_not() -> None:
+    recorded = []
+    for stream in (True, False):
+        with ScriptedServer([openai("Hello there, friend.", usage=(7, 4, 0))]) as srv:
+            journal = MemoryJournal()
+            result = run(ask, model=openai_model(srv, stream=stream), db=journal)
+            entry = journal.entries(result.run_id)[0]
+            recorded.append(entry.result_json)
+    assert recorded[0] == recorded[1]
+    assert json.loads(recorded[0] or "{}")["text"] == "Hello there, friend."
+
+
+def test_fragmented_openai_tool_call_arguments_are_assembled() -> None:
+    args = json.dumps({"path": "a/very/long/path/to/a/file.py", "lines": [1, 2, 3]})
+    with ScriptedServer([openai("", [("call_9", "read_file", args), ("call_10", "read_file", '{"path": "b"}')])]) as srv:
+        reply = run(ask, model=openai_model(srv), db=MemoryJournal()).value
+    assert [c.id for c in reply.tool_calls] == ["call_9", "call_10"]
+    assert reply.tool_calls[0].arguments == json.loads(args)
+    assert reply.stop_reason == "tool_use"
+
+
+# -- retries and errors ---------------------------------------------------------------------------
+
+
+def test_429_with_retry_after_is_retried_after_that_long() -> None:
+    clock = VirtualClock()
+    with ScriptedServer([status(429, "slow down", {"retry-after": "7"}), openai("ok")]) as srv:
+        result = run(ask, model=openai_model(srv), clock=clock, db=MemoryJournal())
+    assert result.value.text == "ok"
+    assert clock.monotonic() == 7
+
+
+def test_retry_after_ms_and_backoff() -> None:
+    clock = VirtualClock()
+    with ScriptedServer([status(503, "busy", {"retry-after-ms": "1500"}), status(500, "oops"), anthropic("ok")]) as srv:
+        result = run(ask, model=anthropic_model(srv), clock=clock, db=MemoryJournal())
+    assert result.value.text == "ok"
+    assert 1.5 + 0.75 <= clock.monotonic() <= 1.5 + 1.0  # the second wait is backoff(1) with jitter
+
+
+def test_529_overloaded_is_retried_and_gives_up_after_max_retries() -> None:
+    clock = VirtualClock()
+    with ScriptedServer([status(529, "Overloaded", kind="overloaded_error")] * 3) as srv:
+        result = run(ask_catching, model=anthropic_model(srv, retry=RetryPolicy(max_retries=2)), clock=clock, db=MemoryJournal())
+        assert len(srv.requests) == 3
+    assert result.value == "error: anthropic model claude-sonnet-4-5: HTTP 529: Overloaded"
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 413, 422])
+def test_client_errors_are_not_retried_and_name_everything_but_the_key(code: int) -> None:
+    with ScriptedServer([status(code, f"bad request ({KEY} was rejected)")]) as srv:
+        journal = MemoryJournal()
+        rec = Recorder()
+        result = run(ask_catching, model=openai_model(srv), db=journal, on_event=rec)
+        assert len(srv.requests) == 1
+    assert result.value == f"error: openai model gpt-4.1-mini: HTTP {code}: bad request (*** was rejected)"
+    everything = export_run(journal, result.run_id) + "".join(e.model_dump_json() for e in rec.events)
+    assert KEY not in everything and KEY not in repr(openai_model(srv))
+
+
+def test_quota_429_is_not_retried() -> None:
+    quota = status(429, "You exceeded your current quota", kind="insufficient_quota")
+    with ScriptedServer([quota, openai("never")]) as srv:
+        result = run(ask_catching, model=openai_model(srv), db=MemoryJournal(), clock=VirtualClock())
+        assert len(srv.requests) == 1
+    assert "HTTP 429: You exceeded your current quota" in result.value
+
+
+def test_a_stream_cut_before_any_output_is_retried_after_output_it_is_an_error() -> None:
+    clock = VirtualClock()
+    with ScriptedServer([openai("abcdefgh", cut=0), openai("abcdefgh")]) as srv:
+        assert run(ask, model=openai_model(srv), clock=clock, db=MemoryJournal()).value.text == "abcdefgh"
+        assert len(srv.requests) == 2
+    with ScriptedServer([openai("abcdefgh", cut=2), openai("again")]) as srv:
+        result = run(ask_catching, model=openai_model(srv), clock=clock, db=MemoryJournal())
+        assert len(srv.requests) == 1
+    assert result.value.startswith("error: openai model gpt-4.1-mini: the stream was cut before it finished")
+
+
+def test_an_anthropic_200_stream_that_ends_in_an_error_event() -> None:
+    clock = VirtualClock()
+    with ScriptedServer([anthropic("hello", error_at_end="Overloaded"), anthropic("hello")]) as srv:
+        result = run(ask, model=anthropic_model(srv), clock=clock, db=MemoryJournal())
+        assert result.value.text == "hello" and len(srv.requests) == 2, "nothing had reached the program: retried"
+
+
+def test_an_ollama_error_after_status_200() -> None:
+    with ScriptedServer([ollama("partial answer here", error_after=2)]) as srv:
+        result = run(ask_catching, model=ollama_model(srv), db=MemoryJournal(), clock=VirtualClock())
+    assert result.value == "error: ollama model qwen3:8b: HTTP 200: model runner has unexpectedly stopped"
+
+
+def test_an_empty_choice_list_is_an_error_the_program_sees() -> None:
+    with ScriptedServer([openai("x", choices=False)]) as srv:
+        result = run(ask_catching, model=openai_model(srv, stream=False), db=MemoryJournal())
+    assert result.value == "error: openai model gpt-4.1-mini: the answer has no choices"
+
+
+def test_invalid_json_in_tool_arguments_gives_the_model_a_readable_tool_error(notes: str) -> None:
+    with ScriptedServer([openai("", [("call_1", "read_file", '{"path": ')]), openai("sorry, retrying later")]) as srv:
+        result = run(summarize, notes, model=openai_model(srv), tools=TOOLS, db=MemoryJournal())
+        tool_message = srv.requests[1]["messages"][3]
+    assert result.value == "sorry, retrying later"
+    assert tool_message["content"].startswith("error: the arguments for tool 'read_file' are not a JSON object")
+
+
+def test_a_server_that_never_answers_is_ended_by_timeout() -> None:
+    def program() -> Op[Any]:
+        return (yield from timeout(0.5, infer("hello?")))
+
+    with ScriptedServer([hang()]) as srv:
+        result = run(program, model=openai_model(srv), db=MemoryJournal())
+    assert result.value == Failure(TimedOut(seconds=0.5))
+
+
+def test_the_default_model_when_unreachable_says_how_to_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    monkeypatch.delenv("OPDSL_MODEL", raising=False)
+    monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
+    result = run(ask_catching, db=MemoryJournal())
+    assert result.value == (
+        f"error: no model was given and the default, ollama:qwen3:8b at http://127.0.0.1:{port}, is "
+        "unreachable; start it, or set OPDSL_MODEL (for example OPDSL_MODEL=openai:gpt-4.1-mini with OPENAI_API_KEY)"
+    )
+
+
+# -- usage and cost -------------------------------------------------------------------------------
+
+
+def test_usage_and_cost_from_the_price_table() -> None:
+    with ScriptedServer([openai("a", usage=(1_000_000, 500_000, 200_000))]) as srv:
+        reply = run(ask, model=openai_model(srv), db=MemoryJournal()).value
+    # gpt-4.1-mini: 0.4 in, 1.6 out, 0.1 cached per million
+    u = reply.usage
+    assert (u.input_tokens, u.output_tokens, u.cached_tokens) == (1_000_000, 500_000, 200_000)
+    assert u.cost_usd == pytest.approx(0.8 * 0.4 + 0.2 * 0.1 + 0.5 * 1.6)
+    with ScriptedServer([anthropic("a", usage=(100, 10, 50))]) as srv:
+        reply = run(ask, model=anthropic_model(srv), db=MemoryJournal()).value
+    assert (reply.usage.input_tokens, reply.usage.cached_tokens, reply.usage.output_tokens) == (150, 50, 10)
+    with ScriptedServer([ollama("a")]) as srv:
+        reply = run(ask, model=ollama_model(srv), db=MemoryJournal()).value
+    assert reply.usage.cost_usd is None, "an unknown price is unknown, not zero"
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (11, 18)
+
+
+def test_user_price_table_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"qwen3": {"input": 1.0, "output": 2.0}}))
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    assert Prices().cost("qwen3:8b", Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == 3.0
+    table.write_text("{broken")
+    with pytest.raises(ValueError, match="OPDSL_PRICES=.*cannot read the price table"):
+        Prices()
+
+
+def test_a_dollar_budget_stops_a_tool_calling_loop_between_calls(notes: str) -> None:
+    call = openai("", [("c", "read_file", json.dumps({"path": notes}))], usage=(500_000, 0, 0))
+
+    def program() -> Op[Any]:
+        return (yield from limit(Budget(usd=0.5), tool_loop([Message.user("go")], tools=["read_file"], max_steps=50)))
+
+    with ScriptedServer([call] * 10) as srv:
+        outcome = run(program, model=openai_model(srv), tools=TOOLS, db=MemoryJournal()).value
+        asked = len(srv.requests)
+    exhausted = outcome.failure()
+    assert exhausted.exceeded == "usd" and asked == 3  # 0.2 USD a call: the 4th would go over
+    assert exhausted.spent.usd == pytest.approx(0.6)
+
+
+# -- specs, and end to end through the command ----------------------------------------------------
+
+
+def test_model_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:2")
+    monkeypatch.setenv("OLLAMA_HOST", "127.0.0.1:3")
+    m = resolve_model("openai:gpt-4.1")
+    assert isinstance(m, OpenAIModel) and m.base_url == "http://127.0.0.1:1/v1"
+    a = resolve_model("anthropic:claude-sonnet-4-5")
+    assert isinstance(a, AnthropicModel) and a.base_url == "http://127.0.0.1:2"
+    o = resolve_model("ollama:qwen3:8b")
+    assert isinstance(o, OllamaModel) and (o.model, o.base_url) == ("qwen3:8b", "http://127.0.0.1:3")
+    c = resolve_model("openai-compatible:llama-3@http://127.0.0.1:8080/v1")
+    assert isinstance(c, OpenAIModel) and (c.model, c.base_url) == ("llama-3", "http://127.0.0.1:8080/v1")
+    with pytest.raises(ValueError, match="should look like openai-compatible:MODEL@http"):
+        resolve_model("openai-compatible:llama-3")
+    with pytest.raises(ValueError, match="unknown model provider 'gemini'"):
+        resolve_model("gemini:pro")
+
+
+@pytest.mark.parametrize("provider", ["openai-compatible", "anthropic", "ollama"])
+def test_end_to_end_through_opdsl_run(provider: str, notes: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    args = {"path": notes}
+    with ScriptedServer() as srv:
+        if provider == "openai-compatible":
+            srv.add(openai("", [("call_1", "read_file", json.dumps(args))]), openai("Nothing much."))
+            spec = f"openai-compatible:local-model@{srv.url}/v1"
+        elif provider == "anthropic":
+            srv.add(anthropic("", [("toolu_1", "read_file", args)]), anthropic("Nothing much."))
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.url)
+            monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+            spec = "anthropic:claude-sonnet-4-5"
+        else:
+            srv.add(ollama("", [("read_file", args)]), ollama("Nothing much."))
+            monkeypatch.setenv("OLLAMA_HOST", srv.url)
+            spec = "ollama:qwen3:8b"
+        code = main(["run", "tests.fixtures.model_programs:summarize", "--arg", f"path={notes}",
+                     "--model", spec, "--tools", "tests.fixtures.model_programs:TOOLS"])  # fmt: skip
+        out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.splitlines()[-1] == "Nothing much."
+    assert "tool read_file" in out and KEY not in out + err
+    assert KEY not in Path(".opdsl/runs.db").read_bytes().decode("utf-8", "replace")

@@ -1,0 +1,280 @@
+"""Real HTTP servers on 127.0.0.1 that speak the model providers' wire formats, with
+scripted answers. Each answer is a function of the request, so one script serves streaming
+and non-streaming clients alike (our own, and the official SDKs)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Request = dict[str, Any]
+
+
+@dataclass
+class Reply:
+    """What the server sends: a status, headers, and either a JSON body or a stream of raw
+    chunks. ``cut`` drops the connection after that many chunks; ``hang`` never answers."""
+
+    status: int = 200
+    body: Any = None
+    chunks: list[str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    cut: int | None = None
+    hang: bool = False
+
+
+Answer = Callable[[Request], Reply]
+
+
+class ScriptedServer:
+    """Answers each POST with the next scripted answer; records every request."""
+
+    def __init__(self, answers: list[Answer] | None = None) -> None:
+        self.answers: deque[Answer] = deque(answers or [])
+        self.requests: list[Request] = []
+        self.headers: list[dict[str, str]] = []
+        self._stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode("utf-8", "replace")}
+                request = {"path": self.path, **body}
+                server.requests.append(request)
+                server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                if not server.answers:
+                    self._send(Reply(status=500, body={"error": {"message": "the test script has no answer left"}}))
+                    return
+                self._send(server.answers.popleft()(request))
+
+            def _send(self, reply: Reply) -> None:
+                if reply.hang:
+                    server._stop.wait(30)
+                    self.close_connection = True
+                    return
+                if reply.chunks is None:
+                    data = json.dumps(reply.body).encode()
+                    self.send_response(reply.status)
+                    self.send_header("content-type", reply.content_type)
+                    self.send_header("content-length", str(len(data)))
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type)
+                self.send_header("connection", "close")
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                for i, chunk in enumerate(reply.chunks):
+                    if reply.cut is not None and i >= reply.cut:
+                        break
+                    self.wfile.write(chunk.encode())
+                    self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def add(self, *answers: Answer) -> ScriptedServer:
+        self.answers.extend(answers)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> ScriptedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def status(code: int, message: str, headers: dict[str, str] | None = None, kind: str = "error") -> Answer:
+    return lambda req: Reply(status=code, body={"error": {"type": kind, "message": message}}, headers=headers or {})
+
+
+def hang() -> Answer:
+    return lambda req: Reply(hang=True)
+
+
+# -- OpenAI chat completions --------------------------------------------------------------------
+
+
+def openai(
+    text: str = "",
+    tool_calls: list[tuple[str, str, str]] | None = None,
+    usage: tuple[int, int, int] = (10, 5, 0),
+    *,
+    model: str = "gpt-4.1-mini",
+    cut: int | None = None,
+    choices: bool = True,
+) -> Answer:
+    """An answer with ``text`` and ``tool_calls`` (id, name, arguments as a JSON *string*)."""
+    calls = tool_calls or []
+    finish = "tool_calls" if calls else "stop"
+    usage_obj = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[0] + usage[1],
+                 "prompt_tokens_details": {"cached_tokens": usage[2]}}  # fmt: skip
+
+    def answer(req: Request) -> Reply:
+        if not req.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                message["tool_calls"] = [
+                    {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
+                ]
+            body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}] if choices else [],
+                    "usage": usage_obj}  # fmt: skip
+            return Reply(body=body)
+        return Reply(chunks=list(_openai_chunks(text, calls, finish, usage_obj, model, choices)),
+                     content_type="text/event-stream", cut=cut)  # fmt: skip
+
+    return answer
+
+
+def _openai_chunks(text: str, calls: list[tuple[str, str, str]], finish: str, usage: Any, model: str, choices: bool) -> Iterator[str]:
+    def chunk(choices_: list[Any], usage_: Any = None) -> str:
+        return "data: " + json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                                      "model": model, "choices": choices_, "usage": usage_}) + "\n\n"  # fmt: skip
+
+    if choices:
+        yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for piece in [text[i : i + 4] for i in range(0, len(text), 4)]:
+            yield chunk([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+        for n, (cid, name, args) in enumerate(calls):
+            # the id and name come only in the first fragment; the arguments arrive in pieces
+            yield chunk([{"index": 0, "delta": {"tool_calls": [{"index": n, "id": cid, "type": "function",
+                         "function": {"name": name, "arguments": ""}}]}, "finish_reason": None}])  # fmt: skip
+            for piece in [args[i : i + 5] for i in range(0, len(args), 5)]:
+                yield chunk([{"index": 0, "delta": {"tool_calls": [{"index": n, "function": {"arguments": piece}}]},
+                              "finish_reason": None}])  # fmt: skip
+        yield chunk([{"index": 0, "delta": {}, "finish_reason": finish}])
+    yield chunk([], usage)
+    yield "data: [DONE]\n\n"
+
+
+# -- Anthropic Messages -------------------------------------------------------------------------
+
+
+def anthropic(
+    text: str = "",
+    tool_uses: list[tuple[str, str, dict[str, Any]]] | None = None,
+    usage: tuple[int, int, int] = (10, 5, 0),
+    *,
+    model: str = "claude-sonnet-4-5",
+    cut: int | None = None,
+    error_at_end: str | None = None,
+) -> Answer:
+    """An answer with ``text`` and ``tool_uses`` (id, name, input object)."""
+    uses = tool_uses or []
+    stop = "tool_use" if uses else "end_turn"
+
+    def answer(req: Request) -> Reply:
+        if not req.get("stream"):
+            content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+            content += [{"type": "tool_use", "id": i, "name": n, "input": inp} for i, n, inp in uses]
+            body = {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
+                    "stop_reason": stop, "stop_sequence": None,
+                    "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "cache_read_input_tokens": usage[2],
+                              "cache_creation_input_tokens": 0}}  # fmt: skip
+            return Reply(body=body)
+        events = list(_anthropic_events(text, uses, stop, usage, model))
+        if error_at_end:
+            events = events[:2] + [_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": error_at_end}})]
+        return Reply(chunks=events, content_type="text/event-stream", cut=cut)
+
+    return answer
+
+
+def _event(name: str, data: Any) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def _anthropic_events(text: str, uses: list[tuple[str, str, dict[str, Any]]], stop: str, usage: tuple[int, int, int], model: str) -> Iterator[str]:
+    yield _event("message_start", {"type": "message_start", "message": {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
+        "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1, "cache_read_input_tokens": usage[2],
+                                         "cache_creation_input_tokens": 0}}})  # fmt: skip
+    yield _event("ping", {"type": "ping"})
+    index = 0
+    if text:
+        yield _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        for piece in [text[i : i + 4] for i in range(0, len(text), 4)]:
+            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}})
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        index = 1
+    for k, (uid, name, inp) in enumerate(uses):
+        i = index + k
+        yield _event("content_block_start", {"type": "content_block_start", "index": i,
+                                             "content_block": {"type": "tool_use", "id": uid, "name": name, "input": {}}})  # fmt: skip
+        raw = json.dumps(inp)
+        for piece in [raw[j : j + 6] for j in range(0, len(raw), 6)]:
+            yield _event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                 "delta": {"type": "input_json_delta", "partial_json": piece}})  # fmt: skip
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": i})
+    yield _event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                   "usage": {"output_tokens": usage[1]}})  # fmt: skip
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+# -- Ollama native chat -------------------------------------------------------------------------
+
+
+def ollama(
+    text: str = "",
+    tool_calls: list[tuple[str, Any]] | None = None,
+    usage: tuple[int, int] = (11, 18),
+    *,
+    model: str = "qwen3:8b",
+    error_after: int | None = None,
+    cut: int | None = None,
+) -> Answer:
+    """An answer with ``text`` and ``tool_calls`` (name, arguments: an object or a JSON string)."""
+    calls = tool_calls or []
+
+    def final() -> dict[str, Any]:
+        return {"model": model, "created_at": "2026-01-01T00:00:00Z", "message": {"role": "assistant", "content": ""},
+                "done": True, "done_reason": "stop", "prompt_eval_count": usage[0], "eval_count": usage[1]}  # fmt: skip
+
+    def answer(req: Request) -> Reply:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [{"function": {"name": n, "arguments": a}} for n, a in calls]
+        if req.get("stream") is False:
+            return Reply(body={**final(), "message": message})
+        lines = [json.dumps({"model": model, "message": {"role": "assistant", "content": text[i : i + 4]}, "done": False})
+                 for i in range(0, len(text), 4)]  # fmt: skip
+        if calls:
+            lines.append(json.dumps({"model": model, "message": {"role": "assistant", "content": "",
+                                     "tool_calls": message["tool_calls"]}, "done": False}))  # fmt: skip
+        lines.append(json.dumps(final()))
+        if error_after is not None:
+            lines = lines[:error_after] + [json.dumps({"error": "model runner has unexpectedly stopped"})]
+        return Reply(chunks=[line + "\n" for line in lines], content_type="application/x-ndjson", cut=cut)
+
+    return answer
