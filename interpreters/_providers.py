@@ -19,9 +19,11 @@ back to a :class:`~op.Response`, streaming or not. What they share lives in
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+import ssl
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
@@ -49,6 +51,15 @@ __all__ = [
 ]
 
 from interpreters._tools import RAW_ARGUMENTS
+
+
+_SHARDS = 16
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for every client (building one costs tens of milliseconds)."""
+    return ssl.create_default_context()
 
 
 class ProviderError(ModelError):
@@ -179,6 +190,7 @@ class HttpModel(ABC):
         timeout: float = 600.0,
         retry: RetryPolicy | None = None,
         prices: Prices | None = None,
+        max_connections: int = 256,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -189,18 +201,29 @@ class HttpModel(ABC):
         self.timeout = httpx.Timeout(timeout, connect=min(10.0, timeout))
         self.retry = retry or RetryPolicy()
         self.prices = prices or Prices()
-        self._client: tuple[object, httpx.AsyncClient] | None = None
+        per_shard = max(1, -(-max_connections // _SHARDS))
+        self.limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        self._clients: tuple[object, list[httpx.AsyncClient]] | None = None
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
-    def _http(self) -> httpx.AsyncClient:
-        # one client per event loop: connections are reused within a run (or a thousand
-        # concurrent runs), and never across event loops
+    def _http(self, key: str) -> httpx.AsyncClient:
+        # Clients belong to one event loop: connections are reused within it, never across
+        # loops. Requests are spread over a few clients by run: httpx's pool looks at every
+        # connection it holds for every request, which grows quadratically with hundreds of
+        # runs waiting at once.
         token = anyio.lowlevel.current_token()
-        if self._client is None or self._client[0] is not token:
-            self._client = (token, httpx.AsyncClient(timeout=self.timeout, trust_env=False))
-        return self._client[1]
+        if self._clients is None or self._clients[0] != token:
+            self._clients = (
+                token,
+                [
+                    httpx.AsyncClient(timeout=self.timeout, limits=self.limits, trust_env=False, verify=_ssl_context())
+                    for _ in range(_SHARDS)
+                ],
+            )
+        clients = self._clients[1]
+        return clients[hash(key) % len(clients)]
 
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
@@ -268,7 +291,7 @@ class HttpModel(ABC):
         headers = {**self._headers(), "content-type": "application/json"}
         headers.setdefault("idempotency-key", call.idempotency_key)
         try:
-            async with self._http().stream("POST", url, json=body, headers=headers) as response:
+            async with self._http(call.run_id).stream("POST", url, json=body, headers=headers) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     err = self.error(
