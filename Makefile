@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite
 	$(BIN)/python bench/driver.py
 	$(BIN)/python bench/journal.py
+	$(BIN)/python bench/concurrency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

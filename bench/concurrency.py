@@ -34,6 +34,25 @@ def chatty(i: int) -> Op[int]:
     return i
 
 
+async def bare_httpx(url: str) -> float:
+    """The same requests with httpx alone: no interpreter, no journal (the client's limit)."""
+    import httpx
+
+    body = {"model": "bench", "messages": [{"role": "user", "content": "x"}]}
+    limits = httpx.Limits(max_connections=RUNS, max_keepalive_connections=RUNS)
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(limits=limits) as client:
+
+        async def one() -> None:
+            for _ in range(CALLS):
+                (await client.post(f"{url}/chat/completions", json=body)).raise_for_status()
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(RUNS):
+                tg.start_soon(one)
+    return time.perf_counter() - t0
+
+
 def _rss() -> int:
     """The process's peak resident memory so far, in bytes (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -77,12 +96,14 @@ def main() -> int:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         db = Path(tempfile.mkdtemp(prefix="opdsl-bench-")) / "runs.db"
         elapsed, peak, n = anyio.run(go, f"http://127.0.0.1:{port}/v1", db)
+        bare = anyio.run(bare_httpx, f"http://127.0.0.1:{port}/v1")
     finally:
         server.terminate()
         server.wait()
     ideal = CALLS * DELAY
     print(f"{RUNS:,} concurrent runs x {CALLS} infer calls, server answers after {DELAY * 1000:.0f} ms, journaled to SQLite")
-    print(f"{'wall time':<36} {elapsed:8.2f} s")
+    print(f"{'wall time, opdsl runs':<36} {elapsed:8.2f} s")
+    print(f"{'wall time, bare httpx, same requests':<36} {bare:8.2f} s")
     print(f"{'ideal (20 x 50 ms)':<36} {ideal:8.2f} s")
     print(f"{'wall / ideal':<36} {elapsed / ideal:8.2f}    (target: at most 1.5)")
     print(f"{'peak memory added (resident)':<36} {peak / 1e6:8.1f} MB")
