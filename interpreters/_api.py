@@ -16,6 +16,7 @@ from interpreters._live import AgentBackend, Answer, LiveInterpreter
 from interpreters._models import Model
 from interpreters._sinks import Sink
 from interpreters._tools import ToolLike
+from interpreters._workspace import Workspace
 from state import CRDTModel
 
 __all__ = ["arun", "run"]
@@ -44,10 +45,12 @@ async def arun(
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
     tool_refs: list[str] | None = None,
+    workspace: str | Path | Workspace | None = None,
 ) -> RunResult:
     """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
 
-    ``db`` is a journal file (default: ``$OPDSL_DB``, else ``.opdsl/runs.db``) or a journal
+    ``workspace`` binds the workspace tools (files, search, commands, git) confined to that
+    folder, and makes every checkpoint snapshot its files. ``db`` is a journal file (default: ``$OPDSL_DB``, else ``.opdsl/runs.db``) or a journal
     object such as ``MemoryJournal()``; ``on_event`` takes one sink or several; ``clock``
     defaults to real time (tests pass a ``VirtualClock``).
     """
@@ -61,11 +64,14 @@ async def arun(
         sinks=_sinks(on_event),
         clock=clock,
         seed=seed,
+        workspace=workspace,
     )
+    ws = interp.handlers.workspace
     record = RunRecord(
         run_id="-",
         program=program_name(program),
-        config_json=config_for(model=model, tools=tool_list, seed=seed, tool_refs=tool_refs),
+        config_json=config_for(model=model, tools=tool_list, seed=seed, tool_refs=tool_refs,
+                               workspace=None if ws is None else str(ws.root)),  # fmt: skip
     )
     return await interp.run(program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {}))
 
@@ -85,6 +91,7 @@ def run(
     run_id: str | None = None,
     kwargs: Mapping[str, Any] | None = None,
     tool_refs: list[str] | None = None,
+    workspace: str | Path | Workspace | None = None,
     backend: str = "asyncio",
 ) -> RunResult:
     """:func:`arun` from synchronous code (``backend`` is ``"asyncio"`` or ``"trio"``).
@@ -104,7 +111,7 @@ def run(
         return await arun(
             program, *args, model=model, tools=tools, agents=agents, state=state,
             db=db, on_event=on_event, clock=clock, seed=seed, answer=answer,
-            run_id=run_id, kwargs=kwargs, tool_refs=tool_refs,
+            run_id=run_id, kwargs=kwargs, tool_refs=tool_refs, workspace=workspace,
         )  # fmt: skip
 
     return anyio.run(main, backend=backend)

@@ -156,11 +156,19 @@ class Call:
 
 
 class Handlers(ABC):
-    """Performs the world-facing effects. Interpreters differ in their handlers."""
+    """Performs the world-facing effects. Interpreters differ in their handlers.
+
+    For ``checkpoint``, ``perform`` may return a snapshot of the world (a workspace tree):
+    it is journaled with the checkpoint and handed to :meth:`restore` when a run is forked
+    from there; the program itself sees ``None``.
+    """
 
     @abstractmethod
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         """Do what ``effect`` asks and return its result (or raise, to throw into the program)."""
+
+    async def restore(self, snapshot: Any) -> None:  # noqa: B027 - nothing to restore by default
+        """Put the world back as a checkpoint's snapshot recorded it (forks)."""
 
 
 @dataclass(slots=True)
@@ -505,6 +513,9 @@ class Driver:
                 self.last_checkpoint = (effect.name, address)
                 if self.log is not None and self.log.restore_at == address:
                     self._restore(frame, address, entry)
+                    world = json.loads(entry.result_json or "{}").get("world")
+                    if world is not None:
+                        await self.handlers.restore(world)
             usage = Usage.model_validate_json(entry.usage_json) if entry.usage_json else None
             for scope in frame.scopes:
                 scope.charge(effect, usage)
@@ -573,8 +584,11 @@ class Driver:
         for scope in frame.scopes:
             scope.charge(effect, usage)
         result_json = None
+        recorded = result
+        if isinstance(effect, Checkpoint):
+            recorded = {**self._snapshot(frame), "world": result}
+            result = None
         if self.journal is not None:
-            recorded = self._snapshot(frame) if isinstance(effect, Checkpoint) else result
             result_json = self._json(recorded, f"the result of {effect.kind}", address)
         self._end(effect, address, t0, result_json=result_json, usage=usage)
         if isinstance(effect, Checkpoint):

@@ -19,11 +19,12 @@ import anyio
 from interpreters._clock import Clock, SystemClock, VirtualClock
 from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, execute, program_name
 from interpreters._journal import Entry, Journal, JournalError, RunRecord, open_journal
-from interpreters._live import AgentBackend, LiveHandlers, new_run_id
+from interpreters._live import AgentBackend, LiveHandlers, as_workspace, new_run_id
 from interpreters._models import Model, resolve_model
 from interpreters._replay import Divergence, ReplayLog, divergence
 from interpreters._sinks import EventBus, Sink
 from interpreters._tools import Tool, ToolLike, ToolRegistry
+from interpreters._workspace import Workspace
 from op import (
     Agent,
     Ask,
@@ -110,7 +111,12 @@ def _tool_refs(tools: Iterable[ToolLike]) -> list[str] | None:
 
 
 def config_for(
-    *, model: str | Model | None, tools: Iterable[ToolLike], seed: int | str | None, tool_refs: list[str] | None = None
+    *,
+    model: str | Model | None,
+    tools: Iterable[ToolLike],
+    seed: int | str | None,
+    tool_refs: list[str] | None = None,
+    workspace: str | None = None,
 ) -> str:
     """The config a run records so that a new process can resume it."""
     return canonical_json(
@@ -118,6 +124,7 @@ def config_for(
             "model": model if isinstance(model, str) else None,
             "tools": tool_refs if tool_refs is not None else _tool_refs(tools),
             "seed": seed,
+            "workspace": workspace,
         }
     )
 
@@ -206,6 +213,7 @@ async def aresume(
     answer: str | None = None,
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
+    workspace: str | Workspace | None = None,
 ) -> RunResult:
     """Continue a run in place, or fork a new run from one of its checkpoints.
 
@@ -265,6 +273,7 @@ async def aresume(
         tools=ToolRegistry(tool_list),
         agents=agents,
         seed=config.get("seed"),
+        workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
     )
     journal_for_run = _CopyOnCreate(journal, on_created) if on_created is not None else journal
     return await execute(
@@ -529,8 +538,11 @@ async def adry_run(
     tools: Iterable[ToolLike] = (),
     state: CRDTModel | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    workspace: str | Workspace | None = None,
 ) -> Plan:
     """Walk ``program`` with no side effects and return its :class:`Plan`."""
+    ws = as_workspace(workspace)
+    tools = [*tools, *(ws.tools() if ws is not None else ()), *(ws.program_tools() if ws is not None else ())]
     plan = Plan(program=program_name(program), status="running")
 
     def collect(event: Event) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, assert_never, final
 
 from interpreters._clock import Clock, SystemClock
@@ -21,6 +22,7 @@ from interpreters._models import Model, resolve_model
 from interpreters._providers import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters._sinks import EventBus, Sink
 from interpreters._tools import ToolLike, ToolRegistry
+from interpreters._workspace import Workspace
 from op import (
     Agent,
     Ask,
@@ -39,7 +41,14 @@ from op import (
 )
 from state import CRDTModel
 
-__all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "new_run_id"]
+__all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "as_workspace", "new_run_id"]
+
+
+def as_workspace(workspace: str | Path | Workspace | None) -> Workspace | None:
+    """A :class:`Workspace` from a path (or as given)."""
+    if workspace is None or isinstance(workspace, Workspace):
+        return workspace
+    return Workspace(workspace)
 
 AgentBackend = Callable[[Agent, Call], Awaitable[TurnRecord]]
 Answer = Callable[[str], str | None]
@@ -62,12 +71,23 @@ class LiveHandlers(Handlers):
         agents: Mapping[str, AgentBackend] | None = None,
         answer: Answer | None = None,
         seed: int | str | None = None,
+        workspace: Workspace | None = None,
     ) -> None:
         self.model = model
+        self.workspace = workspace
         self.tools = tools or ToolRegistry()
+        if workspace is not None:
+            for t in (*workspace.tools(), *workspace.program_tools()):
+                if self.tools.get(t.name) is None:
+                    self.tools.add(t)
         self.agents = dict(agents or {})
         self.answer = answer
         self.seed = seed
+
+    async def restore(self, snapshot: Any) -> None:
+        tree = snapshot.get("tree") if isinstance(snapshot, dict) else None
+        if tree and self.workspace is not None:
+            self.workspace.restore(str(tree))
 
     async def _default_model(self, request: ModelRequest, call: Call) -> Response:
         """No model was given: ``$OPDSL_MODEL``, else Ollama's ``qwen3:8b`` on this machine."""
@@ -114,7 +134,12 @@ class LiveHandlers(Handlers):
                     known = ", ".join(sorted(self.agents)) or "none"
                     raise ModelError(f"no agent backend {effect.backend!r} is bound (bound: {known})")
                 return await backend(effect, call)
-            case Emit() | Checkpoint():
+            case Checkpoint():
+                if self.workspace is not None and self.workspace.repo() is not None:
+                    tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
+                    return {"workspace": str(self.workspace.root), "tree": tree}
+                return None
+            case Emit():
                 return None
             case Now():
                 return call.clock.now()
@@ -160,6 +185,7 @@ class LiveInterpreter:
         sinks: Iterable[Sink] = (),
         clock: Clock | None = None,
         seed: int | str | None = None,
+        workspace: str | Path | Workspace | None = None,
     ) -> None:
         self.handlers = LiveHandlers(
             model=resolve_model(model),
@@ -167,6 +193,7 @@ class LiveInterpreter:
             agents=agents,
             answer=answer,
             seed=seed,
+            workspace=as_workspace(workspace),
         )
         self.journal = journal
         self.bus = EventBus(sinks)

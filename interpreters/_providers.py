@@ -52,7 +52,6 @@ __all__ = [
 
 from interpreters._tools import RAW_ARGUMENTS
 
-
 _SHARDS = 16
 
 
