@@ -9,12 +9,12 @@ under 100 KB per run.
 
 from __future__ import annotations
 
+import resource
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import resource
 from pathlib import Path
 
 import anyio

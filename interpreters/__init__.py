@@ -52,6 +52,7 @@ from interpreters._replay import Divergence, ReplayedError
 from interpreters._scripted import ANY, Expect, ScriptedInterpreter, ScriptMismatch, expect
 from interpreters._sinks import ConsoleSink, EventBus, JsonlSink, Sink
 from interpreters._tools import Tool, ToolLike, ToolRegistry, read_only
+from interpreters._workspace import Workspace, WorkspaceError
 
 __all__ = [
     "ANY",
@@ -92,6 +93,8 @@ __all__ = [
     "ToolRegistry",
     "VirtualClock",
     "WaitingForAnswer",
+    "Workspace",
+    "WorkspaceError",
     "aanswer",
     "adry_run",
     "areplay",

@@ -74,12 +74,12 @@ def cmd_run(a: argparse.Namespace) -> int:
         state = cls()
     _check_call(program, a.program, kwargs)
     if a.dry_run:
-        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs)
+        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=a.workspace)
         print(plan.render())
         return 0 if plan.status == "completed" else 1
     sinks = [] if a.quiet else [ConsoleSink(_console())]
     result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
-                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None)  # fmt: skip
+                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=a.workspace)  # fmt: skip
     return _report(result)
 
 
@@ -172,7 +172,9 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
             name = json.loads(e.effect_json)["name"]
             seen[name] = seen.get(name, 0) + 1
             label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-            rows.append(f"{e.address:>8}  {label}  {e.status}")
+            world = json.loads(e.result_json or "{}").get("world") or {}
+            files = f"  files: tree {world['tree'][:12]} in {world['workspace']}" if world.get("tree") else ""
+            rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
     print("\n".join(rows) if rows else f"run {a.run} has no checkpoints")
     return 0
 
@@ -181,6 +183,8 @@ def cmd_resume(a: argparse.Namespace) -> int:
     from interpreters import ConsoleSink, resume
 
     kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
+    if a.workspace:
+        kwargs["workspace"] = a.workspace
     if a.model:
         kwargs["model"] = a.model
     if a.tools:
@@ -227,6 +231,23 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(a: argparse.Namespace) -> int:
+    from interpreters import Workspace, open_journal
+
+    journal = open_journal(a.db)
+    for run_id in a.runs:
+        record = journal.run(run_id)
+        if record.status == "running":
+            raise UsageError(f"run {run_id} is running (or crashed); resume it or stop it before removing it")
+        root = json.loads(record.config_json or "{}").get("workspace")
+        dropped = 0
+        if root and Path(root).is_dir():
+            dropped = Workspace(root).drop_snapshots(f"{run_id}/")
+        journal.delete_run(run_id)
+        print(f"removed run {run_id} and {dropped} workspace snapshot(s)")
+    return 0
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from interpreters._demo import demo
 
@@ -250,6 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)")
     p.add_argument("--state", help="the initial state, a CRDTModel class as module:Class")
     p.add_argument("--seed", help="the seed of random() and uuid()")
+    p.add_argument("--workspace", help="a folder the workspace tools are confined to (snapshotted at checkpoints)")
     p.add_argument("--dry-run", action="store_true", help="no side effects: print the plan")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     add("runs", cmd_runs, "list runs")
@@ -260,6 +282,7 @@ def _parser() -> argparse.ArgumentParser:
     p = add("resume", cmd_resume, "continue a run, or fork it from a checkpoint with --from")
     p.add_argument("run")
     p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
+    p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
     p.add_argument("--model")
     p.add_argument("--tools", action="append", default=[])
     p.add_argument("--quiet", action="store_true")
@@ -274,6 +297,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output")
     p = add("import", cmd_import, "add a run from a JSONL file")
     p.add_argument("file")
+    p = add("gc", cmd_gc, "remove finished runs and their workspace snapshots")
+    p.add_argument("runs", nargs="+")
     add("demo", cmd_demo, "the example program, offline")
     return parser
 

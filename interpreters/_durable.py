@@ -326,6 +326,9 @@ class _CopyOnCreate(Journal):
     def entries(self, run_id: str) -> list[Entry]:
         return self.inner.entries(run_id)
 
+    def delete_run(self, run_id: str) -> None:
+        self.inner.delete_run(run_id)
+
     def acquire(self, run_id: str) -> None:
         self.inner.acquire(run_id)
 

@@ -173,6 +173,10 @@ class Journal(ABC):
     def entries(self, run_id: str) -> list[Entry]: ...
 
     @abstractmethod
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run and its entries."""
+
+    @abstractmethod
     def acquire(self, run_id: str) -> None:
         """Become the run's only writer, or raise :class:`RunLocked`."""
 
@@ -278,6 +282,11 @@ class MemoryJournal(Journal):
 
     def entries(self, run_id: str) -> list[Entry]:
         return [e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run(run_id)
+        del self._runs[run_id]
+        self._entries.pop(run_id, None)
 
     def acquire(self, run_id: str) -> None:
         if run_id in self._locks:
@@ -540,6 +549,19 @@ class SqliteJournal(Journal):
             if e.status not in _STATUSES or not isinstance(e.effect_json, str):
                 raise JournalError(f"journal {self.path}: entry {e.address} of run {run_id} is malformed")
         return out
+
+    def delete_run(self, run_id: str) -> None:
+        self.run(run_id)
+        self.acquire(run_id)
+        try:
+            with self._mutex:
+                self._db.execute("BEGIN")
+                self._db.execute("DELETE FROM entries WHERE run_id=?", (run_id,))
+                self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+                self._db.execute("COMMIT")
+        finally:
+            self.release(run_id)
+        self._runs_known.pop(run_id, None)
 
     # -- one writer per run -----------------------------------------------------------------
 

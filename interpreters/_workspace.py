@@ -448,10 +448,10 @@ class Workspace:
             with tempfile.NamedTemporaryFile("w", encoding="utf-8", delete=False, suffix=".msg") as f:
                 f.write(message)
             try:
-                repo.git.commit(
-                    "--file", f.name, "--cleanup=verbatim", "--no-verify", "--no-gpg-sign",
-                    c=["core.hooksPath=/dev/null", "commit.gpgsign=false"], env=env,
-                )  # fmt: skip
+                # -c options go before the subcommand: hooks off (whatever the repository's
+                # config says), never signed
+                git_ = repo.git(c=["core.hooksPath=/dev/null", "commit.gpgsign=false"])
+                git_.commit("--file", f.name, "--cleanup=verbatim", "--no-verify", "--no-gpg-sign", env=env)
             finally:
                 os.unlink(f.name)
             return ToolResult(output=repo.head.commit.hexsha)
