@@ -41,7 +41,7 @@ async def bare_httpx(url: str) -> float:
     body = {"model": "bench", "messages": [{"role": "user", "content": "x"}]}
     limits = httpx.Limits(max_connections=RUNS, max_keepalive_connections=RUNS)
     t0 = time.perf_counter()
-    async with httpx.AsyncClient(limits=limits) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
 
         async def one() -> None:
             for _ in range(CALLS):

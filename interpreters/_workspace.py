@@ -338,6 +338,7 @@ class Workspace:
             assert process.stdout is not None
             with anyio.move_on_after(limit) as hard:
                 while True:
+                    data = b""
                     with anyio.move_on_after(self.idle_timeout) as idle:
                         try:
                             data = await process.stdout.receive(65536)
