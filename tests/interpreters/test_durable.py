@@ -381,3 +381,21 @@ def test_dry_run_runs_read_only_tools_and_records_the_rest() -> None:
     assert "ran: read-only" in text and "would run" in text and "stub" in text
     scripted = dry_run(program, tools=[read_file, write_file], model=ScriptedModel(["fine"]))
     assert "scripted" in scripted.render()
+
+
+def test_events_of_the_replayed_prefix_are_not_sent_again(tmp_path: Path) -> None:
+    from op import EffectStarted, Emitted
+    from tests.helpers import Recorder
+
+    out = tmp_path / "out.txt"
+    journal = MemoryJournal()
+    first = Recorder()
+    with pytest.raises(KeyboardInterrupt):
+        run(appender, str(out), 4, tools=[_crash_after(3)], state=Counted(), db=journal, run_id="ev", on_event=first)
+    done = {e.address for e in journal.entries("ev") if e.status == "completed"}
+    second = Recorder()
+    resume("ev", db=journal, tools=TOOLS, on_event=second)
+    again = {e.address for e in second.of(EffectStarted)}
+    assert again and not (again & done), "no completed effect is announced twice"
+    assert not second.of(Emitted) or all(e.address not in done for e in second.of(Emitted))
+    second.check_protocol()
