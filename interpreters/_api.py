@@ -14,20 +14,12 @@ from interpreters._durable import config_for
 from interpreters._journal import Journal, RunRecord, open_journal
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
 from interpreters._models import Model
-from interpreters._sinks import Sink
+from interpreters._sinks import Sink, as_sinks
 from interpreters._tools import ToolLike
 from interpreters._workspace import Workspace
 from state import CRDTModel
 
 __all__ = ["arun", "run"]
-
-
-def _sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
-    if on_event is None:
-        return []
-    if callable(on_event):
-        return [on_event]
-    return list(on_event)
 
 
 async def arun(
@@ -61,7 +53,7 @@ async def arun(
         agents=agents,
         answer=answer,
         journal=open_journal(db),
-        sinks=_sinks(on_event),
+        sinks=as_sinks(on_event),
         clock=clock,
         seed=seed,
         workspace=workspace,

@@ -22,7 +22,7 @@ from interpreters._journal import Entry, Journal, JournalError, RunRecord, open_
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace, new_run_id
 from interpreters._models import Model, resolve_model
 from interpreters._replay import Divergence, ReplayLog, divergence
-from interpreters._sinks import EventBus, Sink
+from interpreters._sinks import EventBus, Sink, as_sinks
 from interpreters._tools import Tool, ToolLike, ToolRegistry
 from interpreters._workspace import Workspace
 from op import (
@@ -193,14 +193,6 @@ def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:
     return [e.replace(seq=i) for i, e in enumerate(sorted(out, key=lambda e: e.seq))]
 
 
-def _sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
-    if on_event is None:
-        return []
-    if callable(on_event):
-        return [on_event]
-    return list(on_event)
-
-
 async def aresume(
     run_id: str,
     *,
@@ -283,7 +275,7 @@ async def aresume(
         run_id=target_id,
         handlers=handlers,
         journal=journal_for_run,
-        bus=EventBus(_sinks(on_event)),
+        bus=EventBus(as_sinks(on_event)),
         clock=clock or SystemClock(),
         state=state,
         log=log,

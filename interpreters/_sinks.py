@@ -22,9 +22,18 @@ from op import (
     canonical_json,
 )
 
-__all__ = ["ConsoleSink", "EventBus", "JsonlSink", "Sink"]
+__all__ = ["ConsoleSink", "EventBus", "JsonlSink", "Sink", "as_sinks"]
 
 Sink = Callable[[Event], None]
+
+
+def as_sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
+    """``on_event`` as a list: one sink, several, or none."""
+    if on_event is None:
+        return []
+    if callable(on_event):
+        return [on_event]
+    return list(on_event)
 
 
 @final
