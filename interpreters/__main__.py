@@ -95,7 +95,13 @@ def _check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -
 def _report(result: Any) -> int:
     if result.status == "completed":
         value = result.value
-        print(value if isinstance(value, str) else json.dumps(value, default=str))
+        from state import NotSerializable, canonical_json
+
+        try:
+            shown = value if isinstance(value, str) else canonical_json(value)
+        except NotSerializable:
+            shown = repr(value)
+        print(shown)
         print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
         return 0
     print(result.describe(), file=sys.stderr)

@@ -47,6 +47,11 @@ async def arun(
     defaults to real time (tests pass a ``VirtualClock``).
     """
     tool_list = list(tools)
+    if workspace is None:
+        # a program may name its workspace among its arguments (the Coder's repository)
+        declared = getattr(program, "opdsl_workspace", None)
+        if callable(declared):
+            workspace = declared(args, dict(kwargs or {}))
     interp = LiveInterpreter(
         model=model,
         tools=tool_list,

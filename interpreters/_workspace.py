@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -321,6 +322,8 @@ class Workspace:
             return _fail("an empty command")
         if os.path.basename(program) not in self.allow:
             return _fail(f"{program!r} is not an allowed command here; allowed: {', '.join(self.allow)}")
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # the interpreter opdsl runs on, with its packages
         try:
             where = self.resolve(cwd)
         except WorkspaceError as exc:
@@ -331,9 +334,18 @@ class Workspace:
         chunks: list[bytes] = []
         size = 0
         reason = None
-        process = await anyio.open_process(
-            argv, cwd=where, env=self._env(), stdin=None, stderr=-2, start_new_session=True
-        )
+        env = self._env()
+        # a fresh bytecode cache per command, outside the repository: a .pyc written by an
+        # earlier command can look current (same size, same second) after an edit
+        pycache = tempfile.mkdtemp(prefix="opdsl-pycache-")
+        env["PYTHONPYCACHEPREFIX"] = pycache
+        try:
+            process = await anyio.open_process(
+                argv, cwd=where, env=env, stdin=None, stderr=-2, start_new_session=True
+            )
+        except OSError as exc:
+            shutil.rmtree(pycache, ignore_errors=True)
+            return _fail(f"cannot start {program!r}: {exc.strerror or exc}")
         try:
             assert process.stdout is not None
             with anyio.move_on_after(limit) as hard:
@@ -358,6 +370,7 @@ class Workspace:
             if process.returncode is None:
                 with anyio.CancelScope(shield=True):
                     await self._kill_group(process)
+            shutil.rmtree(pycache, ignore_errors=True)
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
         if len(text) > self.max_output:
             text = text[: self.max_output] + f"\n[output cut: {size - self.max_output:,} more bytes]"
@@ -565,6 +578,22 @@ class Workspace:
                self.delete_path, self.run, self.git_status, self.git_diff, self.git_log]  # fmt: skip
         return [Tool.from_function(fn, read_only=fn.__name__ in read_only) for fn in fns]
 
+    def snapshot_files(self, name: str) -> ToolResult:
+        """Snapshot the workspace's files under ``name``; answers the tree id."""
+        try:
+            return ToolResult(output=self.snapshot(name))
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(f"cannot snapshot: {exc}")
+
+    def restore_files(self, tree: str) -> ToolResult:
+        """Put the workspace's files back as a snapshot tree holds them (ignored files stay)."""
+        try:
+            self.restore(tree)
+            return ToolResult(output=f"restored {tree[:12]}")
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(f"cannot restore: {exc}")
+
     def program_tools(self) -> list[Tool]:
-        """Tools for programs rather than models: staging, committing, the branch."""
-        return [Tool.from_function(fn) for fn in (self.git_add, self.git_commit, self.current_branch)]
+        """Tools for programs rather than models: staging, committing, the branch, snapshots."""
+        fns = (self.git_add, self.git_commit, self.current_branch, self.snapshot_files, self.restore_files)
+        return [Tool.from_function(fn) for fn in fns]
