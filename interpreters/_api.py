@@ -50,8 +50,9 @@ async def arun(
     if workspace is None:
         # a program may name its workspace among its arguments (the Coder's repository)
         declared = getattr(program, "opdsl_workspace", None)
-        if callable(declared):
-            workspace = declared(args, dict(kwargs or {}))
+        found = declared(args, dict(kwargs or {})) if callable(declared) else None
+        if isinstance(found, str | Path):
+            workspace = found
     interp = LiveInterpreter(
         model=model,
         tools=tool_list,
