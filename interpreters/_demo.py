@@ -1,86 +1,123 @@
-"""``opdsl demo``: the example program, offline, with a scripted model and real files."""
+"""``opdsl demo`` (``make demo``): the Coder fixes a bug in a sample repository, offline.
+
+It copies the bundled sample repository (a failing test) to a temporary folder, runs the Coder
+with a recorded model session, stops the run partway as a crash would, resumes it, replays it
+to show that it is deterministic, forks it from ``before-verify``, and ends with the timeline
+and where to look.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import tempfile
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from interpreters._api import run
-from interpreters._journal import MemoryJournal
+from interpreters._durable import replay, resume
 from interpreters._models import ScriptedModel
 from interpreters._sinks import ConsoleSink
-from op import Response, ToolCall, Usage
-from programs.examples import EditState, fix_file
+from op import EffectStarted, Event, ModelRequest, Response
+from programs.coder import CoderConfig, CodeState, coder
 
-__all__ = ["demo"]
-
-TYPO = "Teh quick brown fox jumps over teh lazy dog.\n"
-FIXED = "The quick brown fox jumps over the lazy dog.\n"
+__all__ = ["demo", "demo_model"]
 
 
-def _session() -> ScriptedModel:
-    u = Usage(input_tokens=120, output_tokens=30)
-    return ScriptedModel(
-        [
-            Response(tool_calls=(ToolCall(id="c1", name="read_file", arguments={"path": "notes.txt"}),), usage=u),
-            Response(
-                tool_calls=(
-                    ToolCall(id="c2", name="write_file", arguments={"path": "notes.txt", "content": FIXED}),
-                ),
-                usage=u,
-            ),
-            Response(text="Fixed two misspellings of 'the'.", usage=u),
-            Response(text="Correct: every sentence reads well.", usage=u),
-            Response(text="Style: fine, one sentence, ends with a period.", usage=u),
-        ],
-        name="scripted:demo",
-    )
+def demo_model() -> ScriptedModel:
+    """The recorded session as a model: each turn is picked by how far the conversation got."""
+    data = json.loads(resources.files("interpreters").joinpath("demo/session.json").read_text(encoding="utf-8"))
+    work = [Response.model_validate(r) for r in data["work"]]
+    commit = Response.model_validate(data["commit"])
+
+    def answer(request: ModelRequest) -> Response:
+        if request.messages and request.messages[0].content.startswith("Write a git commit message"):
+            return commit
+        turn = sum(1 for m in request.messages if m.role == "assistant")
+        return work[min(turn, len(work) - 1)]
+
+    return ScriptedModel(answer, name="recorded-session")
+
+
+class _Crash:
+    """Stops the process the first time the model's edit starts, as a crash would."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, event: Event) -> None:
+        if (
+            not self.fired
+            and isinstance(event, EffectStarted)
+            and isinstance(event.effect, dict)
+            and event.effect.get("name") == "edit_file"
+        ):
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def _sample(workdir: Path) -> Path:
+    repo = workdir / "calc"
+    source = resources.files("interpreters").joinpath("demo/sample_repo")
+    with resources.as_file(source) as path:
+        shutil.copytree(path, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "-c", "user.name=You", "-c", "user.email=you@example.com", "add", "-A")
+    _git(repo, "-c", "user.name=You", "-c", "user.email=you@example.com", "commit", "-q", "-m", "calc, with a bug")
+    return repo
 
 
 def demo(console: Console | None = None) -> int:
-    """Run the example program on a temporary file and show what happened."""
     console = console or Console(highlight=False)
     workdir = Path(tempfile.mkdtemp(prefix="opdsl-demo-"))
-    (workdir / "notes.txt").write_text(TYPO, encoding="utf-8")
+    repo = _sample(workdir)
+    db = str(workdir / "runs.db")
+    config = CoderConfig(task="Make the failing test pass.", repo=str(repo))
+    sink = ConsoleSink(console, show_tokens=False)
 
-    def read_file(path: str) -> str:
-        """Read a file of the demo folder."""
-        return (workdir / Path(path).name).read_text(encoding="utf-8")
+    def step(text: str) -> None:
+        console.print(f"\n[bold]{text}[/]")
 
-    def write_file(path: str, content: str) -> str:
-        """Replace a file of the demo folder."""
-        (workdir / Path(path).name).write_text(content, encoding="utf-8")
-        return f"wrote {len(content)} characters"
+    step(f"1. The Coder works on {repo} (a copy of the bundled sample; its test fails)")
+    try:
+        run(coder, config, model=demo_model(), state=CodeState(), db=db, on_event=[sink, _Crash()], run_id="demo")
+    except KeyboardInterrupt:
+        console.print("[red]   ✗ the process stopped in the middle of the work, as a crash would[/]")
 
-    journal = MemoryJournal()
-    console.print(f"[bold]opdsl demo[/]: fixing {workdir / 'notes.txt'} with a scripted model\n")
-    result = run(
-        fix_file,
-        "notes.txt",
-        "Fix the spelling mistakes.",
-        model=_session(),
-        tools=[read_file, write_file],
-        state=EditState(),
-        db=journal,
-        on_event=ConsoleSink(console, show_tokens=False),
+    step("2. Resume it in place: the journal replays what was done; the work goes on live")
+    resumed = resume("demo", db=db, program=coder, model=demo_model(), on_event=sink)
+    result: Any = resumed.value
+    console.print(f"   result: ok={result.ok}, commit {result.commit[:12] if result.commit else None}, files {result.files}")
+
+    step("3. Replay it from the journal alone: same value, same state, nothing performed")
+    again = replay("demo", db=db, program=coder)
+    same = again.value == result and (again.state.canonical() if again.state else None) == (
+        resumed.state.canonical() if resumed.state else None
     )
-    console.print()
-    table = Table(title=f"journal of run {result.run_id}")
-    for col in ("address", "kind", "status", "tokens"):
-        table.add_column(col)
-    for e in journal.entries(result.run_id):
-        tokens = ""
-        if e.usage_json:
-            tokens = str(Usage.model_validate_json(e.usage_json).total_tokens)
-        table.add_row(e.address, e.kind, e.status, tokens)
-    console.print(table)
-    state = result.state
-    assert isinstance(state, EditState)
-    console.print(f"result: [green]{result.value}[/]")
-    console.print(f"files modified: {state.files_modified.sorted()}, tokens: {state.tokens.value}")
-    console.print(f"notes: {list(state.notes.items)}")
-    console.print(f"the file now reads: {(workdir / 'notes.txt').read_text(encoding='utf-8').strip()!r}")
-    return 0 if result.status == "completed" else 1
+    console.print(f"   {'identical' if same else 'DIFFERENT'}: the run is deterministic")
+
+    step("4. Fork it from the checkpoint 'before-verify' (after rewinding the repository one commit)")
+    _git(repo, "reset", "-q", "--hard", "HEAD~1")
+    fork = resume("demo", db=db, program=coder, model=demo_model(), from_checkpoint="before-verify", on_event=sink)
+    forked: Any = fork.value
+    console.print(f"   fork {fork.run_id}: ok={forked.ok}; the files came back from the checkpoint's snapshot")
+
+    tests = subprocess.run(["git", "log", "--oneline", "-3"], cwd=repo, capture_output=True, text=True).stdout
+    step("Where to look")
+    console.print(f"   the repository:   {repo}")
+    console.print("   its history:      " + "\n                     ".join(tests.strip().splitlines()))
+    console.print(f"   the timelines:    opdsl show demo --db {db}")
+    console.print(f"                     opdsl show {fork.run_id} --db {db}")
+    console.print(f"   the checkpoints:  opdsl checkpoints demo --db {db}")
+    console.print("   a real model:     opdsl run programs.coder:coder --arg repo=PATH --arg task='...' "
+                  "--model openai:gpt-4.1-mini (or anthropic:..., ollama:qwen3:8b)")  # fmt: skip
+    return 0 if (result.ok and forked.ok and same) else 1

@@ -293,7 +293,9 @@ class Workspace:
             if any(m in upper for m in SECRET_MARKERS) or name in self.secret_names:
                 continue
             env[name] = value
-        env.update({"PAGER": "cat", "GIT_PAGER": "cat", "CI": "1", "TQDM_DISABLE": "1"})
+        # no .pyc files: they would litter the repository, and one written by an earlier
+        # command can look current after an edit (same size, same second)
+        env.update({"PAGER": "cat", "GIT_PAGER": "cat", "CI": "1", "TQDM_DISABLE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
         return env
 
     def _secrets(self) -> list[str]:
@@ -334,17 +336,11 @@ class Workspace:
         chunks: list[bytes] = []
         size = 0
         reason = None
-        env = self._env()
-        # a fresh bytecode cache per command, outside the repository: a .pyc written by an
-        # earlier command can look current (same size, same second) after an edit
-        pycache = tempfile.mkdtemp(prefix="opdsl-pycache-")
-        env["PYTHONPYCACHEPREFIX"] = pycache
         try:
             process = await anyio.open_process(
-                argv, cwd=where, env=env, stdin=None, stderr=-2, start_new_session=True
+                argv, cwd=where, env=self._env(), stdin=None, stderr=-2, start_new_session=True
             )
         except OSError as exc:
-            shutil.rmtree(pycache, ignore_errors=True)
             return _fail(f"cannot start {program!r}: {exc.strerror or exc}")
         try:
             assert process.stdout is not None
@@ -370,7 +366,6 @@ class Workspace:
             if process.returncode is None:
                 with anyio.CancelScope(shield=True):
                     await self._kill_group(process)
-            shutil.rmtree(pycache, ignore_errors=True)
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
         if len(text) > self.max_output:
             text = text[: self.max_output] + f"\n[output cut: {size - self.max_output:,} more bytes]"

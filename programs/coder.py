@@ -172,6 +172,22 @@ def _init(cfg: CoderConfig) -> Op[tuple[dict[str, list[str] | None], str]]:
     return commands, baseline
 
 
+# compiles every Python file without writing anything: a build step for Python projects
+_SYNTAX_CHECK = (
+    "import pathlib, sys\n"
+    "bad = 0\n"
+    "for p in sorted(pathlib.Path('.').rglob('*.py')):\n"
+    "    if any(part.startswith('.') or part in ('venv', 'node_modules') for part in p.parts):\n"
+    "        continue\n"
+    "    try:\n"
+    "        compile(p.read_bytes(), str(p), 'exec')\n"
+    "    except SyntaxError as exc:\n"
+    "        print(f'{p}:{exc.lineno}: {exc.msg}')\n"
+    "        bad += 1\n"
+    "sys.exit(1 if bad else 0)\n"
+)
+
+
 def _commands(cfg: CoderConfig) -> Op[dict[str, list[str] | None]]:
     if cfg.test is not None:
         return {"lint": cfg.lint, "build": cfg.build, "test": cfg.test}
@@ -179,7 +195,7 @@ def _commands(cfg: CoderConfig) -> Op[dict[str, list[str] | None]]:
     found: dict[str, list[str] | None]
     if "pyproject.toml" in listing:
         found = {"lint": ["python", "-m", "ruff", "check", "--fix", "."],
-                 "build": ["python", "-m", "compileall", "-q", "."],
+                 "build": ["python", "-c", _SYNTAX_CHECK],
                  "test": ["python", "-m", "pytest", "-q"]}  # fmt: skip
     elif "package.json" in listing:
         found = {"lint": None, "build": None, "test": ["npm", "test"]}
