@@ -160,18 +160,18 @@ def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(ws: Wor
         "time.sleep(60)\n"
     )
     t0 = time.monotonic()
-    result = anyio.run(lambda: ws.run(["python", "stubborn.py"], timeout=1.5))
-    assert result.error == "timed out after 1.5s; the command and its children were killed"
+    result = anyio.run(lambda: ws.run(["python", "stubborn.py"], timeout=4))
+    assert result.error == "timed out after 4s; the command and its children were killed"
     assert "started" in result.output
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 15
     for pid in map(int, (repo / "pids.txt").read_text().split()):
         assert not _alive(pid), f"process {pid} outlived the timeout"
 
 
 def test_idle_timeout(ws: Workspace) -> None:
-    ws.idle_timeout = 0.5
+    ws.idle_timeout = 2
     result = anyio.run(ws.run, ["python", "-c", "import time; print('hi', flush=True); time.sleep(30)"])
-    assert result.error == "no output for 0.5s; the command and its children were killed" and result.output.strip() == "hi"
+    assert result.error == "no output for 2s; the command and its children were killed" and result.output.strip() == "hi"
 
 
 def _alive(pid: int) -> bool:
