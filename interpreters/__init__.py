@@ -9,6 +9,15 @@
     replay(result.run_id)                                           # check it, offline
 """
 
+from interpreters._agents import (
+    AgentError,
+    ClaudeCodeBackend,
+    CliBackend,
+    CodexBackend,
+    NoopBackend,
+    backends,
+    register_backend,
+)
 from interpreters._api import arun, run
 from interpreters._clock import Clock, SystemClock, VirtualClock
 from interpreters._driver import (
@@ -57,9 +66,13 @@ from interpreters._workspace import Workspace, WorkspaceError
 __all__ = [
     "ANY",
     "AgentBackend",
+    "AgentError",
     "Call",
     "CallInfo",
+    "ClaudeCodeBackend",
+    "CliBackend",
     "Clock",
+    "CodexBackend",
     "ConsoleSink",
     "Divergence",
     "Driver",
@@ -75,6 +88,7 @@ __all__ = [
     "MemoryJournal",
     "Model",
     "ModelScriptExhausted",
+    "NoopBackend",
     "Plan",
     "ProgramNotFound",
     "RecordedEffect",
@@ -100,6 +114,7 @@ __all__ = [
     "areplay",
     "aresume",
     "arun",
+    "backends",
     "check_integrity",
     "dry_run",
     "execute",
@@ -111,6 +126,7 @@ __all__ = [
     "open_journal",
     "program_name",
     "read_only",
+    "register_backend",
     "replay",
     "resolve_model",
     "resume",

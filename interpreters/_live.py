@@ -80,7 +80,9 @@ class LiveHandlers(Handlers):
             for t in (*workspace.tools(), *workspace.program_tools()):
                 if self.tools.get(t.name) is None:
                     self.tools.add(t)
-        self.agents = dict(agents or {})
+        from interpreters._agents import backends
+
+        self.agents = {**backends(), **dict(agents or {})}
         self.answer = answer
         self.seed = seed
 

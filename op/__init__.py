@@ -64,6 +64,8 @@ from op._errors import (
     RunNotFinished,
 )
 from op._events import (
+    AgentEnd,
+    AgentStart,
     CheckpointSaved,
     ConflictDetected,
     EffectFinished,
@@ -73,6 +75,10 @@ from op._events import (
     RunFinished,
     RunStarted,
     TokenDelta,
+    ToolEnd,
+    ToolStart,
+    TurnEnd,
+    TurnStart,
 )
 from op._values import (
     Budget,
@@ -93,6 +99,8 @@ from state import Add, Append, Assign, At, Dec, Inc, Remove, canonical_json
 
 __all__ = [
     "EFFECT_TYPES",
+    "AgentEnd",
+    "AgentStart",
     "Add",
     "Agent",
     "AnyEffect",
@@ -147,9 +155,13 @@ __all__ = [
     "TokenDelta",
     "Tool",
     "ToolCall",
+    "ToolEnd",
     "ToolResult",
     "ToolSpec",
+    "ToolStart",
+    "TurnEnd",
     "TurnRecord",
+    "TurnStart",
     "Update",
     "Usage",
     "Uuid",

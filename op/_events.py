@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from op._values import Usage
 
 __all__ = [
+    "AgentEnd",
+    "AgentStart",
     "CheckpointSaved",
     "ConflictDetected",
     "EffectFinished",
@@ -29,6 +31,10 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "TokenDelta",
+    "ToolEnd",
+    "ToolStart",
+    "TurnEnd",
+    "TurnStart",
 ]
 
 
@@ -94,6 +100,52 @@ class ConflictDetected(_Event):
     conflicts: dict[str, list[Any]]
 
 
+class AgentStart(_Event):
+    """An agent turn began (emitted at spawn, before any output of the agent)."""
+
+    type: Literal["agent_start"] = "agent_start"
+    address: str
+    backend: str
+    model: str | None = None
+    session_id: str | None = None
+
+
+class AgentEnd(_Event):
+    type: Literal["agent_end"] = "agent_end"
+    address: str
+    backend: str
+    status: Literal["completed", "failed", "timeout", "crashed", "refused", "stopped"]
+    reason: str | None = None
+
+
+class TurnStart(_Event):
+    type: Literal["turn_start"] = "turn_start"
+    address: str
+    turn: int
+
+
+class TurnEnd(_Event):
+    type: Literal["turn_end"] = "turn_end"
+    address: str
+    turn: int
+
+
+class ToolStart(_Event):
+    type: Literal["tool_start"] = "tool_start"
+    address: str
+    tool_id: str
+    name: str
+    input: Any = None
+
+
+class ToolEnd(_Event):
+    type: Literal["tool_end"] = "tool_end"
+    address: str
+    tool_id: str
+    status: Literal["ok", "error", "unresolved"]
+    output: str = ""
+
+
 Event = Annotated[
     RunStarted
     | RunFinished
@@ -102,6 +154,12 @@ Event = Annotated[
     | CheckpointSaved
     | Emitted
     | TokenDelta
-    | ConflictDetected,
+    | ConflictDetected
+    | AgentStart
+    | AgentEnd
+    | TurnStart
+    | TurnEnd
+    | ToolStart
+    | ToolEnd,
     Field(discriminator="type"),
 ]

@@ -1,0 +1,451 @@
+"""Coding agents as backends of the ``agent`` effect: Claude Code, Codex, and ``noop``.
+
+The turn contract every backend keeps, on every exit path:
+
+- exactly one ``AgentStart`` (emitted at spawn, before any output) and one ``AgentEnd``;
+- a ``TurnStart``/``TurnEnd`` pair per inner turn where the backend exposes turns;
+- ``ToolStart``/``ToolEnd`` per tool call, paired by id; a tool still open at the end is
+  closed as ``unresolved``;
+- fail closed: the agent's ``init`` is checked before it acts; a different model, a tool or
+  MCP server that was not allowed, or no ``init`` at all kills the process;
+- a hard timeout and an idle timeout (no output for N seconds) kill the whole process group;
+  an exit without a final event, a malformed line or a line over 1 MiB end the turn as crashed;
+- a failed turn still yields its partial :class:`~op.TurnRecord` (``crashed=True``, the
+  reason truncated for storage) inside :class:`AgentError`, whose ``kind`` says which of
+  timeout, crash or refusal it was.
+
+The journal records the whole record, so a replay never starts a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, final
+
+import anyio
+
+from interpreters._driver import Call
+from op import (
+    Agent,
+    AgentEnd,
+    AgentStart,
+    ModelError,
+    ToolEnd,
+    ToolStart,
+    TurnEnd,
+    TurnRecord,
+    TurnStart,
+    Usage,
+)
+
+__all__ = ["AgentError", "ClaudeCodeBackend", "CliBackend", "CodexBackend", "NoopBackend", "backends", "register_backend"]
+
+MAX_LINE = 1 << 20
+MAX_REASON = 2000
+
+
+class AgentError(ModelError):
+    """An agent turn failed; ``record`` is what it did before, ``kind`` why it ended."""
+
+    def __init__(self, kind: Literal["timeout", "crash", "refused", "error", "stopped"], record: TurnRecord) -> None:
+        super().__init__(f"agent {record.backend} {kind}: {record.crash_reason}")
+        self.kind = kind
+        self.record = record
+
+
+@dataclass
+class _Turn:
+    """What a turn has produced so far, and the contract's bookkeeping."""
+
+    call: Call
+    backend: str
+    text: str = ""
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    open_tools: list[str] = field(default_factory=list)
+    turns: int = 0
+    turn_open: bool = False
+    usage_by_id: dict[str, Usage] = field(default_factory=dict)
+    usage_total: Usage | None = None
+    cost: float | None = None
+    session_id: str | None = None
+    finished: bool = False
+    error: str | None = None
+
+    def emit(self, event: Any) -> None:
+        if self.call.bus.active:
+            self.call.bus.emit(event)
+
+    def base(self) -> dict[str, Any]:
+        return {"run_id": self.call.run_id, "at": self.call.clock.now(), "address": self.call.address}
+
+    def open_turn(self) -> None:
+        if not self.turn_open:
+            self.turns += 1
+            self.turn_open = True
+            self.emit(TurnStart(**self.base(), turn=self.turns))
+
+    def close_turn(self) -> None:
+        if self.turn_open:
+            self.turn_open = False
+            self.emit(TurnEnd(**self.base(), turn=self.turns))
+
+    def tool_start(self, tool_id: str, name: str, arguments: Any) -> None:
+        if tool_id in self.tools:
+            return
+        self.tools[tool_id] = {"id": tool_id, "name": name, "input": arguments, "status": "open", "output": ""}
+        self.open_tools.append(tool_id)
+        self.emit(ToolStart(**self.base(), tool_id=tool_id, name=name, input=arguments))
+
+    def tool_end(self, tool_id: str, ok: bool, output: str) -> None:
+        if tool_id not in self.open_tools:
+            return
+        self.open_tools.remove(tool_id)
+        status: Literal["ok", "error"] = "ok" if ok else "error"
+        self.tools[tool_id].update(status=status, output=output[:4000])
+        self.emit(ToolEnd(**self.base(), tool_id=tool_id, status=status, output=output[:4000]))
+
+    def close_all(self) -> None:
+        for tool_id in list(self.open_tools):
+            self.open_tools.remove(tool_id)
+            self.tools[tool_id]["status"] = "unresolved"
+            self.emit(ToolEnd(**self.base(), tool_id=tool_id, status="unresolved"))
+        self.close_turn()
+
+    def usage(self) -> Usage:
+        if self.usage_total is not None:
+            base = self.usage_total
+        else:
+            base = Usage()
+            for u in self.usage_by_id.values():
+                base = base + u
+        return base.model_copy(update={"cost_usd": self.cost})
+
+
+class CliBackend(ABC):
+    """A coding agent run as a subprocess that prints JSON lines."""
+
+    name: ClassVar[str]
+    command: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        executable: str | None = None,
+        timeout: float = 1800.0,
+        idle_timeout: float = 300.0,
+        grace: float = 2.0,
+        stop: Callable[[TurnRecord], bool] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.executable = executable
+        self.timeout = timeout
+        self.idle_timeout = idle_timeout
+        self.grace = grace
+        self.stop = stop
+        self.env = dict(env or {})
+
+    def find(self) -> str:
+        exe = self.executable or shutil.which(self.command)
+        if not exe or not os.access(exe, os.X_OK):
+            raise ModelError(
+                f"the {self.name} backend needs the `{self.command}` executable: it is not on PATH"
+                + (f" (configured: {self.executable})" if self.executable else "")
+            )
+        return exe
+
+    @abstractmethod
+    def argv(self, exe: str, effect: Agent) -> list[str]: ...
+
+    @abstractmethod
+    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+        """Take one JSON line; raise :class:`_Refused` to fail closed."""
+
+    def _record(self, turn: _Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None) -> TurnRecord:
+        tools = tuple(turn.tools.values())
+        return TurnRecord(
+            backend=self.name, text=turn.text, tool_calls=tools, turns=turn.turns, usage=turn.usage(),
+            duration_s=time.monotonic() - started, session_id=turn.session_id, exit_code=exit_code,
+            crashed=crashed, crash_reason=None if reason is None else reason[:MAX_REASON],
+        )  # fmt: skip
+
+    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
+        exe = self.find()
+        turn = _Turn(call=call, backend=self.name)
+        turn.emit(AgentStart(**turn.base(), backend=self.name, model=effect.options.get("model")))
+        started = time.monotonic()
+        kind: Literal["timeout", "crash", "refused", "error", "stopped"] | None = None
+        reason: str | None = None
+        process = None
+        exit_code: int | None = None
+        try:
+            env = {**os.environ, **self.env}
+            env.pop("CLAUDECODE", None)
+            process = await anyio.open_process(
+                self.argv(exe, effect), stdin=None, stderr=-3, env=env,
+                cwd=effect.options.get("cwd"), start_new_session=True,
+            )  # fmt: skip
+            kind, reason = await self._read(process, turn, effect)
+            if kind is None:
+                with anyio.move_on_after(self.grace):
+                    await process.wait()
+            exit_code = process.returncode
+            if kind is None and not turn.finished:
+                kind, reason = "crash", f"the process exited (status {exit_code}) without a final event"
+            if kind is None and turn.error is not None:
+                kind, reason = "error", turn.error
+        finally:
+            if process is not None and process.returncode is None:
+                with anyio.CancelScope(shield=True):
+                    await self._kill(process)
+                exit_code = process.returncode
+            turn.close_all()
+            status = {None: "completed", "timeout": "timeout", "crash": "crashed", "refused": "refused",
+                      "error": "failed", "stopped": "stopped"}[kind]  # fmt: skip
+            turn.emit(AgentEnd(**turn.base(), backend=self.name, status=status, reason=reason))  # type: ignore[arg-type]
+        record = self._record(turn, started, exit_code, kind is not None, reason)
+        if kind is not None:
+            raise AgentError(kind, record)
+        return record
+
+    async def _read(self, process: Any, turn: _Turn, effect: Agent) -> tuple[Any, str | None]:
+        assert process.stdout is not None
+        buffer = b""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", f"no final event within {self.timeout:g}s"
+            chunk = b""
+            with anyio.move_on_after(min(left, self.idle_timeout)) as idle:
+                try:
+                    chunk = await process.stdout.receive(65536)
+                except anyio.EndOfStream:
+                    return None, None
+            if idle.cancelled_caught:
+                if time.monotonic() >= deadline:
+                    return "timeout", f"no final event within {self.timeout:g}s"
+                return "timeout", f"no output for {self.idle_timeout:g}s"
+            buffer += chunk
+            while b"\n" in buffer:
+                raw, buffer = buffer.split(b"\n", 1)
+                verdict = self._line(raw, turn, effect)
+                if verdict is not None:
+                    return verdict
+                if turn.finished:
+                    return None, None
+                if self.stop is not None and self.stop(self._record(turn, time.monotonic(), None, False, None)):
+                    return "stopped", "stopped by the program's stop predicate"
+            if len(buffer) > MAX_LINE:
+                return "crash", f"a line longer than {MAX_LINE} bytes"
+
+    def _line(self, raw: bytes, turn: _Turn, effect: Agent) -> tuple[Any, str] | None:
+        if len(raw) > MAX_LINE:
+            return "crash", f"a line longer than {MAX_LINE} bytes"
+        text = raw.decode("utf-8", "replace").strip()
+        if not text.startswith("{"):
+            return None  # noise some builds print on stdout
+        try:
+            line = json.loads(text)
+        except ValueError:
+            return "crash", f"a malformed line: {text[:200]}"
+        try:
+            self.handle(line, turn, effect)
+        except _Refused as exc:
+            return "refused", str(exc)
+        return None
+
+    async def _kill(self, process: Any) -> None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with anyio.move_on_after(self.grace):
+            await process.wait()
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with anyio.move_on_after(5):
+            await process.wait()
+
+
+class _Refused(Exception):
+    """The agent's init broke the rules it was started with."""
+
+
+def _check_init(backend: str, effect: Agent, model: str | None, tools: list[str], mcp: list[Any]) -> None:
+    want = effect.options.get("model")
+    if want and model and not (model == want or model.startswith(want)):
+        raise _Refused(f"{backend} reported model {model!r}, not the {want!r} asked for")
+    allowed = effect.options.get("allowed_tools")
+    if allowed is not None:
+        names = {str(a).split("(", 1)[0] for a in allowed}
+        extra = [t for t in tools if t not in names]
+        if extra:
+            raise _Refused(f"{backend} offers tools that were not allowed: {', '.join(extra)}")
+    allowed_mcp = set(effect.options.get("mcp_servers", []))
+    for server in mcp:
+        name = server.get("name") if isinstance(server, dict) else str(server)
+        if name not in allowed_mcp:
+            raise _Refused(f"{backend} connected MCP server {name!r}, which was not allowed")
+
+
+@final
+class ClaudeCodeBackend(CliBackend):
+    """``claude -p --output-format stream-json --verbose``."""
+
+    name = "claude-code"
+    command = "claude"
+
+    def argv(self, exe: str, effect: Agent) -> list[str]:
+        o = effect.options
+        argv = [exe, "-p", effect.prompt, "--output-format", "stream-json", "--verbose"]
+        if o.get("model"):
+            argv += ["--model", str(o["model"])]
+        if o.get("max_turns"):
+            argv += ["--max-turns", str(int(o["max_turns"]))]
+        if o.get("allowed_tools") is not None:
+            argv += ["--allowedTools", ",".join(map(str, o["allowed_tools"]))]
+        if o.get("mcp_config"):
+            argv += ["--mcp-config", json.dumps(o["mcp_config"]) if not isinstance(o["mcp_config"], str) else o["mcp_config"], "--strict-mcp-config"]
+        if o.get("resume"):
+            argv.append(f"--resume={o['resume']}")  # one token: a value starting with '-' stays a value
+        if o.get("permission_mode"):
+            argv += ["--permission-mode", str(o["permission_mode"])]
+        return argv
+
+    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+        kind = line.get("type")
+        if not turn.session_id and kind != "system" and "init_seen" not in turn.__dict__:
+            raise _Refused("claude-code acted before its init line")
+        if kind == "system" and line.get("subtype") == "init":
+            turn.__dict__["init_seen"] = True
+            turn.session_id = line.get("session_id")
+            _check_init(self.name, effect, line.get("model"), [str(t) for t in line.get("tools") or []], line.get("mcp_servers") or [])
+        elif kind == "assistant":
+            message = line.get("message") or {}
+            turn.open_turn()
+            mid = str(message.get("id") or turn.turns)
+            u = message.get("usage") or {}
+            prev = turn.usage_by_id.get(mid)
+            out_tokens = max(int(u.get("output_tokens") or 0), prev.output_tokens if prev else 0)
+            turn.usage_by_id[mid] = Usage(
+                input_tokens=int(u.get("input_tokens") or 0) + int(u.get("cache_read_input_tokens") or 0)
+                + int(u.get("cache_creation_input_tokens") or 0),
+                output_tokens=out_tokens, cached_tokens=int(u.get("cache_read_input_tokens") or 0),
+            )  # fmt: skip
+            for block in message.get("content") or []:
+                if block.get("type") == "text":
+                    turn.text = block.get("text", "")
+                elif block.get("type") == "tool_use":
+                    turn.tool_start(str(block.get("id")), str(block.get("name")), block.get("input"))
+        elif kind == "user":
+            for block in (line.get("message") or {}).get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    content = block.get("content")
+                    text = content if isinstance(content, str) else json.dumps(content)
+                    turn.tool_end(str(block.get("tool_use_id")), not block.get("is_error"), text)
+            turn.close_turn()
+        elif kind == "result":
+            turn.finished = True
+            turn.close_all()
+            if isinstance(line.get("result"), str):
+                turn.text = line["result"]
+            turn.cost = line.get("total_cost_usd")
+            u = line.get("usage") or {}
+            if u:
+                cached = int(u.get("cache_read_input_tokens") or 0)
+                turn.usage_total = Usage(
+                    input_tokens=int(u.get("input_tokens") or 0) + cached + int(u.get("cache_creation_input_tokens") or 0),
+                    output_tokens=int(u.get("output_tokens") or 0), cached_tokens=cached,
+                )  # fmt: skip
+            if line.get("num_turns"):
+                turn.turns = max(turn.turns, int(line["num_turns"]))
+            if line.get("is_error") or line.get("subtype") != "success":
+                turn.error = f"{line.get('subtype')}: {line.get('result') or line.get('errors') or ''}".strip()
+
+
+@final
+class CodexBackend(CliBackend):
+    """``codex exec --json``: one turn per exec; no cost is reported (it stays unknown)."""
+
+    name = "codex"
+    command = "codex"
+
+    def argv(self, exe: str, effect: Agent) -> list[str]:
+        o = effect.options
+        argv = [exe, "exec", "--json", "--skip-git-repo-check"]
+        if o.get("model"):
+            argv += ["-m", str(o["model"])]
+        argv += ["-s", str(o.get("sandbox", "workspace-write"))]
+        if o.get("cwd"):
+            argv += ["-C", str(o["cwd"])]
+        return [*argv, effect.prompt]
+
+    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+        kind = line.get("type")
+        if kind == "thread.started":
+            turn.__dict__["init_seen"] = True
+            turn.session_id = line.get("thread_id")
+            return
+        if "init_seen" not in turn.__dict__:
+            raise _Refused("codex acted before thread.started")
+        if kind == "turn.started":
+            turn.open_turn()
+        elif kind in ("item.started", "item.completed"):
+            item = line.get("item") or {}
+            itype, iid = item.get("type"), str(item.get("id"))
+            if itype == "agent_message" and kind == "item.completed":
+                turn.text = item.get("text", "")
+            elif itype in ("command_execution", "mcp_tool_call", "file_change"):
+                name = {"command_execution": "shell", "file_change": "edit"}.get(itype, str(item.get("tool")))
+                turn.tool_start(iid, name, item.get("command") or item.get("arguments") or item.get("changes"))
+                if kind == "item.completed":
+                    ok = item.get("status") == "completed" and item.get("exit_code", 0) is not None
+                    if itype == "command_execution" and item.get("exit_code") is None:
+                        return  # an abandoned command: left open, closed as unresolved at the end
+                    turn.tool_end(iid, ok and item.get("status") != "failed", str(item.get("aggregated_output") or ""))
+        elif kind == "turn.completed":
+            u = line.get("usage") or {}
+            turn.usage_total = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
+                                     cached_tokens=int(u.get("cached_input_tokens") or 0))  # fmt: skip
+            turn.finished = True
+            turn.close_all()
+        elif kind == "turn.failed":
+            turn.finished = True
+            turn.error = str((line.get("error") or {}).get("message"))
+            turn.close_all()
+
+
+@final
+class NoopBackend:
+    """Does nothing and says so: for wiring programs up before an agent is chosen."""
+
+    name = "noop"
+
+    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
+        turn = _Turn(call=call, backend=self.name)
+        turn.emit(AgentStart(**turn.base(), backend=self.name))
+        turn.emit(AgentEnd(**turn.base(), backend=self.name, status="completed"))
+        return TurnRecord(backend=self.name, text="", exit_code=0)
+
+
+_REGISTRY: dict[str, Callable[[], Any]] = {
+    "claude-code": ClaudeCodeBackend,
+    "codex": CodexBackend,
+    "noop": NoopBackend,
+}
+
+
+def register_backend(name: str, factory: Callable[[], Any]) -> None:
+    """Add a backend: ``factory()`` returns an async callable ``(Agent, Call) -> TurnRecord``."""
+    _REGISTRY[name] = factory
+
+
+def backends() -> dict[str, Any]:
+    """A fresh instance of every registered backend, by name."""
+    return {name: factory() for name, factory in _REGISTRY.items()}

@@ -1,0 +1,188 @@
+"""The agent effect against fake CLIs that print the real formats (put on PATH for the test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, register_backend, replay, run
+from op import (
+    AgentEnd,
+    AgentStart,
+    Budget,
+    Op,
+    ToolEnd,
+    ToolStart,
+    TurnEnd,
+    TurnRecord,
+    TurnStart,
+    agent,
+    limit,
+)
+from tests.helpers import Recorder
+
+FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "fake_cli"
+
+
+@pytest.fixture(autouse=True)
+def fake_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ARGV_FILE", str(tmp_path / "argv.json"))
+
+
+def delegate(backend: str = "claude-code", **options: Any) -> Op[Any]:
+    try:
+        record = yield from agent(backend, "make the tests pass", **options)
+    except AgentError as exc:
+        return {"kind": exc.kind, "crashed": exc.record.crashed, "reason": exc.record.crash_reason,
+                "tools": [t["status"] for t in exc.record.tool_calls], "text": exc.record.text}  # fmt: skip
+    return record
+
+
+def contract(rec: Recorder) -> None:
+    """Exactly one AgentStart and one AgentEnd; turns and tools paired."""
+    assert len(rec.of(AgentStart)) == 1 and len(rec.of(AgentEnd)) == 1
+    assert [e.turn for e in rec.of(TurnStart)] == [e.turn for e in rec.of(TurnEnd)]
+    assert sorted(e.tool_id for e in rec.of(ToolStart)) == sorted(e.tool_id for e in rec.of(ToolEnd))
+    types = [type(e).__name__ for e in rec.events if type(e).__name__.startswith("Agent")]
+    assert types == ["AgentStart", "AgentEnd"]
+    rec.check_protocol()
+
+
+def go(scenario: str, monkeypatch: pytest.MonkeyPatch, backend: str = "claude-code", **options: Any) -> tuple[Any, Recorder]:
+    monkeypatch.setenv("FAKE_SCENARIO", scenario)
+    rec = Recorder()
+    result = run(delegate, backend, db=MemoryJournal(), on_event=rec, kwargs=options)
+    return result.value, rec
+
+
+def test_success_with_a_tool_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    record, rec = go("success", monkeypatch, model="claude-sonnet-4-5", max_turns=5, allowed_tools=["Bash(pytest:*)", "Read"], resume="-sess")
+    assert isinstance(record, TurnRecord)
+    assert (record.text, record.session_id, record.turns) == ("All tests pass.", "sess-1", 2)
+    assert record.tool_calls[0]["name"] == "Bash" and record.tool_calls[0]["status"] == "ok"
+    assert record.usage.cost_usd == 0.0123 and record.usage.input_tokens == 130 and record.usage.output_tokens == 12
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv[:5] == ["-p", "make the tests pass", "--output-format", "stream-json", "--verbose"]
+    assert "--resume=-sess" in argv, "the session id is one token"
+    assert argv[argv.index("--allowedTools") + 1] == "Bash(pytest:*),Read"
+    contract(rec)
+    assert [e.status for e in rec.of(ToolEnd)] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "kind", "reason"),
+    [
+        ("max_turns", "error", "error_max_turns"),
+        ("api_error", "error", "issue with the selected model"),
+        ("crash", "crash", "without a final event"),
+        ("malformed", "crash", "a malformed line"),
+        ("long_line", "crash", "longer than 1048576 bytes"),
+        ("no_init", "refused", "acted before its init line"),
+        ("wrong_model", "refused", "reported model 'claude-opus-9'"),
+        ("extra_tool", "refused", "offers tools that were not allowed: WebFetch"),
+        ("mcp", "refused", "MCP server 'intruder'"),
+    ],
+)
+def test_failures_end_the_turn_with_a_partial_record(monkeypatch: pytest.MonkeyPatch, scenario: str, kind: str, reason: str) -> None:
+    options: dict[str, Any] = {"model": "claude-sonnet-4-5"}
+    if scenario == "extra_tool":
+        options["allowed_tools"] = ["Bash", "Read"]
+    t0 = time.monotonic()
+    out, rec = go(scenario, monkeypatch, **options)
+    assert out["kind"] == kind and out["crashed"] and reason in out["reason"], out
+    assert time.monotonic() - t0 < 15, "refusals kill the agent instead of waiting for it"
+    contract(rec)
+
+
+def test_open_tools_are_closed_as_unresolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    record, rec = go("open_tool", monkeypatch)
+    assert record.tool_calls[0]["status"] == "unresolved"
+    assert [e.status for e in rec.of(ToolEnd)] == ["unresolved"]
+    contract(rec)
+
+
+def test_noise_on_stdout_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    record, _ = go("noise", monkeypatch)
+    assert record.text == "All tests pass."
+
+
+def test_hang_after_the_last_event_and_hang_mid_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    t0 = time.monotonic()
+    record, _ = go("hang_after", monkeypatch)
+    assert record.text == "All tests pass." and time.monotonic() - t0 < 15
+    register_backend("claude-quick", lambda: _quick())
+    out, rec = go("hang_mid", monkeypatch, backend="claude-quick")
+    assert out["kind"] == "timeout" and "no output for 1s" in out["reason"]
+    contract(rec)
+
+
+def _quick() -> ClaudeCodeBackend:
+    b = ClaudeCodeBackend(idle_timeout=1, grace=0.5)
+    b.name = "claude-quick"  # type: ignore[misc]
+    return b
+
+
+def test_children_that_ignore_sigterm_do_not_outlive_a_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+    register_backend("claude-quick", lambda: _quick())
+    out, rec = go("stubborn", monkeypatch, backend="claude-quick")
+    assert out["kind"] == "timeout"
+    for pid in map(int, pids.read_text().split()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                assert f.read().split()[2] == "Z"
+        except FileNotFoundError:
+            pass
+
+
+def test_a_cooperative_stop_between_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    register_backend("claude-stops", lambda: ClaudeCodeBackend(stop=lambda record: record.turns >= 1))
+    out, rec = go("success", monkeypatch, backend="claude-stops")
+    assert out["kind"] == "stopped" and out["text"] == "Running the tests." and out["tools"] == []
+    contract(rec)
+
+
+def test_codex_turns_usage_unknown_cost_and_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    record, rec = go("success", monkeypatch, backend="codex")
+    assert record.text == "Fixed the off-by-one." and record.session_id == "thread-1"
+    assert record.usage.cost_usd is None and record.usage.input_tokens == 2000
+    assert [t["status"] for t in record.tool_calls] == ["error", "unresolved"], "exit_code null means unresolved"
+    contract(rec)
+    failed, _ = go("failed", monkeypatch, backend="codex")
+    assert failed["kind"] == "error" and "stream disconnected" in failed["reason"]
+    cut, rec = go("interrupted", monkeypatch, backend="codex")
+    assert cut["kind"] == "crash" and cut["tools"] == ["error", "unresolved"]
+    contract(rec)
+
+
+def test_a_missing_executable_is_a_clear_error_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run(delegate, db=MemoryJournal())
+    assert result.status == "failed" and "needs the `claude` executable: it is not on PATH" in str(result.error)
+
+
+def test_noop_and_usage_charged_to_budgets_and_replay_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(delegate, "noop", db=MemoryJournal()).value.backend == "noop"
+    monkeypatch.setenv("FAKE_SCENARIO", "success")
+
+    def twice() -> Op[Any]:
+        return (yield from limit(Budget(tokens=100), _two()))
+
+    journal = MemoryJournal()
+    first = run(twice, db=journal)
+    assert first.value.failure().exceeded == "tokens"
+    monkeypatch.setenv("PATH", "/nonexistent")  # no CLI now: the replay must not need one
+    assert replay(first.run_id, db=journal, program=twice).value == first.value
+
+
+def _two() -> Op[int]:
+    yield from agent("claude-code", "one")
+    yield from agent("claude-code", "two")
+    return 2
