@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean cli
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,7 +14,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m interpreters demo
 
-test: $(STAMP) lint typecheck pytest
+# The real Claude Code CLI (its native binary), for the agent backend's offline tests. It is
+# fetched from the npm registry into .cli/; when that cannot be done, those tests are skipped
+# and say why.
+CLAUDE_BIN := .cli/node_modules/@anthropic-ai/claude-code-linux-x64/claude
+
+$(CLAUDE_BIN):
+	-npm install --silent --no-audit --no-fund --ignore-scripts --prefix .cli @anthropic-ai/claude-code-linux-x64
+
+cli: $(CLAUDE_BIN)
+
+test: $(STAMP) lint typecheck cli pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench
@@ -34,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/concurrency.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cli .mypy_cache .ruff_cache .pytest_cache

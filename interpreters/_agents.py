@@ -309,7 +309,10 @@ class ClaudeCodeBackend(CliBackend):
         if o.get("max_turns"):
             argv += ["--max-turns", str(int(o["max_turns"]))]
         if o.get("allowed_tools") is not None:
-            argv += ["--allowedTools", ",".join(map(str, o["allowed_tools"]))]
+            allowed = [str(t) for t in o["allowed_tools"]]
+            # --tools sets which tools exist at all; --allowedTools which run without asking
+            base = sorted({t.split("(", 1)[0] for t in allowed})
+            argv += ["--tools", ",".join(base), "--allowedTools", ",".join(allowed)]
         if o.get("mcp_config"):
             argv += ["--mcp-config", json.dumps(o["mcp_config"]) if not isinstance(o["mcp_config"], str) else o["mcp_config"], "--strict-mcp-config"]
         if o.get("resume"):

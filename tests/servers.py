@@ -181,6 +181,9 @@ def _openai_chunks(text: str, calls: list[tuple[str, str, str]], finish: str, us
 # -- Anthropic Messages -------------------------------------------------------------------------
 
 
+_ids = iter(range(1, 1_000_000))
+
+
 def anthropic(
     text: str = "",
     tool_uses: list[tuple[str, str, dict[str, Any]]] | None = None,
@@ -193,17 +196,18 @@ def anthropic(
     """An answer with ``text`` and ``tool_uses`` (id, name, input object)."""
     uses = tool_uses or []
     stop = "tool_use" if uses else "end_turn"
+    msg_id = f"msg_{next(_ids)}"
 
     def answer(req: Request) -> Reply:
         if not req.get("stream"):
             content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
             content += [{"type": "tool_use", "id": i, "name": n, "input": inp} for i, n, inp in uses]
-            body = {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
+            body = {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
                     "stop_reason": stop, "stop_sequence": None,
                     "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "cache_read_input_tokens": usage[2],
                               "cache_creation_input_tokens": 0}}  # fmt: skip
             return Reply(body=body)
-        events = list(_anthropic_events(text, uses, stop, usage, model))
+        events = list(_anthropic_events(text, uses, stop, usage, model, msg_id))
         if error_at_end:
             events = events[:2] + [_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": error_at_end}})]
         return Reply(chunks=events, content_type="text/event-stream", cut=cut)
@@ -215,9 +219,9 @@ def _event(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
-def _anthropic_events(text: str, uses: list[tuple[str, str, dict[str, Any]]], stop: str, usage: tuple[int, int, int], model: str) -> Iterator[str]:
+def _anthropic_events(text: str, uses: list[tuple[str, str, dict[str, Any]]], stop: str, usage: tuple[int, int, int], model: str, msg_id: str) -> Iterator[str]:
     yield _event("message_start", {"type": "message_start", "message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
+        "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
         "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1, "cache_read_input_tokens": usage[2],
                                          "cache_creation_input_tokens": 0}}})  # fmt: skip
     yield _event("ping", {"type": "ping"})
