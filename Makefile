@@ -14,15 +14,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m interpreters demo
 
-# The real Claude Code CLI (its native binary), for the agent backend's offline tests. It is
+# The real Claude Code and Codex CLIs (their native binaries), for the agent backends' offline tests. It is
 # fetched from the npm registry into .cli/; when that cannot be done, those tests are skipped
 # and say why.
 CLAUDE_BIN := .cli/node_modules/@anthropic-ai/claude-code-linux-x64/claude
+CODEX_BIN := .cli/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
 
 $(CLAUDE_BIN):
 	-npm install --silent --no-audit --no-fund --ignore-scripts --prefix .cli @anthropic-ai/claude-code-linux-x64
 
-cli: $(CLAUDE_BIN)
+$(CODEX_BIN):
+	-npm install --silent --no-audit --no-fund --ignore-scripts --prefix .cli @openai/codex
+
+cli: $(CLAUDE_BIN) $(CODEX_BIN)
 
 test: $(STAMP) lint typecheck cli pytest
 

@@ -25,7 +25,7 @@ import shutil
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, final
@@ -144,7 +144,9 @@ class CliBackend(ABC):
         grace: float = 2.0,
         stop: Callable[[TurnRecord], bool] | None = None,
         env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        self.extra_args = list(extra_args)
         self.executable = executable
         self.timeout = timeout
         self.idle_timeout = idle_timeout
@@ -188,8 +190,9 @@ class CliBackend(ABC):
         try:
             env = {**os.environ, **self.env}
             env.pop("CLAUDECODE", None)
+            # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
             process = await anyio.open_process(
-                self.argv(exe, effect), stdin=None, stderr=-3, env=env,
+                self.argv(exe, effect), stdin=-3, stderr=-3, env=env,
                 cwd=effect.options.get("cwd"), start_new_session=True,
             )  # fmt: skip
             kind, reason = await self._read(process, turn, effect)
@@ -202,10 +205,13 @@ class CliBackend(ABC):
             if kind is None and turn.error is not None:
                 kind, reason = "error", turn.error
         finally:
-            if process is not None and process.returncode is None:
+            if process is not None:
                 with anyio.CancelScope(shield=True):
-                    await self._kill(process)
-                exit_code = process.returncode
+                    if process.returncode is None:
+                        await self._kill(process)
+                    exit_code = process.returncode
+                    with anyio.move_on_after(5):
+                        await process.aclose()
             turn.close_all()
             status = {None: "completed", "timeout": "timeout", "crash": "crashed", "refused": "refused",
                       "error": "failed", "stopped": "stopped"}[kind]  # fmt: skip
@@ -319,7 +325,7 @@ class ClaudeCodeBackend(CliBackend):
             argv.append(f"--resume={o['resume']}")  # one token: a value starting with '-' stays a value
         if o.get("permission_mode"):
             argv += ["--permission-mode", str(o["permission_mode"])]
-        return argv
+        return [*argv, *self.extra_args]
 
     def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
         kind = line.get("type")
@@ -387,7 +393,7 @@ class CodexBackend(CliBackend):
         argv += ["-s", str(o.get("sandbox", "workspace-write"))]
         if o.get("cwd"):
             argv += ["-C", str(o["cwd"])]
-        return [*argv, effect.prompt]
+        return [*argv, *self.extra_args, effect.prompt]
 
     def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
         kind = line.get("type")

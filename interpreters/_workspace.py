@@ -363,9 +363,11 @@ class Workspace:
             if reason is None:
                 await process.wait()
         finally:
-            if process.returncode is None:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
                     await self._kill_group(process)
+                with anyio.move_on_after(5):
+                    await process.aclose()
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
         if len(text) > self.max_output:
             text = text[: self.max_output] + f"\n[output cut: {size - self.max_output:,} more bytes]"

@@ -282,3 +282,37 @@ def ollama(
         return Reply(chunks=[line + "\n" for line in lines], content_type="application/x-ndjson", cut=cut)
 
     return answer
+
+
+# -- OpenAI Responses (what Codex speaks) ----------------------------------------------------------
+
+
+def responses(text: str = "", calls: list[tuple[str, str, dict[str, Any]]] | None = None, usage: tuple[int, int] = (10, 5)) -> Answer:
+    """A streamed Responses API answer: a message with ``text``, or function calls
+    (call id, name, arguments)."""
+    rid = f"resp_{next(_ids)}"
+
+    def answer(req: Request) -> Reply:
+        items: list[dict[str, Any]] = []
+        for n, (call_id, name, args) in enumerate(calls or []):
+            items.append({"id": f"fc_{rid}_{n}", "type": "function_call", "status": "completed",
+                          "call_id": call_id, "name": name, "arguments": json.dumps(args)})  # fmt: skip
+        if text or not items:
+            items.append({"id": f"msg_{rid}", "type": "message", "role": "assistant", "status": "completed",
+                          "content": [{"type": "output_text", "text": text, "annotations": []}]})  # fmt: skip
+        u = {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0}, "output_tokens": usage[1],
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": usage[0] + usage[1]}  # fmt: skip
+        chunks = [_event("response.created", {"type": "response.created", "response": {
+            "id": rid, "object": "response", "status": "in_progress", "model": "test", "output": []}})]  # fmt: skip
+        for i, item in enumerate(items):
+            chunks.append(_event("response.output_item.added", {"type": "response.output_item.added", "output_index": i,
+                                                                 "item": {**item, "status": "in_progress"}}))  # fmt: skip
+            if item["type"] == "message":
+                chunks.append(_event("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"],
+                                                                     "output_index": i, "content_index": 0, "delta": text}))  # fmt: skip
+            chunks.append(_event("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item}))
+        chunks.append(_event("response.completed", {"type": "response.completed", "response": {
+            "id": rid, "object": "response", "status": "completed", "model": "test", "output": items, "usage": u}}))  # fmt: skip
+        return Reply(chunks=chunks, content_type="text/event-stream")
+
+    return answer

@@ -1,0 +1,54 @@
+"""The codex backend against the real Codex CLI, offline: it talks to a Responses API server
+on 127.0.0.1 whose answers the test scripts, and the command it is told to run really runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interpreters import AgentError, CodexBackend, MemoryJournal, run
+from op import Op, ToolEnd, TurnRecord, agent
+from tests.helpers import Recorder
+from tests.servers import ScriptedServer, responses
+
+ROOT = Path(__file__).resolve().parents[2]
+CODEX = ROOT / ".cli" / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl" / "bin" / "codex"
+
+pytestmark = pytest.mark.skipif(
+    not CODEX.exists(), reason=f"the real Codex CLI is not installed at {CODEX} (make cli installs it)"
+)
+
+
+def delegate(prompt: str, options: dict[str, Any]) -> Op[Any]:
+    try:
+        return (yield from agent("codex", prompt, **options))
+    except AgentError as exc:
+        return {"kind": exc.kind, "reason": exc.record.crash_reason}
+
+
+def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
+    home = ROOT / ".cli" / "home"  # codex refuses some setup under /tmp; keep its home in the project
+    home.mkdir(parents=True, exist_ok=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
+                         responses("Wrote out.txt.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
+        backend = CodexBackend(
+            executable=str(CODEX), timeout=120, idle_timeout=60,
+            env={"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k"},
+            extra_args=["-c", 'model_provider="local"', "-c",
+                        f'model_providers.local={{name="local", base_url="{srv.url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}'],
+        )  # fmt: skip
+        rec = Recorder()
+        result = run(delegate, "write hello to out.txt", {"model": "test-model", "cwd": str(work)},
+                     agents={"codex": backend}, db=MemoryJournal(), on_event=rec)  # fmt: skip
+        record = result.value
+    assert isinstance(record, TurnRecord), record
+    assert record.text == "Wrote out.txt." and record.session_id
+    assert (work / "out.txt").read_text() == "hello\n"
+    assert [(t["name"], t["status"]) for t in record.tool_calls] == [("shell", "ok")]
+    assert record.usage.cost_usd is None and record.usage.input_tokens > 0
+    assert [e.status for e in rec.of(ToolEnd)] == ["ok"]
+    assert srv.requests[0]["path"] == "/v1/responses"
