@@ -22,17 +22,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, final
 
 import anyio
 
 from interpreters._driver import Call
+from interpreters._process import kill_group
 from op import (
     Agent,
     AgentEnd,
@@ -208,7 +207,7 @@ class CliBackend(ABC):
             if process is not None:
                 with anyio.CancelScope(shield=True):
                     if process.returncode is None:
-                        await self._kill(process)
+                        await kill_group(process, self.grace)
                     exit_code = process.returncode
                     with anyio.move_on_after(5):
                         await process.aclose()
@@ -267,16 +266,6 @@ class CliBackend(ABC):
         except _Refused as exc:
             return "refused", str(exc)
         return None
-
-    async def _kill(self, process: Any) -> None:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with anyio.move_on_after(self.grace):
-            await process.wait()
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with anyio.move_on_after(5):
-            await process.wait()
 
 
 class _Refused(Exception):

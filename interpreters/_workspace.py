@@ -21,7 +21,6 @@ import fnmatch
 import os
 import re
 import shutil
-import signal
 import stat
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from typing import Any, final
 import anyio
 import git
 
+from interpreters._process import kill_group
 from interpreters._tools import Tool
 from op import ToolResult
 
@@ -365,7 +365,7 @@ class Workspace:
         finally:
             with anyio.CancelScope(shield=True):
                 if process.returncode is None:
-                    await self._kill_group(process)
+                    await kill_group(process, self.grace)
                 with anyio.move_on_after(5):
                     await process.aclose()
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
@@ -377,17 +377,6 @@ class Workspace:
         if code != 0:
             return ToolResult.failure(f"exit code {code}", output=text)
         return ToolResult(output=text)
-
-    async def _kill_group(self, process: Any) -> None:
-        """SIGTERM the process group, wait a grace period, SIGKILL what is left."""
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with anyio.move_on_after(self.grace):
-            await process.wait()
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with anyio.move_on_after(5):
-            await process.wait()
 
     # -- git --------------------------------------------------------------------------------
 
