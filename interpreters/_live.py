@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, assert_never, final
 
+from interpreters._agents import backends
 from interpreters._clock import Clock, SystemClock
 from interpreters._driver import (
     Call,
@@ -80,8 +81,6 @@ class LiveHandlers(Handlers):
             for t in (*workspace.tools(), *workspace.program_tools()):
                 if self.tools.get(t.name) is None:
                     self.tools.add(t)
-        from interpreters._agents import backends
-
         self.agents = {**backends(), **dict(agents or {})}
         self.answer = answer
         self.seed = seed

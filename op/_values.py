@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -207,6 +206,3 @@ def usage_of(value: object) -> Usage | None:
         return value.usage
     return None
 
-
-def params_dict(params: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(sorted(params.items()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from state._canonical import canonical_json
 from state._crdt import (
     CRDT,
     GCounter,
@@ -225,7 +226,7 @@ class CRDTModel(CRDT):
                 if not added:
                     continue
                 for item in added:
-                    key = _key(item)
+                    key = canonical_json(item)
                     seen[key] = seen.get(key, 0) + 1
                     values[key] = item
             both = sorted(k for k, n in seen.items() if n > 1)
@@ -233,8 +234,3 @@ class CRDTModel(CRDT):
                 out[name] = [values[k] for k in both]
         return out
 
-
-def _key(item: Any) -> str:
-    from state._canonical import canonical_json
-
-    return canonical_json(item)

@@ -57,8 +57,8 @@ from op import (
     update,
     uuid,
 )
+from state import Append, Assign, GCounter, GSet, Log, LWWRegister, Stamp, StateError
 from state import CRDTModel as _Model
-from state import GCounter, GSet, Log, LWWRegister, Stamp, StateError
 from tests.helpers import Recorder
 
 
@@ -349,19 +349,13 @@ def test_timeout_with_real_clock() -> None:
 def worker(name: str, files: list[str], delay: float) -> Op[str]:
     yield from sleep(delay)
     for f in files:
-        yield from update(files=Add(f), tokens=Inc(1), log=Add(f) if False else _append(name))
+        yield from update(files=Add(f), tokens=Inc(1), log=Append(name))
     return name
-
-
-def _append(name: str) -> Any:
-    from state import Append
-
-    return Append(name)
 
 
 def test_par_runs_branches_on_replicas_and_merges_in_branch_order() -> None:
     def program() -> Op[Any]:
-        yield from update(branch=_assign("main"))
+        yield from update(branch=Assign("main"))
         results = yield from par(worker("a", ["a.py"], 5), worker("b", ["b.py", "c.py"], 1))
         state = yield from get(S)
         return results, state
@@ -374,12 +368,6 @@ def test_par_runs_branches_on_replicas_and_merges_in_branch_order() -> None:
     assert state.tokens.counts == {"r/2.1": 1, "r/2.2": 2}
     assert set(state.log.items) == {"a", "b"}
     assert clock.monotonic() == 5, "branches waited concurrently"
-
-
-def _assign(v: str) -> Any:
-    from state import Assign
-
-    return Assign(v)
 
 
 def test_par_conflicts_are_reported_and_can_raise() -> None:
@@ -437,7 +425,7 @@ def test_state_effects_and_their_errors() -> None:
     def program() -> Op[Any]:
         s = yield from get(S)
         yield from update(files=Add("a"))
-        yield from merge(S().apply({"files": Add("b"), "branch": _assign("y")}, Stamp("x", 9)))
+        yield from merge(S().apply({"files": Add("b"), "branch": Assign("y")}, Stamp("x", 9)))
         after_merge = (yield from get(S)).files.sorted()
         errors = []
         for bad in ({"files": Inc(1)}, {"nope": Inc(1)}):
@@ -446,7 +434,7 @@ def test_state_effects_and_their_errors() -> None:
             except StateError as exc:
                 errors.append(str(exc))
         yield from put(S())
-        yield from update(branch=_assign("x"))
+        yield from update(branch=Assign("x"))
         final = yield from get(S)
         return s.files.sorted(), after_merge, errors, final.branch
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import anyio
 import git
 import pytest
 
-from interpreters import MemoryJournal, ScriptedModel, Workspace, resume, run
+from interpreters import MemoryJournal, ScriptedModel, Workspace, WorkspaceError, resume, run
 from interpreters.__main__ import main
 from op import Op, Response, ToolCall, checkpoint, tool
 
@@ -319,7 +318,9 @@ def test_cli_workspace_checkpoints_and_gc(repo: Path, tmp_path: Path, capsys: py
     assert main(["show", run_id, "--db", db]) == 2
 
 
-def test_a_workspace_that_is_not_a_folder() -> None:
-    with pytest.raises(Exception, match="is not a directory"):
+def test_a_workspace_that_is_not_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError, match="workspace /no/such/folder is not a directory"):
         Workspace("/no/such/folder")
-    assert sys.platform.startswith("linux")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(WorkspaceError, match="is not a directory"):
+        Workspace(tmp_path / "file.txt")
