@@ -33,25 +33,44 @@ def _parse_args(pairs: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"--arg {name} is given twice")
         try:
             out[name] = json.loads(raw)
+        except RecursionError:
+            raise UsageError(f"--arg {name}: the JSON value is nested too deeply") from None
         except ValueError:
             out[name] = raw  # not JSON: the text itself
     return out
 
 
 def _load_tools(refs: Sequence[str]) -> list[Any]:
+    from interpreters import Tool
     from interpreters._durable import load_object
 
     tools: list[Any] = []
     for ref in refs:
         obj = load_object(ref, "tool")
-        tools.extend(obj if isinstance(obj, list | tuple) else [obj])
+        for t in obj if isinstance(obj, list | tuple) else [obj]:
+            if not (isinstance(t, Tool) or callable(t)):
+                raise UsageError(f"--tools {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool")
+            tools.append(t)
     return tools
+
+
+def _workspace(path: str | None) -> str | None:
+    if path is not None and not Path(path).is_dir():
+        what = "is not a folder" if Path(path).exists() else "does not exist"
+        raise UsageError(f"--workspace {path}: {what}")
+    return path
 
 
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False)
+    # piped into another program: no wrapping, no colour codes
+    piped = not sys.stdout.isatty()
+    return Console(highlight=False, width=100_000 if piped else None, no_color=piped or None)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def _when(t: float | None) -> str:
@@ -73,13 +92,14 @@ def cmd_run(a: argparse.Namespace) -> int:
             raise UsageError(f"--state {a.state!r} is not a CRDTModel class")
         state = cls()
     _check_call(program, a.program, kwargs)
+    workspace = _workspace(a.workspace)
     if a.dry_run:
-        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=a.workspace)
+        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=workspace)
         print(plan.render())
         return 0 if plan.status == "completed" else 1
     sinks = [] if a.quiet else [ConsoleSink(_console())]
     result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
-                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=a.workspace)  # fmt: skip
+                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=workspace)  # fmt: skip
     return _report(result)
 
 
@@ -116,7 +136,10 @@ def cmd_runs(a: argparse.Namespace) -> int:
 
     from interpreters import open_journal
 
-    journal = open_journal(a.db)
+    journal = open_journal(a.db, read_only=True)
+    if a.json:
+        _print_json([_run_json(r) for r in journal.runs()])
+        return 0
     table = Table()
     for col in ("run", "program", "status", "started", "parent"):
         table.add_column(col)
@@ -127,14 +150,47 @@ def cmd_runs(a: argparse.Namespace) -> int:
     return 0
 
 
+def _run_json(r: Any) -> dict[str, Any]:
+    return {
+        "run": r.run_id, "program": r.program, "status": r.status, "created_at": r.created_at,
+        "finished_at": r.finished_at, "parent": r.parent_run, "fork_checkpoint": r.fork_checkpoint,
+    }  # fmt: skip
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _tool_failure(e: Any) -> str | None:
+    """The error of a tool entry whose result is ``ok=false`` (the effect completed; the tool failed)."""
+    if e.kind != "tool" or e.status != "completed" or not e.result_json:
+        return None
+    result = json.loads(e.result_json)
+    if isinstance(result, dict) and result.get("ok") is False:
+        return str(result.get("error") or "failed")
+    return None
+
+
 def cmd_show(a: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from interpreters import open_journal
     from op import Usage
 
-    journal = open_journal(a.db)
+    journal = open_journal(a.db, read_only=True)
     r = journal.run(a.run)
+    if a.json:
+        entries = []
+        for e in journal.entries(r.run_id):
+            item = e.as_dict()
+            for key in ("effect_json", "result_json", "error_json", "usage_json"):
+                item[key.removesuffix("_json")] = _loads(item.pop(key))
+            item["tool_failed"] = _tool_failure(e)
+            entries.append(item)
+        _print_json({**_run_json(r), "args": _loads(r.args_json), "result": _loads(r.result_json),
+                     "error": _loads(r.error_json), "entries": entries})  # fmt: skip
+        return 0
     c = _console()
     c.print(f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]")
     c.print(f"arguments: {r.args_json}")
@@ -157,7 +213,14 @@ def cmd_show(a: argparse.Namespace) -> int:
         if e.kind == "emit" and effect.get("data") is not None:
             what = f"{what} {json.dumps(effect['data'])[:50]}"
         style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
-        table.add_row(e.address, f"[{style}]{e.kind}[/]" if style else e.kind, e.status, duration,
+        status: str = e.status
+        failure = _tool_failure(e)
+        if failure is not None:
+            status, what = "[red]failed[/]", f"{what}: [red]{escape(failure[:80])}[/]"
+        elif e.status == "failed":
+            err = json.loads(e.error_json or "{}")
+            status, what = "[red]failed[/]", f"{what} [red]{escape(str(err.get('message', ''))[:80])}[/]"
+        table.add_row(e.address, f"[{style}]{e.kind}[/]" if style else e.kind, status, duration,
                       "" if usage is None else str(usage.total_tokens), str(what))  # fmt: skip
     c.print(table)
     cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
@@ -170,9 +233,10 @@ def cmd_show(a: argparse.Namespace) -> int:
 def cmd_checkpoints(a: argparse.Namespace) -> int:
     from interpreters import open_journal
 
-    journal = open_journal(a.db)
+    journal = open_journal(a.db, read_only=True)
     seen: dict[str, int] = {}
     rows = []
+    found: list[dict[str, Any]] = []
     for e in journal.entries(a.run):
         if e.kind == "checkpoint":
             name = json.loads(e.effect_json)["name"]
@@ -181,6 +245,11 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
             world = json.loads(e.result_json or "{}").get("world") or {}
             files = f"  files: tree {world['tree'][:12]} in {world['workspace']}" if world.get("tree") else ""
             rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
+            found.append({"address": e.address, "name": label, "status": e.status,
+                          "tree": world.get("tree"), "workspace": world.get("workspace")})  # fmt: skip
+    if a.json:
+        _print_json(found)
+        return 0
     print("\n".join(rows) if rows else f"run {a.run} has no checkpoints")
     return 0
 
@@ -190,7 +259,7 @@ def cmd_resume(a: argparse.Namespace) -> int:
 
     kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
     if a.workspace:
-        kwargs["workspace"] = a.workspace
+        kwargs["workspace"] = _workspace(a.workspace)
     if a.model:
         kwargs["model"] = a.model
     if a.tools:
@@ -200,9 +269,9 @@ def cmd_resume(a: argparse.Namespace) -> int:
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from interpreters import replay
+    from interpreters import open_journal, replay
 
-    result = replay(a.run, db=a.db)
+    result = replay(a.run, db=open_journal(a.db, read_only=True))
     print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
     return 0
 
@@ -211,13 +280,13 @@ def cmd_answer(a: argparse.Namespace) -> int:
     from interpreters import ConsoleSink, resume
 
     sinks = [] if a.quiet else [ConsoleSink(_console())]
-    return _report(resume(a.run, db=a.db, answer=a.text, on_event=sinks))
+    return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=sinks))
 
 
 def cmd_export(a: argparse.Namespace) -> int:
     from interpreters import export_run, open_journal
 
-    text = export_run(open_journal(a.db), a.run)
+    text = export_run(open_journal(a.db, read_only=True), a.run)
     if a.output:
         Path(a.output).write_text(text, encoding="utf-8")
     else:
@@ -240,7 +309,7 @@ def cmd_import(a: argparse.Namespace) -> int:
 def cmd_gc(a: argparse.Namespace) -> int:
     from interpreters import Workspace, open_journal
 
-    journal = open_journal(a.db)
+    journal = open_journal(a.db, create=False)
     for run_id in a.runs:
         record = journal.run(run_id)
         if record.status == "running":
@@ -280,11 +349,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", help="a folder the workspace tools are confined to (snapshotted at checkpoints)")
     p.add_argument("--dry-run", action="store_true", help="no side effects: print the plan")
     p.add_argument("--quiet", action="store_true", help="no live progress")
-    add("runs", cmd_runs, "list runs")
+    p = add("runs", cmd_runs, "list runs")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", cmd_show, "a run's timeline")
     p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
     p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("resume", cmd_resume, "continue a run, or fork it from a checkpoint with --from")
     p.add_argument("run")
     p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
@@ -297,6 +369,7 @@ def _parser() -> argparse.ArgumentParser:
     p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
     p.add_argument("run")
     p.add_argument("text")
+    p.add_argument("--at", help="the address of the question to answer, when the run waits on several")
     p.add_argument("--quiet", action="store_true")
     p = add("export", cmd_export, "write a run as JSONL")
     p.add_argument("run")
@@ -324,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     except Divergence as exc:
         print(f"opdsl: {exc}", file=sys.stderr)
         return 1
-    except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError) as exc:
+    except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError,
+            RecursionError) as exc:
         message = " ".join(str(exc).split())
         print(f"opdsl: error: {message}", file=sys.stderr)
         return 2

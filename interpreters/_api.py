@@ -17,6 +17,7 @@ from interpreters._models import Model
 from interpreters._sinks import Sink, as_sinks
 from interpreters._tools import ToolLike
 from interpreters._workspace import Workspace
+from op import workspace_of
 from state import CRDTModel
 
 __all__ = ["arun", "run"]
@@ -49,10 +50,7 @@ async def arun(
     tool_list = list(tools)
     if workspace is None:
         # a program may name its workspace among its arguments (the Coder's repository)
-        declared = getattr(program, "opdsl_workspace", None)
-        found = declared(args, dict(kwargs or {})) if callable(declared) else None
-        if isinstance(found, str | Path):
-            workspace = found
+        workspace = workspace_of(program, args, dict(kwargs or {}))
     interp = LiveInterpreter(
         model=model,
         tools=tool_list,

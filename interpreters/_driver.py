@@ -33,7 +33,7 @@ import contextlib
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never, cast, final
 
@@ -91,6 +91,7 @@ from op import (
     Update,
     Usage,
     Uuid,
+    default_state,
     usage_of,
 )
 from state import CRDTModel, Stamp, StateError, canonical_json, dump_jsonable, to_jsonable
@@ -105,6 +106,7 @@ __all__ = [
     "RunResult",
     "WaitingForAnswer",
     "execute",
+    "nearest_checkpoint",
     "program_name",
 ]
 
@@ -142,6 +144,9 @@ class Call:
     address: str
     clock: Clock
     bus: EventBus
+    #: inside a ``timeout``: a blocking (sync) tool runs in a worker thread so the deadline
+    #: can fire while it works
+    off_loop: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -169,6 +174,11 @@ class Handlers(ABC):
 
     async def restore(self, snapshot: Any) -> None:  # noqa: B027 - nothing to restore by default
         """Put the world back as a checkpoint's snapshot recorded it (forks)."""
+
+    def unpriced(self, effect: Infer | Agent) -> str | None:
+        """Why the cost of ``effect`` cannot be known before it runs, if it cannot (a model
+        without a price): a ``usd`` budget then stops it instead of counting it as free."""
+        return None
 
 
 @dataclass(slots=True)
@@ -218,7 +228,7 @@ class _Scope:
             self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
         ):
             return "tokens"
-        if b.usd is not None and (self.usd > b.usd or (calls_model and self.usd >= b.usd)):
+        if b.usd is not None and (self.usd > b.usd or (calls_model and (self.usd >= b.usd or self.usd_unknown))):
             return "usd"
         if b.model_calls is not None and calls_model and self.model_calls >= b.model_calls:
             return "model_calls"
@@ -238,10 +248,16 @@ class _Scope:
             else:
                 self.usd += usage.cost_usd
 
-    def exhausted(self, measure: str, now: float) -> BudgetExhausted:
-        return BudgetExhausted.model_validate(
-            {"budget": self.budget, "spent": self.spent(now), "exceeded": measure}
-        )
+    def exhausted(self, measure: str, now: float, reason: str | None = None) -> BudgetExhausted:
+        if reason is None and measure == "usd" and self.usd_unknown and self.usd <= (self.budget.usd or 0.0):
+            reason = (
+                f"{self.usd_unknown} model call(s) in this scope had no known price, so a usd budget "
+                "cannot be kept; give the model's price in a file named by OPDSL_PRICES"
+            )
+        data = {"budget": self.budget, "spent": self.spent(now), "exceeded": measure}
+        if reason is not None:
+            data["reason"] = reason
+        return BudgetExhausted.model_validate(data)
 
 
 @dataclass(slots=True)
@@ -254,6 +270,8 @@ class Frame:
     #: the innermost enclosing scope whose record is finished (replaying), if any
     recorded: Entry | None = None
     gen: Generator[Any, Any, Any] | None = None
+    #: inside a ``timeout`` scope
+    deadline: bool = False
     count: int = 0
     last: str = field(default="")
 
@@ -364,12 +382,19 @@ class Driver:
 
     async def perform(self, effect: AnyEffect, address: str, frame: Frame) -> Any:
         """Check budgets, then perform one effect."""
-        if frame.scopes:
+        if frame.scopes and not self._in_record(address):
+            # budgets judge what runs now; an effect the record finished is fed back as it
+            # was, so a resume after a deadline agrees with a replay (and is charged below)
             now = self.clock.monotonic()
             for scope in frame.scopes:
                 measure = scope.exceeded(effect, now)
                 if measure is not None:
                     raise _BudgetStop(scope, scope.exhausted(measure, now))
+                if scope.budget.usd is not None and isinstance(effect, Infer | Agent):
+                    # fail closed: a call whose price cannot be known would be counted as free
+                    why = self.handlers.unpriced(effect)
+                    if why is not None:
+                        raise _BudgetStop(scope, scope.exhausted("usd", now, why))
         match effect:
             case Tool() | Infer() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep() | Ask():
                 return await self._recorded(effect, address, frame)
@@ -389,6 +414,12 @@ class Driver:
                 return self._merge(effect, frame)
             case _:
                 assert_never(effect)
+
+    def _in_record(self, address: str) -> bool:
+        if self.log is None:
+            return False
+        entry = self.log.entries.get(address)
+        return entry is not None and entry.status in ("completed", "failed")
 
     # -- recording --------------------------------------------------------------------------
 
@@ -532,8 +563,9 @@ class Driver:
         snapshot = json.loads(entry.result_json or "{}")
         recorded = snapshot.get("state")
         state = frame.replica.state
-        now = None if state is None else json.loads(state.canonical())
-        if recorded != now:
+        same = state.matches(recorded) if state is not None else recorded is None
+        if not same:
+            now = None if state is None else json.loads(state.canonical())
             raise self._diverged(
                 frame, address, "the state at this checkpoint differs from the recorded snapshot",
                 canonical_json(recorded), canonical_json(now),
@@ -558,7 +590,7 @@ class Driver:
                 # the same idempotency key
         elif not self._record:
             # the fast path: nothing listens, nothing is journaled; budgets still count
-            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus))
+            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline))
             if frame.scopes:
                 usage = usage_of(result)
                 for scope in frame.scopes:
@@ -566,7 +598,7 @@ class Driver:
             return result
         t0 = self._begin(effect, address)
         try:
-            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus))
+            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline))
         except WaitingForAnswer:
             # the entry stays ``started``: the question is open until it is answered
             if self.bus.active:
@@ -655,7 +687,8 @@ class Driver:
         if entry is not None and live:  # resumed inside the scope: its time kept running
             scope.started -= max(0.0, self.clock.now() - entry.started_at)
         done = entry if entry is not None and entry.status == "completed" else frame.recorded
-        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope), recorded=done)
+        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope), recorded=done,
+                      deadline=frame.deadline)  # fmt: skip
         outcome: Result[Any, BudgetExhausted]
         try:
             if effect.budget.seconds is None or not live:
@@ -692,7 +725,7 @@ class Driver:
     async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
         entry, live, t0 = self._open_scope(effect, address, frame)
         done = entry if entry is not None and entry.status == "completed" else frame.recorded
-        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes, recorded=done)
+        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes, recorded=done, deadline=True)
         outcome: Result[Any, TimedOut]
         try:
             if live:
@@ -738,7 +771,8 @@ class Driver:
 
         async def branch(i: int) -> None:
             try:
-                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes, recorded=done)
+                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes, recorded=done,
+                              deadline=frame.deadline)  # fmt: skip
                 results[i] = await self.drive(effect.bodies[i], child)
             except BaseException as exc:
                 errors.append((i, exc))
@@ -934,6 +968,8 @@ async def execute(
     name = program_name(program)
     if state is not None and not isinstance(state, CRDTModel):
         raise StateError(f"state= takes a CRDTModel, not a {type(state).__name__}")
+    if state is None:
+        state = default_state(program)  # the state type the program declared, if any
     args_json = '{"args":[],"kwargs":{}}'
     if journal is not None or bus.active:
         for i, arg in enumerate(args):
@@ -944,8 +980,10 @@ async def execute(
     gen = start_program(program, args, kwargs)
     driver = Driver(run_id=run_id, program=name, handlers=handlers, journal=journal, bus=bus, clock=clock, log=log)
     locked = False
+    prior: RunRecord | None = None  # the run as it was, when it is resumed in place
     if journal is not None:
-        existing = record is not None and record.run_id == run_id and _try_run(journal, run_id) is not None
+        prior = _try_run(journal, run_id) if record is not None and record.run_id == run_id else None
+        existing = prior is not None
         journal.acquire(run_id)
         locked = True
         try:
@@ -990,9 +1028,13 @@ async def execute(
             unused = sorted(set(log.entries) - log.used, key=lambda a: log.entries[a].seq)
             if unused:
                 first = log.entries[unused[0]]
-                raise driver._diverged(
-                    root, first.address, "the program finished, but the record goes on",
-                    first.effect_json, None,
+                raise divergence(
+                    program=name, address=first.address,
+                    where=f"the program returned after its effect at address {root.last or '(none)'}",
+                    checkpoint=nearest_checkpoint(log.entries.values(), first.seq),
+                    recorded=first.effect_json, now=None,
+                    reason=f"the program finished, but the record goes on: the {first.kind} effect "
+                    f"recorded here is no longer asked for",
                 )  # fmt: skip
         status = "completed"
     except WaitingForAnswer as wait:
@@ -1014,14 +1056,22 @@ async def execute(
                     err = canonical_json(
                         {"type": type(error).__name__, "message": str(error), "address": address}
                     )
-                journal.finish_run(
-                    run_id,
-                    status,
-                    at=clock.now(),
-                    result_json=result_json,
-                    error_json=err,
-                    final_state_json=None if final_state is None else final_state.canonical(),
-                )
+                if prior is not None and isinstance(error, Divergence):
+                    # a resume that finds the program changed leaves the run as it was, so it
+                    # can be resumed again once the program is put right
+                    journal.finish_run(
+                        run_id, prior.status, at=prior.finished_at or clock.now(), result_json=prior.result_json,
+                        error_json=prior.error_json, final_state_json=prior.final_state_json,
+                    )  # fmt: skip
+                else:
+                    journal.finish_run(
+                        run_id,
+                        status,
+                        at=clock.now(),
+                        result_json=result_json,
+                        error_json=err,
+                        final_state_json=None if final_state is None else final_state.canonical(),
+                    )
             finally:
                 if locked:
                     journal.release(run_id)
@@ -1038,6 +1088,15 @@ async def execute(
         question=question,
         _value=value,
     )
+
+
+def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, str] | None:
+    """(name, address) of the last checkpoint recorded before the entry numbered ``before_seq``."""
+    best: Entry | None = None
+    for e in entries:
+        if e.kind == "checkpoint" and e.seq < before_seq and (best is None or e.seq > best.seq):
+            best = e
+    return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
 
 
 def _try_run(journal: Journal, run_id: str) -> RunRecord | None:

@@ -17,10 +17,19 @@ from typing import Any, assert_never, final
 import anyio
 
 from interpreters._clock import Clock, SystemClock, VirtualClock
-from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, execute, program_name
+from interpreters._driver import (
+    Call,
+    Handlers,
+    RecordedEffect,
+    RunResult,
+    execute,
+    nearest_checkpoint,
+    program_name,
+)
 from interpreters._journal import Entry, Journal, JournalError, RunRecord, open_journal
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace, new_run_id
-from interpreters._models import Model, resolve_model
+from interpreters._models import Model, ScriptedModel, resolve_model
+from interpreters._providers import HttpModel, Prices
 from interpreters._replay import Divergence, ReplayLog, divergence
 from interpreters._sinks import EventBus, Sink, as_sinks
 from interpreters._tools import Tool, ToolLike, ToolRegistry
@@ -45,6 +54,7 @@ from op import (
     Usage,
     Uuid,
     canonical_json,
+    workspace_of,
 )
 from op import Tool as ToolEffect
 from state import CRDTModel
@@ -84,6 +94,14 @@ def load_object(ref: str, what: str = "object") -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ProgramNotFound(f"cannot import {what} {ref!r}: {exc}") from None
+    except SyntaxError as exc:
+        raise ProgramNotFound(
+            f"cannot import {what} {ref!r}: a syntax error in {exc.filename}, line {exc.lineno}: {exc.msg}"
+        ) from None
+    except Exception as exc:  # the module itself raised while it was imported
+        raise ProgramNotFound(
+            f"cannot import {what} {ref!r}: importing {module_name} raised {type(exc).__name__}: {exc}"
+        ) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -203,6 +221,7 @@ async def aresume(
     tools: Iterable[ToolLike] | None = None,
     agents: Mapping[str, AgentBackend] | None = None,
     answer: str | None = None,
+    answer_at: str | None = None,
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
     workspace: str | Workspace | None = None,
@@ -211,11 +230,14 @@ async def aresume(
 
     In place: the program runs again from its start, fed from the journal, and goes on live
     from the first effect without a finished entry; an effect a crash left open is performed
-    again with the same idempotency key. ``answer`` answers a run that waits on ``ask``.
+    again with the same idempotency key. ``answer`` answers a run that waits on ``ask``
+    (``answer_at``: the question's address, needed when it waits on several); the answer is
+    journaled when the program reaches the question again, so a resume that diverges first
+    leaves the run waiting as it was.
     With ``from_checkpoint`` (``NAME`` or ``NAME#k``) a new run is made with a parent link;
     it replays the parent up to that checkpoint and goes on live; the parent is untouched.
     """
-    journal = open_journal(db)
+    journal = open_journal(db, create=False)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
     program = program or load_program(record.program)
@@ -234,7 +256,10 @@ async def aresume(
         tool_list = _load_tools(config["tools"])
     entries = journal.entries(run_id)
     state = _initial_state(record, config)
+    answers: dict[str, str] = {}
     if from_checkpoint is not None:
+        if answer is not None:
+            raise OpdslError("answer a run in place (without --from); a fork starts from a checkpoint")
         cp = find_checkpoint(entries, from_checkpoint)
         target_id = new_run_id()
         prefix = _fork_prefix(entries, cp, target_id)
@@ -254,8 +279,7 @@ async def aresume(
                 f"run {run_id} already completed; replay it to check it, or fork it with --from CHECKPOINT"
             )
         if answer is not None:
-            _answer_pending(journal, run_id, entries, answer)
-            entries = journal.entries(run_id)
+            answers = {_question_to_answer(run_id, entries, answer_at): answer}
         target_id = run_id
         log = ReplayLog({e.address: e for e in entries})
         run_record = record
@@ -266,6 +290,7 @@ async def aresume(
         agents=agents,
         seed=config.get("seed"),
         workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
+        answers=answers,
     )
     journal_for_run = _CopyOnCreate(journal, on_created) if on_created is not None else journal
     return await execute(
@@ -328,16 +353,22 @@ class _CopyOnCreate(Journal):
         self.inner.release(run_id)
 
 
-def _answer_pending(journal: Journal, run_id: str, entries: list[Entry], answer: str) -> None:
+def _question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> str:
+    """The address of the question an answer is for: the only one open, or the one at ``at``."""
     pending = [e for e in entries if e.kind == "ask" and e.status == "started"]
     if not pending:
         raise OpdslError(f"run {run_id} is not waiting for an answer")
-    journal.acquire(run_id)
-    try:
-        journal.finish(run_id, pending[-1].address, "completed", at=SystemClock().now(),
-                       result_json=canonical_json(answer))  # fmt: skip
-    finally:
-        journal.release(run_id)
+    shown = "; ".join(f"at {e.address}: {json.loads(e.effect_json).get('question')!r}" for e in pending)
+    if at is not None:
+        if at not in {e.address for e in pending}:
+            raise OpdslError(f"run {run_id} has no open question at address {at}; open: {shown}")
+        return at
+    if len(pending) > 1:
+        raise OpdslError(
+            f"run {run_id} waits on {len(pending)} questions ({shown}); say which with "
+            f"--at ADDRESS (answer_at= in the API)"
+        )
+    return pending[0].address
 
 
 def resume(run_id: str, **kwargs: Any) -> RunResult:
@@ -363,15 +394,22 @@ class _Unreachable(Handlers):
 
 
 async def areplay(
-    run_id: str, *, db: str | Journal | None = None, program: Callable[..., Any] | None = None
+    run_id: str,
+    *,
+    db: str | Journal | None = None,
+    program: Callable[..., Any] | None = None,
+    args: tuple[Any, ...] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run a recorded run against its journal only and check it ends the same, byte for byte.
 
     Nothing is written and nothing is performed. A program that no longer does what the
     journal recorded raises :class:`Divergence`, naming the address, the source line, the
-    nearest earlier checkpoint and the recorded and new effects as a diff.
+    nearest earlier checkpoint and the recorded and new effects as a diff. ``args`` and
+    ``kwargs`` call the program with other arguments than the recorded ones (a test replaying
+    its cassette): whatever they change in what the program asks for is a divergence.
     """
-    journal = open_journal(db)
+    journal = open_journal(db, read_only=True)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
     program = program or load_program(record.program)
@@ -379,8 +417,8 @@ async def areplay(
     entries = journal.entries(run_id)
     result = await execute(
         program,
-        tuple(call_args.get("args", [])),
-        call_args.get("kwargs", {}),
+        tuple(call_args.get("args", [])) if args is None and kwargs is None else tuple(args or ()),
+        call_args.get("kwargs", {}) if args is None and kwargs is None else dict(kwargs or {}),
         run_id=run_id,
         handlers=_Unreachable(),
         journal=None,
@@ -391,13 +429,15 @@ async def areplay(
     )
     if isinstance(result.error, Divergence):
         raise result.error
-    _compare(record, result)
+    _compare(record, result, entries)
     return result
 
 
-def _compare(record: RunRecord, result: RunResult) -> None:
+def _compare(record: RunRecord, result: RunResult, entries: list[Entry]) -> None:
+    last = nearest_checkpoint(entries, len(entries) + max((e.seq for e in entries), default=0) + 1)
+
     def fail(what: str, recorded: str | None, now: str | None) -> Divergence:
-        return divergence(program=record.program, address="end", where="the end of the run", checkpoint=None,
+        return divergence(program=record.program, address="end", where="the end of the run", checkpoint=last,
                           recorded=recorded, now=now, reason=what)  # fmt: skip
 
     if record.status in ("running", "cancelled"):
@@ -409,7 +449,9 @@ def _compare(record: RunRecord, result: RunResult) -> None:
         if now != record.result_json:
             raise fail("the program returned something else", record.result_json, now)
     state_now = None if result.state is None else result.state.canonical()
-    if record.final_state_json is not None and state_now != record.final_state_json:
+    if record.final_state_json is not None and not (
+        result.state is not None and result.state.matches(json.loads(record.final_state_json))
+    ):
         raise fail("the final state differs", record.final_state_json, state_now)
 
 
@@ -445,6 +487,8 @@ class Plan:
     tools: list[str] = field(default_factory=list)
     would_run: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    #: model calls whose cost could not be estimated (no known price)
+    unpriced: int = 0
     value: Any = None
     error: str | None = None
 
@@ -457,12 +501,22 @@ class Plan:
         lines.append(f"tools called: {', '.join(self.tools) or 'none'}")
         if self.would_run:
             lines.append(f"would run (side effects, skipped): {', '.join(self.would_run)}")
+        cost = "no model call" if not self.usage.total_tokens else "cost unknown"
+        if self.usage.cost_usd is not None:
+            cost = f"about ${self.usage.cost_usd:.4f}"
+        if self.unpriced and self.usage.total_tokens:
+            cost += f" (no price known for {self.unpriced} call(s): cost unknown)"
         lines.append(
-            f"estimated usage: {self.usage.input_tokens} input + {self.usage.output_tokens} output tokens"
+            f"estimated usage: {self.usage.input_tokens} input + {self.usage.output_tokens} output tokens "
+            f"(output: max_tokens, else a guess of {GUESSED_OUTPUT_TOKENS} a call); {cost}"
         )
         if self.error:
             lines.append(f"error: {self.error}")
         return "\n".join(lines)
+
+
+GUESSED_OUTPUT_TOKENS = 500
+"""A dry run's guess of a model call's output when the call sets no ``max_tokens``."""
 
 
 def _estimate(messages: Iterable[Any]) -> int:
@@ -480,6 +534,20 @@ class DryRunHandlers(Handlers):
         self.plan = plan
         self.live = LiveHandlers(model=model, tools=tools, seed=0)
 
+    def _stub(self, effect: Infer) -> Response:
+        """An estimated answer: input tokens from the prompt, output tokens from ``max_tokens``
+        or :data:`GUESSED_OUTPUT_TOKENS`, priced where the model's price is known."""
+        name = effect.model or (self.model.model if isinstance(self.model, HttpModel) else None)
+        asked = effect.params.get("max_tokens")
+        output = asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
+        usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=output)
+        prices = self.model.prices if isinstance(self.model, HttpModel) else Prices()
+        cost = None if name is None else prices.cost(name, usage)
+        return Response(
+            text="(dry run: no model call)", usage=usage.model_copy(update={"cost_usd": cost}),
+            model=name or "no model",
+        )  # fmt: skip
+
     def _note(self, address: str, note: str) -> None:
         for step in reversed(self.plan.steps):
             if step.address == address:
@@ -489,17 +557,14 @@ class DryRunHandlers(Handlers):
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         match effect:
             case Infer():
-                if self.model is not None:
+                if isinstance(self.model, ScriptedModel):  # offline by nature: it answers
                     reply = await self.live.perform(effect, call)
                     self._note(call.address, "scripted")
-                else:
-                    reply = Response(
-                        text="(dry run: no model)",
-                        usage=Usage(input_tokens=_estimate(effect.messages), output_tokens=0),
-                        model="dry-run",
-                    )
-                    self._note(call.address, "stub")
+                else:  # a real model is never called in a dry run: its usage is estimated
+                    reply = self._stub(effect)
+                    self._note(call.address, f"stub, not sent to {reply.model}")
                 self.plan.usage = self.plan.usage + reply.usage
+                self.plan.unpriced += reply.usage.cost_usd is None
                 return reply
             case ToolEffect():
                 if effect.name not in self.plan.tools:
@@ -536,6 +601,8 @@ async def adry_run(
     workspace: str | Workspace | None = None,
 ) -> Plan:
     """Walk ``program`` with no side effects and return its :class:`Plan`."""
+    if workspace is None:
+        workspace = workspace_of(program, args, dict(kwargs or {}))
     ws = as_workspace(workspace)
     tools = [*tools, *(ws.tools() if ws is not None else ()), *(ws.program_tools() if ws is not None else ())]
     plan = Plan(program=program_name(program), status="running")

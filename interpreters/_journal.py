@@ -359,22 +359,31 @@ class SqliteJournal(Journal):
         []
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 10.0, read_only: bool = False, create: bool = True
+    ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a directory, not a journal file")
+        if (read_only or not create) and not self.path.is_file():
+            raise JournalError(f"no journal at {self.path} (give --db or $OPDSL_DB the file runs were written to)")
         if self.path.exists() and self.path.stat().st_size > 0:
             with self.path.open("rb") as f:
                 if f.read(16) != b"SQLite format 3\x00":
                     raise JournalError(f"{self.path} is not an opdsl journal (not a SQLite database)")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._setup()
+            if read_only:
+                self._db = self._connect_read_only(busy_timeout)
+                self._check_tables()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+                )
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._setup()
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
         except OSError as exc:
@@ -382,17 +391,49 @@ class SqliteJournal(Journal):
         self._mutex = threading.Lock()
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
 
+    def _connect_read_only(self, busy_timeout: float) -> sqlite3.Connection:
+        """Open for reading only: nothing is created, and a file the user may not write (or a
+        WAL journal in a read-only folder) can still be read."""
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+                             timeout=busy_timeout)  # fmt: skip
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # a WAL file whose -shm cannot be made here: read the file as it stands
+            db.close()
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+
+    def _check_tables(self) -> None:
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            raise JournalError(f"{self.path} is not an opdsl journal (it has no meta table)")
+        self._check_version(tables)
+        missing = {"runs", "entries", "locks"} - tables
+        if missing:
+            raise JournalError(f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are missing")
+
+    def _check_version(self, tables: set[str]) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else None
+        if version is None:
+            raise JournalError(f"{self.path} has no schema version; it is not an opdsl journal")
+        if version > SCHEMA_VERSION:
+            raise JournalError(
+                f"{self.path} was written by a newer opdsl (schema {version}; this one reads "
+                f"up to {SCHEMA_VERSION}); upgrade opdsl to read it"
+            )
+
     def _setup(self) -> None:
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "meta" in tables:
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            version = int(row[0]) if row and str(row[0]).isdigit() else None
-            if version is None:
-                raise JournalError(f"{self.path} has no schema version; it is not an opdsl journal")
-            if version > SCHEMA_VERSION:
+            self._check_version(tables)
+            missing = {"runs", "entries"} - tables
+            if missing:
                 raise JournalError(
-                    f"{self.path} was written by a newer opdsl (schema {version}; this one reads "
-                    f"up to {SCHEMA_VERSION}); upgrade opdsl to read it"
+                    f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are "
+                    "missing; restore it from a backup (nothing was changed)"
                 )
         elif tables - {"sqlite_sequence"}:
             raise JournalError(
@@ -410,6 +451,8 @@ class SqliteJournal(Journal):
         except sqlite3.IntegrityError:
             raise
         except sqlite3.DatabaseError as exc:
+            if self.read_only and "readonly" in str(exc).replace("-", "").replace(" ", ""):
+                raise JournalError(f"journal {self.path} was opened read-only; it cannot be written") from None
             raise JournalError(f"journal {self.path}: {exc}") from None
 
     def close(self) -> None:
@@ -583,10 +626,14 @@ class SqliteJournal(Journal):
         if their_host == host and (pid == os.getpid() or not _pid_alive(pid)):
             if pid == os.getpid():
                 raise RunLocked(f"run {run_id} is already being written by this process")
-            # the holder died (a crash): take the run over
-            self._exec(
-                "UPDATE locks SET holder=?, pid=? WHERE run_id=? AND pid=?", (me, os.getpid(), run_id, pid)
+            # the holder died (a crash): take the run over, only if nobody else did meanwhile
+            _before_takeover(run_id)
+            taken = self._exec(
+                "UPDATE locks SET holder=?, pid=? WHERE run_id=? AND pid=? AND holder=?",
+                (me, os.getpid(), run_id, pid, holder),
             )
+            if taken.rowcount != 1:
+                return self.acquire(run_id)  # someone else took it first: look again
             return None
         raise RunLocked(f"run {run_id} is being written by {holder}; wait for it or stop that process")
 
@@ -594,13 +641,21 @@ class SqliteJournal(Journal):
         self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
 
 
-def open_journal(db: str | Path | Journal | None) -> Journal:
-    """A journal from a path, a journal object, or the default (``OPDSL_DB``, else ``.opdsl/runs.db``)."""
+def open_journal(db: str | Path | Journal | None, *, read_only: bool = False, create: bool = True) -> Journal:
+    """A journal from a path, a journal object, or the default (``OPDSL_DB``, else ``.opdsl/runs.db``).
+
+    ``read_only``: the file must exist; nothing is created and nothing can be written.
+    ``create=False``: the file must exist (commands that continue a run).
+    """
     if isinstance(db, Journal):
         return db
     if db is None:
         db = os.environ.get("OPDSL_DB") or DEFAULT_DB
-    return SqliteJournal(db)
+    return SqliteJournal(db, read_only=read_only, create=create)
+
+
+def _before_takeover(run_id: str) -> None:
+    """A hook between reading a dead holder's lock and taking it (tests pause here)."""
 
 
 # -- portability and checks -------------------------------------------------------------------

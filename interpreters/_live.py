@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -38,6 +39,7 @@ from op import (
     Sleep,
     Tool,
     TurnRecord,
+    Usage,
     Uuid,
 )
 from state import CRDTModel
@@ -73,8 +75,11 @@ class LiveHandlers(Handlers):
         answer: Answer | None = None,
         seed: int | str | None = None,
         workspace: Workspace | None = None,
+        answers: Mapping[str, str] | None = None,
     ) -> None:
         self.model = model
+        #: answers to questions by the address they were asked at (a resumed waiting run)
+        self.answers = dict(answers or {})
         self.workspace = workspace
         self.tools = tools or ToolRegistry()
         if workspace is not None:
@@ -108,6 +113,22 @@ class LiveHandlers(Handlers):
                 "set OPDSL_MODEL (for example OPDSL_MODEL=openai:gpt-4.1-mini with OPENAI_API_KEY)"
             ) from None
 
+    def unpriced(self, effect: Infer | Agent) -> str | None:
+        if isinstance(effect, Agent):
+            if effect.backend == "codex":
+                return "the codex backend reports no cost, so a usd budget cannot be kept for it"
+            return None
+        model = self.model
+        if not isinstance(model, HttpModel):
+            return None  # a scripted or custom model: its answers say their cost, if they know it
+        name = effect.model or model.model
+        if model.prices.cost(name, Usage()) is not None:
+            return None
+        return (
+            f"no price is known for model {name!r} ({model.provider}), so a usd budget cannot be kept; "
+            f'give it in a JSON file named by OPDSL_PRICES: {{"{name}": {{"input": USD_PER_M, "output": USD_PER_M}}}}'
+        )
+
     def _rng(self, call: Call) -> _random.Random:
         # one stream per address: a resumed run draws what an uninterrupted one would have
         seed = call.run_id if self.seed is None else self.seed
@@ -134,6 +155,10 @@ class LiveHandlers(Handlers):
                 if backend is None:
                     known = ", ".join(sorted(self.agents)) or "none"
                     raise ModelError(f"no agent backend {effect.backend!r} is bound (bound: {known})")
+                if self.workspace is not None:
+                    # with a workspace, the agent works in it (a relative cwd is inside it)
+                    cwd = self.workspace.root / str(effect.options.get("cwd") or ".")
+                    effect = dataclasses.replace(effect, options={**effect.options, "cwd": str(cwd)})
                 return await backend(effect, call)
             case Checkpoint():
                 if self.workspace is not None and self.workspace.repo() is not None:
@@ -152,7 +177,9 @@ class LiveHandlers(Handlers):
                 await call.clock.sleep(effect.seconds)
                 return None
             case Ask():
-                reply = self.answer(effect.question) if self.answer is not None else None
+                reply = self.answers.get(call.address)
+                if reply is None and self.answer is not None:
+                    reply = self.answer(effect.question)
                 if reply is None:
                     raise WaitingForAnswer(effect.question)
                 return reply

@@ -1,9 +1,10 @@
 """The scripted interpreter: tests as an ordered list of (expected effect, answer).
 
 In the style of python-effect's ``perform_sequence``: every world-facing effect the program
-performs (infer, tool, agent, ask, now, random, uuid, sleep) must match the next entry of the
-script, and gets that entry's answer. ``emit`` and ``checkpoint`` are matched when the next
-entry expects one, and otherwise pass. Scopes (limit, timeout, par) and state work as in the
+performs (infer, tool, agent, ask, now, random, uuid) must match the next entry of the
+script, and gets that entry's answer. ``emit``, ``checkpoint`` and ``sleep`` are matched when
+the next entry expects one, and otherwise pass; ``sleep`` always waits on the interpreter's
+clock (a ``VirtualClock`` unless one is given), so ``timeout`` around it fires as it would live. Scopes (limit, timeout, par) and state work as in the
 live interpreter. The first mismatch ends the run with :class:`ScriptMismatch`, whose message
 is the whole log so far, the effect that was not found, and the next expected one.
 """
@@ -19,7 +20,7 @@ from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, exec
 from interpreters._journal import Journal
 from interpreters._live import new_run_id
 from interpreters._sinks import EventBus, Sink
-from op import Checkpoint, Emit, Infer, Response, Tool, ToolResult, canonical_json
+from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel
 
 __all__ = ["ANY", "Expect", "ScriptMismatch", "ScriptedInterpreter", "expect"]
@@ -127,6 +128,11 @@ class _ScriptedHandlers(Handlers):
             lines.append("NEXT EXPECTED: nothing (the script is used up)")
         return ScriptMismatch("\n".join(lines))
 
+    @staticmethod
+    async def _clock(effect: RecordedEffect, call: Call) -> None:
+        if isinstance(effect, Sleep):
+            await call.clock.sleep(effect.seconds)
+
     def leftovers(self) -> ScriptMismatch | None:
         if self.position >= len(self.script):
             return None
@@ -137,14 +143,17 @@ class _ScriptedHandlers(Handlers):
 
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         nxt = self.script[self.position] if self.position < len(self.script) else None
-        optional = isinstance(effect, Emit | Checkpoint)
+        optional = isinstance(effect, Emit | Checkpoint | Sleep)
         if nxt is None or not _matches(nxt[0], effect):
             if optional and (nxt is None or _kind_of(nxt[0]) != effect.kind):
                 self.log.append(f"passed: {call.address} {_show(effect)}")
-                return None
+                return await self._clock(effect, call)
             raise self._mismatch(effect, call.address)
         self.position += 1
         self.log.append(f"scripted: {call.address} {_show(effect)}")
+        if isinstance(effect, Sleep):
+            # time runs on the interpreter's (virtual) clock, so timeouts around it fire
+            return await self._clock(effect, call)
         answer = nxt[1]
         if isinstance(answer, BaseException):
             raise answer

@@ -9,16 +9,21 @@ A parameter annotated ``CallInfo`` is not shown to the model: the interpreter pa
 call's details in it (``call.idempotency_key`` is the same when a resumed run performs an
 effect a crash left unfinished, so a tool can make a retried side effect happen once).
 
-Sync functions are called inline (fast, but a timeout cannot interrupt them); async
-functions are awaited and are cancelled by ``timeout`` and budgets.
+Sync functions are called inline, except inside a ``timeout``, where they run in a worker
+thread so the deadline fires on time (the thread cannot be stopped: it finishes in the
+background, and its result is dropped); async functions are awaited and are cancelled by
+``timeout``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, final
 
+import anyio
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from interpreters._models import CallInfo
@@ -138,9 +143,14 @@ class Tool:
         if self.inject is not None:
             kwargs = {**kwargs, self.inject: call}
         try:
-            out = self.fn(**kwargs)
             if self.is_async:
-                out = await out
+                out = await self.fn(**kwargs)
+            elif call is not None and getattr(call, "off_loop", False):
+                # under a deadline: a worker thread, so the timeout fires on time; a thread
+                # cannot be stopped, so one still blocking is left to finish on its own
+                out = await anyio.to_thread.run_sync(functools.partial(self.fn, **kwargs), abandon_on_cancel=True)
+            else:
+                out = self.fn(**kwargs)
         except Exception as exc:
             return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         if isinstance(out, ToolResult):

@@ -7,14 +7,16 @@ Fixtures:
 - ``opdsl_cassette``: ``opdsl_cassette.run(program, *args, model=..., tools=...)`` replays the
   program from a cassette, an exported run committed next to the test in
   ``cassettes/<test name>.jsonl``. With ``pytest --opdsl-record``, a missing cassette is
-  recorded by running the program live with the handlers given; without it, a missing
-  cassette fails the test and says how to record it.
+  recorded again (missing or not) by running the program live with the handlers given, and
+  the run lists the cassettes it wrote; without it, a missing cassette fails the test and
+  says how to record it. A replay calls the program with the test's own arguments, so a
+  change in what they make it ask for fails as a divergence.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, final
 
@@ -29,7 +31,7 @@ from interpreters._scripted import Answer, Matcher, ScriptedInterpreter
 from interpreters._tools import ToolLike
 from state import CRDTModel
 
-__all__ = ["Cassette", "opdsl_cassette", "opdsl_scripted", "pytest_addoption"]
+__all__ = ["Cassette", "opdsl_cassette", "opdsl_scripted", "pytest_addoption", "pytest_terminal_summary"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--opdsl-record",
         action="store_true",
         default=False,
-        help="record missing opdsl cassettes by running their programs live",
+        help="record opdsl cassettes again (new or existing) by running their programs live",
     )
 
 
@@ -51,6 +53,8 @@ class Cassette:
         self.test_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)
         self.nodeid = nodeid
         self.record = record
+        #: the cassettes this test wrote (``--opdsl-record``)
+        self.written: list[Path] = []
 
     def path(self, name: str | None = None) -> Path:
         stem = self.test_name if name is None else f"{self.test_name}-{name}"
@@ -67,10 +71,12 @@ class Cassette:
         **kwargs: Any,
     ) -> RunResult:
         path = self.path(name)
-        if path.exists():
+        if path.exists() and not self.record:
             journal = MemoryJournal()
             record = import_run(journal, path.read_text(encoding="utf-8"), source=str(path))
-            return replay(record.run_id, db=journal, program=program)
+            # the program is called as the test calls it now: an argument that changes what
+            # it asks for is a divergence, as in any replay
+            return replay(record.run_id, db=journal, program=program, args=args, kwargs=kwargs)
         if not self.record:
             pytest.fail(
                 f"no opdsl cassette {path}; record it by running the test once with live handlers: "
@@ -82,19 +88,34 @@ class Cassette:
         if result.status == "completed":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(export_run(journal, result.run_id), encoding="utf-8")
+            self.written.append(path)
         return result
 
 
+_WRITTEN = pytest.StashKey[list[Path]]()
+
+
 @pytest.fixture
-def opdsl_cassette(request: pytest.FixtureRequest) -> Cassette:
-    """Replay a program from its cassette (``--opdsl-record`` records a missing one)."""
+def opdsl_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
+    """Replay a program from its cassette (``--opdsl-record`` records it again, live)."""
     test_file = Path(str(request.node.fspath))
-    return Cassette(
+    cassette = Cassette(
         test_file.parent / "cassettes",
         request.node.name,
         request.node.nodeid,
         bool(request.config.getoption("--opdsl-record")),
     )
+    yield cassette
+    request.config.stash.setdefault(_WRITTEN, []).extend(cassette.written)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say which cassettes ``--opdsl-record`` wrote."""
+    written = config.stash.get(_WRITTEN, [])
+    if config.getoption("--opdsl-record", default=False):
+        terminalreporter.write_sep("-", f"opdsl: {len(written)} cassette(s) recorded")
+        for path in written:
+            terminalreporter.write_line(f"  wrote {path}")
 
 
 @pytest.fixture

@@ -80,6 +80,7 @@ from op._events import (
     TurnEnd,
     TurnStart,
 )
+from op._program import WorkspaceOf, default_state, program, workspace_of
 from op._values import (
     Budget,
     BudgetExhausted,
@@ -98,6 +99,10 @@ from op._values import (
 from state import Add, Append, Assign, At, Dec, Inc, Remove, canonical_json
 
 __all__ = [
+    "WorkspaceOf",
+    "default_state",
+    "program",
+    "workspace_of",
     "EFFECT_TYPES",
     "AgentEnd",
     "AgentStart",

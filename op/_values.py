@@ -177,6 +177,8 @@ class BudgetExhausted(_Value):
     budget: Budget
     spent: Spent
     exceeded: Literal["tokens", "usd", "model_calls", "tool_calls", "seconds"]
+    #: why, when the measure alone does not say (a ``usd`` budget that cannot price a call)
+    reason: str | None = None
 
 
 class TimedOut(_Value):

@@ -43,6 +43,7 @@ from op import (
     get,
     infer,
     limit,
+    program,
     timeout,
     tool,
     update,
@@ -84,6 +85,8 @@ class CodeState(CRDTModel):
     errors: Log[str] = Log()
     tokens: GCounter = GCounter()
     cost_micro_usd: GCounter = GCounter()
+    #: model calls whose price is unknown: while any, the cost is unknown
+    cost_unknown: GCounter = GCounter()
     branch: LWWRegister[str] = LWWRegister()
 
 
@@ -97,7 +100,8 @@ class CoderResult(BaseModel):
     reason: str | None = None
     files: list[str] = []
     tokens: int = 0
-    cost_usd: float = 0.0
+    #: None when any model call had no known price
+    cost_usd: float | None = 0.0
 
 
 class _Failed(Exception):
@@ -108,26 +112,45 @@ class _Failed(Exception):
         self.phase = phase
 
 
+def _repository(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The Coder's workspace: the repository its config names."""
+    config = args[0] if args else kwargs.get("config")
+    if isinstance(config, CoderConfig):
+        return config.repo
+    if isinstance(config, dict) and isinstance(config.get("repo"), str):
+        return str(config["repo"])
+    repo = kwargs.get("repo")
+    return repo if isinstance(repo, str) else None
+
+
+@program(state=CodeState, workspace=_repository)
 def coder(config: CoderConfig | dict[str, Any] | None = None, **fields: Any) -> Op[CoderResult]:
     """Make ``config.task`` true in ``config.repo``, verified and committed, or leave it as it was."""
     cfg = config if isinstance(config, CoderConfig) else CoderConfig.model_validate({**(config or {}), **fields})
     yield from emit("coder_start", {"task": cfg.task, "repo": cfg.repo})
     yield from checkpoint("before-init")
     baseline = ""
+    phase = "init"
     try:
         outcome = yield from limit(cfg.init_budget, _init(cfg))
         if isinstance(outcome, Failure):
             raise _Failed("init", f"the init budget ran out ({outcome.failure().exceeded})")
         commands, baseline = outcome.unwrap()
+        phase = "work"
         yield from checkpoint("before-work")
         worked = yield from limit(cfg.work_budget, _work(cfg))
         if isinstance(worked, Failure):
             raise _Failed("work", f"the work budget ran out ({worked.failure().exceeded})")
+        phase = "verify"
         yield from checkpoint("before-verify")
         yield from _verify(cfg, commands)
+        phase = "commit"
         yield from checkpoint("before-commit")
         sha, message = yield from _commit(cfg)
-    except _Failed as failed:
+    except Exception as exc:
+        # a phase that gave up, or an effect that failed under it (the model's provider, an
+        # agent): either way the repository goes back to where the run found it
+        failed = exc if isinstance(exc, _Failed) else _Failed(phase, f"{type(exc).__name__}: {exc}")
         yield from update(errors=AppendOp(f"{failed.phase}: {failed}"))
         if baseline:
             yield from _recover(baseline)
@@ -142,7 +165,8 @@ def _result(ok: bool, **fields: Any) -> Op[CoderResult]:
         ok=ok,
         files=state.files_modified.sorted(),
         tokens=state.tokens.value,
-        cost_usd=state.cost_micro_usd.value / 1e6,
+        # a single call without a price makes the total unknown, never a smaller number
+        cost_usd=None if state.cost_unknown.value else state.cost_micro_usd.value / 1e6,
         **fields,
     )
 
@@ -220,8 +244,11 @@ SYSTEM = (
 
 
 def _charge(reply: Response) -> Op[None]:
-    cost = reply.usage.cost_usd or 0.0
-    yield from update(tokens=Inc(reply.usage.total_tokens), cost_micro_usd=Inc(int(cost * 1e6)))
+    cost = reply.usage.cost_usd
+    if cost is None:
+        yield from update(tokens=Inc(reply.usage.total_tokens), cost_unknown=Inc(1))
+    else:
+        yield from update(tokens=Inc(reply.usage.total_tokens), cost_micro_usd=Inc(int(cost * 1e6)))
 
 
 def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations: int) -> Op[str]:
@@ -310,17 +337,3 @@ def _recover(baseline: str) -> Op[None]:
     yield from emit("recovery_start")
     restored = yield from tool("restore_files", {"tree": baseline})
     yield from emit("recovery_complete", {"ok": restored.ok, "error": restored.error})
-
-
-def _repository(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The Coder's workspace: the repository its config names."""
-    config = args[0] if args else kwargs.get("config")
-    if isinstance(config, CoderConfig):
-        return config.repo
-    if isinstance(config, dict) and isinstance(config.get("repo"), str):
-        return str(config["repo"])
-    repo = kwargs.get("repo")
-    return repo if isinstance(repo, str) else None
-
-
-coder.opdsl_workspace = _repository  # type: ignore[attr-defined]

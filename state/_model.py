@@ -9,6 +9,7 @@ defined, not at the first parallel join.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -213,6 +214,30 @@ class CRDTModel(CRDT):
 
     def max_lamport(self) -> int:
         return max((getattr(self, n).max_lamport() for n in type(self).model_fields), default=0)
+
+    def matches(self, recorded: Any) -> bool:
+        """Whether this state is the one ``recorded`` (its canonical JSON, parsed).
+
+        A field the model gained after the record was written matches while it still holds
+        its empty default, so a journal written before a field was added still replays.
+
+        Example:
+            >>> from state import GCounter
+            >>> class Old(CRDTModel):
+            ...     a: GCounter = GCounter()
+            >>> class New(CRDTModel):
+            ...     a: GCounter = GCounter()
+            ...     b: GCounter = GCounter()
+            >>> New().matches(json.loads(Old().canonical()))
+            True
+        """
+        if not isinstance(recorded, dict):
+            return False
+        now = json.loads(self.canonical())
+        for name, info in type(self).model_fields.items():
+            if name not in recorded and getattr(self, name) == info.get_default(call_default_factory=True):
+                now.pop(name, None)
+        return bool(now == recorded)
 
     def conflicts_since(self, base: Self, others: list[Self]) -> dict[str, list[Any]]:
         """Elements of set fields that more than one of ``[self, *others]`` added since ``base``."""

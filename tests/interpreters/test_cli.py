@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from interpreters import SqliteJournal
+
 from interpreters.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +92,9 @@ def test_export_import(capsys: pytest.CaptureFixture[str], script: str, tmp_path
         (["run", CHAT], "missing a required argument: 'topic'"),
         (["run", CHAT, "--arg", "topic=a", "--model", "nosuch:model"], "unknown model provider 'nosuch'"),
         (["run", CHAT, "--arg", "topic=a", "--state", "op:Budget"], "is not a CRDTModel class"),
-        (["show", "zzz"], "no run 'zzz'"),
-        (["replay", "zzz"], "no run 'zzz'"),
-        (["resume", "zzz"], "no run 'zzz'"),
+        (["show", "zzz"], "no journal at .opdsl/runs.db"),
+        (["replay", "zzz"], "no journal at .opdsl/runs.db"),
+        (["resume", "zzz"], "no journal at .opdsl/runs.db"),
         (["import", "missing.jsonl"], "cannot read missing.jsonl"),
         (["runs", "--db", "garbage.db"], "is not an opdsl journal"),
         (["runs", "--db", "."], "is a directory"),
@@ -119,6 +121,7 @@ def test_unknown_checkpoint_and_bad_import_file(capsys: pytest.CaptureFixture[st
 
 def test_the_installed_command_exits_2_without_a_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    SqliteJournal(tmp_path / "r.db").close()
     out = subprocess.run(
         [sys.executable, "-m", "interpreters", "show", "nothing", "--db", str(tmp_path / "r.db")],
         capture_output=True, text=True, cwd=tmp_path, env=env,

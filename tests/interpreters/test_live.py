@@ -257,7 +257,16 @@ def test_limit_on_tool_calls_and_unknown_prices_are_counted_not_zeroed() -> None
         return (yield from limit(Budget(tool_calls=2, usd=1.0), body()))
 
     model = ScriptedModel([Response(text="x", usage=usage(1))] * 5)
+    # a usd budget cannot price the first call's answer: the next model call is refused
     ex = run(program, model=model, tools=[echo]).value.failure()
+    assert ex.exceeded == "usd" and ex.spent.model_calls == 1 and ex.spent.tool_calls == 1
+    assert ex.spent.usd_unknown == 1 and ex.spent.usd == 0.0
+    assert ex.reason is not None and "no known price" in ex.reason and "OPDSL_PRICES" in ex.reason
+
+    def counted() -> Op[Any]:
+        return (yield from limit(Budget(tool_calls=2), body()))
+
+    ex = run(counted, model=ScriptedModel([Response(text="x", usage=usage(1))] * 5), tools=[echo]).value.failure()
     assert ex.exceeded == "tool_calls" and ex.spent.tool_calls == 2
     assert ex.spent.usd_unknown == 3 and ex.spent.usd == 0.0
 
