@@ -88,6 +88,7 @@ from op import (
     Timeout,
     TokenDelta,
     Tool,
+    ToolResult,
     Update,
     Usage,
     Uuid,
@@ -464,11 +465,13 @@ class Driver:
         result_json: str | None = None,
         usage: Usage | None = None,
         exc: BaseException | None = None,
+        tool_error: str | None = None,
     ) -> None:
         if not self._record:
             return
         status: Literal["completed", "failed", "cancelled"] = "completed"
-        error = None
+        # a tool that failed completed as an effect; its error still reaches the sinks
+        error = None if tool_error is None else f"tool failed: {tool_error}"
         if exc is not None:
             status = "failed" if isinstance(exc, Exception) else "cancelled"
             error = f"{type(exc).__name__}: {exc}"
@@ -622,7 +625,8 @@ class Driver:
             result = None
         if self.journal is not None:
             result_json = self._json(recorded, f"the result of {effect.kind}", address)
-        self._end(effect, address, t0, result_json=result_json, usage=usage)
+        failed = result.error if isinstance(result, ToolResult) and not result.ok else None
+        self._end(effect, address, t0, result_json=result_json, usage=usage, tool_error=failed)
         if isinstance(effect, Checkpoint):
             self.last_checkpoint = (effect.name, address)
         if self.bus.active:
@@ -651,7 +655,12 @@ class Driver:
     def _open_scope(self, effect: AnyEffect, address: str, frame: Frame) -> tuple[Entry | None, bool, float]:
         """Look the scope up in the record; begin it if it runs live. Returns (entry, live, t0)."""
         entry = self._lookup(effect, address, frame)
-        live = entry is None or entry.status == "started"
+        # unfinished in the record (a crash left it started; a stop, cancelled): run it live,
+        # as the effects inside it are
+        live = entry is None or entry.status == "started" or (
+            entry.status == "cancelled" and self.log is not None and not self.log.strict
+            and not _is_failure(frame.recorded)
+        )  # fmt: skip
         t0 = self._begin(effect, address) if live else 0.0
         return entry, live, t0
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import IO, Any, final
 
 from rich.console import Console
+from rich.markup import escape
 
 from op import (
     CheckpointSaved,
@@ -120,7 +121,9 @@ class ConsoleSink:
                     c.print(f"  [cyan]{event.address:>8}[/] {event.kind} {_describe(event.effect)}")
             case EffectFinished():
                 if event.status != "completed":
-                    c.print(f"  [red]{event.address:>8} {event.kind} {event.status}[/] {event.error or ''}")
+                    c.print(f"  [red]{event.address:>8} {event.kind} {event.status}[/] {escape(event.error or '')}")
+                elif event.error:  # a tool whose result is ok=false
+                    c.print(f"  [red]{event.address:>8} {event.kind} failed[/] {escape(event.error)}")
                 elif event.usage is not None and event.usage.total_tokens:
                     c.print(f"  [dim]{event.address:>8} {event.usage.total_tokens} tokens, {event.duration_s:.2f}s[/]")
             case CheckpointSaved():

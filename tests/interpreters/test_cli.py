@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from interpreters import SqliteJournal
-
 from interpreters.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[2]
