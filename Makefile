@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean cli
+.PHONY: demo test lint typecheck pytest bench clean cli sandbox
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -11,8 +11,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	$(BIN)/python -m interpreters demo
+
+# bubblewrap confines workspace commands; without it they are refused (see SECURITY.md)
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+		|| echo "bubblewrap could not be installed: workspace commands will be refused"
+
 
 # The real Claude Code and Codex CLIs (their native binaries), for the agent backends' offline tests. It is
 # fetched from the npm registry into .cli/; when that cannot be done, those tests are skipped
@@ -28,7 +34,7 @@ $(CODEX_BIN):
 
 cli: $(CLAUDE_BIN) $(CODEX_BIN)
 
-test: $(STAMP) lint typecheck cli pytest
+test: $(STAMP) lint typecheck cli sandbox pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench

@@ -33,6 +33,7 @@ import anyio
 import git
 
 from interpreters._process import kill_group
+from interpreters._sandbox import bwrap_argv, sandbox_problem
 from interpreters._tools import Tool
 from op import ToolResult
 
@@ -40,7 +41,20 @@ __all__ = ["SECRET_MARKERS", "Workspace", "WorkspaceError"]
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 FORBIDDEN = (".git", ".opdsl")
+PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "SHELL", "TMPDIR",
+            "VIRTUAL_ENV", "PYTHONPATH", "NODE_PATH", "NO_COLOR")
+"""The variables a command gets from opdsl's environment (secret-looking names never)."""
 DEFAULT_ALLOW = ("python", "python3", "pytest", "ruff", "mypy", "make", "npm", "node", "ls", "cat", "echo", "true", "false", "git")
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    """One line on stderr, once a process."""
+    if line not in _SAID:
+        _SAID.add(line)
+        sys.stderr.write(line + "\n")
 
 
 class WorkspaceError(Exception):
@@ -76,6 +90,9 @@ class Workspace:
         idle_timeout: float = 60.0,
         grace: float = 2.0,
         author: tuple[str, str] = ("opdsl", "opdsl@localhost"),
+        confine: bool | None = None,
+        network: bool = False,
+        pass_env: Iterable[str] = PASS_ENV,
     ) -> None:
         path = Path(root)
         if not path.is_dir():
@@ -91,6 +108,11 @@ class Workspace:
         self.idle_timeout = idle_timeout
         self.grace = grace
         self.author = author
+        #: commands run inside bubblewrap; False (or $OPDSL_UNCONFINED=1) runs them with the
+        #: allowlist alone where bubblewrap cannot run, and says they are not confined
+        self.confine = confine if confine is not None else os.environ.get("OPDSL_UNCONFINED") != "1"
+        self.network = network
+        self.pass_env = frozenset(pass_env)
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -287,12 +309,14 @@ class Workspace:
     # -- commands ---------------------------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
+        # only what a build or a test runner needs, never the rest of the parent's environment
         env = {}
         for name, value in os.environ.items():
             upper = name.upper()
             if any(m in upper for m in SECRET_MARKERS) or name in self.secret_names:
                 continue
-            env[name] = value
+            if name in self.pass_env or name.startswith("LC_"):
+                env[name] = value
         # no .pyc files: they would litter the repository, and one written by an earlier
         # command can look current after an edit (same size, same second)
         env.update({"PAGER": "cat", "GIT_PAGER": "cat", "CI": "1", "TQDM_DISABLE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
@@ -332,7 +356,18 @@ class Workspace:
             return _fail(str(exc))
         if not where.is_dir():
             return _fail(f"{cwd} is not a directory")
-        limit = timeout if timeout is not None else self.timeout
+        # the model may shorten a command's time, never lengthen it past the workspace's
+        limit = self.timeout if timeout is None else max(0.0, min(float(timeout), self.timeout))
+        problem = sandbox_problem()
+        if problem is None:
+            argv = bwrap_argv(argv, root=self.root, cwd=where, network=self.network)
+        elif self.confine:
+            _say_once(f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "
+                      "(or Workspace(confine=False)) to run them unconfined, with the allowlist only")  # fmt: skip
+            return _fail(f"commands cannot run here: they must be confined and {problem}")
+        else:
+            _say_once(f"opdsl: workspace commands are NOT confined ({problem}): only the allowlist "
+                      "limits them")  # fmt: skip
         chunks: list[bytes] = []
         size = 0
         reason = None

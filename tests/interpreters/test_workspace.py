@@ -138,7 +138,10 @@ def test_run_scrubs_secrets_caps_output_and_reports_exit_codes(ws: Workspace, mo
     monkeypatch.setenv("MY_API_KEY", "sk-very-secret-value")
     monkeypatch.setenv("HARMLESS", "visible")
     env = anyio.run(ws.run, ["python", "-c", "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))"])
-    assert env.output.strip() == "['HARMLESS']"
+    assert env.output.strip() == "[]"  # only the variables the workspace passes on
+    ws.pass_env = ws.pass_env | {"HARMLESS", "MY_API_KEY"}
+    env = anyio.run(ws.run, ["python", "-c", "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))"])
+    assert env.output.strip() == "['HARMLESS']"  # a secret-looking name never
     leak = anyio.run(ws.run, ["echo", "the key is sk-very-secret-value"])
     assert leak.output.strip() == "the key is [redacted]"
     failing = anyio.run(ws.run, ["python", "-c", "import sys; print('bad'); sys.exit(3)"])
@@ -149,22 +152,26 @@ def test_run_scrubs_secrets_caps_output_and_reports_exit_codes(ws: Workspace, mo
 
 
 def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(ws: Workspace, repo: Path) -> None:
+    # pids inside a confined command are its own namespace's: the processes prove they are
+    # alive by writing a heartbeat file, which stops growing once they are gone
+    beat = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    open(TARGET, 'a').write('.')\n    time.sleep(0.1)\n"
     script = repo / "stubborn.py"
     script.write_text(
-        "import os, signal, subprocess, sys, time\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
-        "open('pids.txt', 'w').write(f'{os.getpid()} {child.pid}')\n"
+        "import subprocess, sys\n"
+        f"BEAT = {beat!r}\n"
+        "subprocess.Popen([sys.executable, '-c', BEAT.replace('TARGET', repr('child.beat'))])\n"
         "print('started', flush=True)\n"
-        "time.sleep(60)\n"
+        "exec(BEAT.replace('TARGET', repr('parent.beat')))\n"
     )
     t0 = time.monotonic()
     result = anyio.run(lambda: ws.run(["python", "stubborn.py"], timeout=4))
     assert result.error == "timed out after 4s; the command and its children were killed"
     assert "started" in result.output
     assert time.monotonic() - t0 < 15
-    for pid in map(int, (repo / "pids.txt").read_text().split()):
-        assert not _alive(pid), f"process {pid} outlived the timeout"
+    sizes = [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")]
+    assert min(sizes) > 0
+    time.sleep(1)
+    assert [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")] == sizes, "a process outlived the timeout"
 
 
 def test_idle_timeout(ws: Workspace) -> None:
