@@ -255,7 +255,7 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
-    from interpreters import ConsoleSink, resume
+    from interpreters import ConsoleSink, load_program, resume
 
     kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
     if a.workspace:
@@ -264,14 +264,17 @@ def cmd_resume(a: argparse.Namespace) -> int:
         kwargs["model"] = a.model
     if a.tools:
         kwargs["tools"] = _load_tools(a.tools)
+    if a.program:
+        kwargs["program"] = load_program(a.program)
     sinks = [] if a.quiet else [ConsoleSink(_console())]
     return _report(resume(a.run, on_event=sinks, **kwargs))
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from interpreters import open_journal, replay
+    from interpreters import load_program, open_journal, replay
 
-    result = replay(a.run, db=open_journal(a.db, read_only=True))
+    program = load_program(a.program) if a.program else None
+    result = replay(a.run, db=open_journal(a.db, read_only=True), program=program)
     print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
     return 0
 
@@ -302,7 +305,8 @@ def cmd_import(a: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from None
     record = import_run(open_journal(a.db), text, source=a.file)
-    print(f"imported run {record.run_id} ({record.program})")
+    print(f"imported run {record.run_id}; it names the program {record.program}, which runs only "
+          f"when you pass --program {record.program} to resume or replay it")  # fmt: skip
     return 0
 
 
@@ -363,9 +367,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
     p.add_argument("--model")
     p.add_argument("--tools", action="append", default=[])
+    p.add_argument("--program", help="module:function; needed for a run imported from a file")
     p.add_argument("--quiet", action="store_true")
     p = add("replay", cmd_replay, "re-run a run against its journal only; fails on divergence")
     p.add_argument("run")
+    p.add_argument("--program", help="module:function; needed for a run imported from a file")
     p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
     p.add_argument("run")
     p.add_argument("text")

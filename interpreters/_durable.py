@@ -9,6 +9,7 @@ run performs no completed effect twice, and a replay performs none at all.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -111,10 +112,27 @@ def load_object(ref: str, what: str = "object") -> Any:
 
 
 def load_program(ref: str) -> Callable[..., Any]:
+    """Import the program ``module:function``; anything but a generator function is refused."""
     obj = load_object(ref, "program")
     if not callable(obj):
         raise ProgramNotFound(f"program {ref!r} is a {type(obj).__name__}, not a function")
+    if not inspect.isgeneratorfunction(inspect.unwrap(obj)):
+        raise ProgramNotFound(f"{ref!r} is not a program: a program is a generator function (def + yield from)")
     return obj  # type: ignore[no-any-return]
+
+
+def _program_of(record: RunRecord, config: Mapping[str, Any], program: Callable[..., Any] | None) -> Callable[..., Any]:
+    """The program that continues or replays ``record``. A run imported from a file names code
+    someone else chose: it runs only when the caller names the same program again."""
+    if program is None and config.get("imported_from"):
+        raise OpdslError(
+            f"run {record.run_id} was imported from {config['imported_from']} and names the program "
+            f"{record.program}; pass --program {record.program} (program= in the API) to run that code"
+        )
+    program = program or load_program(record.program)
+    if program_name(program) != record.program:
+        raise OpdslError(f"run {record.run_id} is of {record.program}, not {program_name(program)}")
+    return program
 
 
 def _tool_refs(tools: Iterable[ToolLike]) -> list[str] | None:
@@ -240,9 +258,7 @@ async def aresume(
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
-    program = program or load_program(record.program)
-    if program_name(program) != record.program:
-        raise OpdslError(f"run {run_id} is of {record.program}, not {program_name(program)}")
+    program = _program_of(record, config, program)
     call_args = json.loads(record.args_json)
     model = model if model is not None else config.get("model")
     tool_list: list[ToolLike]
@@ -412,7 +428,7 @@ async def areplay(
     journal = open_journal(db, read_only=True)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
-    program = program or load_program(record.program)
+    program = _program_of(record, config, program)
     call_args = json.loads(record.args_json)
     entries = journal.entries(run_id)
     result = await execute(

@@ -694,6 +694,15 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     problems = _entry_problems(entries)
     if problems:
         raise JournalError(f"{source}: {problems[0]}")
+    # a run from elsewhere names code; it runs only when the user names the program again
+    try:
+        config = json.loads(run.config_json or "{}")
+    except ValueError:
+        raise JournalError(f"{source}, line 1: the run's config is not JSON") from None
+    if not isinstance(config, dict):
+        raise JournalError(f"{source}, line 1: the run's config is not a JSON object")
+    run = run.model_copy(update={"config_json": json.dumps({**config, "imported_from": source}, sort_keys=True,
+                                                            separators=(",", ":"))})  # fmt: skip
     journal.create_run(run)
     journal.add_entries(entries)
     return run

@@ -177,7 +177,7 @@ class _Stream:
 class HttpModel(ABC):
     """A model behind an HTTP API. Subclasses give the wire format."""
 
-    provider: ClassVar[str]
+    provider: str
 
     def __init__(
         self,
@@ -724,6 +724,8 @@ def provider_model(spec: str) -> HttpModel | None:
         name, at, url = rest.rpartition("@")
         if not at or not name or "://" not in url:
             raise ValueError(f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1")
-        key = os.environ.get("OPENAI_COMPATIBLE_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        return OpenAIModel(name, base_url=url, api_key=key)
+        # its own variable only: OpenAI's key is never sent to another server
+        model = OpenAIModel(name, base_url=url, api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY"))
+        model.provider = "openai-compatible"
+        return model
     return None

@@ -9,8 +9,8 @@ checkpoint before it, and the recorded and new effects side by side as a diff.
 from __future__ import annotations
 
 import difflib
-import importlib
 import json
+import sys
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,14 +118,16 @@ def error_json(exc: BaseException) -> str:
 
 
 def decode_error(text: str | None) -> Exception:
-    """Rebuild a recorded exception: its own class when it can be imported and built from
-    its message, else a :class:`ReplayedError` naming it."""
+    """Rebuild a recorded exception: its own class when its module is loaded and it can be
+    built from its message, else a :class:`ReplayedError` naming it."""
     data = json.loads(text or "{}")
     type_name = str(data.get("type", "Exception"))
     message = str(data.get("message", ""))
     module, _, qual = type_name.partition(":")
     try:
-        obj: Any = importlib.import_module(module)
+        # only classes of modules already loaded: a journal never makes opdsl import (and so
+        # run) a module it names
+        obj: Any = sys.modules[module]
         for part in qual.split("."):
             obj = getattr(obj, part)
         if isinstance(obj, type) and issubclass(obj, Exception):

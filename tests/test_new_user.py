@@ -480,3 +480,22 @@ def test_scripted_sleep_runs_on_the_virtual_clock() -> None:
     assert ScriptedInterpreter([]).run(program).value.failure() == TimedOut(seconds=3600)
     # a script may still expect the sleep; the clock still runs it
     assert ScriptedInterpreter([(expect("sleep"), None)]).run(program).value.failure() == TimedOut(seconds=3600)
+
+
+def test_openai_compatible_never_sends_openais_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-key-not-for-you")
+    monkeypatch.delenv("OPENAI_COMPATIBLE_API_KEY", raising=False)
+
+    def hello() -> Op[str]:
+        return (yield from infer("hi")).text
+
+    with ScriptedServer([openai("one"), openai("two")]) as srv:
+        spec = f"openai-compatible:local@{srv.url}/v1"
+        assert run(hello, model=spec, db=MemoryJournal()).value == "one"
+        assert "authorization" not in srv.headers[0]
+        monkeypatch.setenv("OPENAI_COMPATIBLE_API_KEY", "local-key")
+        assert run(hello, model=spec, db=MemoryJournal()).value == "two"
+        assert srv.headers[1]["authorization"] == "Bearer local-key"
+    with ScriptedServer([status(400, "bad")]) as srv:
+        failed = run(hello, model=f"openai-compatible:local@{srv.url}/v1", db=MemoryJournal())
+        assert "openai-compatible" in str(failed.error)

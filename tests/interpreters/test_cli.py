@@ -77,8 +77,19 @@ def test_export_import(capsys: pytest.CaptureFixture[str], script: str, tmp_path
     assert code == 0
     code, out, _ = opdsl(capsys, "import", "run.jsonl", "--db", "copy.db")
     assert code == 0 and f"imported run {run_id}" in out
+    assert "runs only when you pass --program tests.fixtures.durable_programs:chat" in out
     code, out, _ = opdsl(capsys, "export", run_id, "--db", "copy.db")
-    assert out == Path("run.jsonl").read_text()
+    # the same run, now saying where it came from
+    assert out.replace('\\"imported_from\\":\\"run.jsonl\\",', "") == Path("run.jsonl").read_text()
+    # a journal from a file runs no code until the program is named again
+    code, _, err = opdsl(capsys, "replay", run_id, "--db", "copy.db")
+    assert code == 2 and "was imported from run.jsonl" in err and "--program" in err
+    code, out, _ = opdsl(capsys, "replay", run_id, "--db", "copy.db", "--program", CHAT)
+    assert code == 0
+    code, _, err = opdsl(capsys, "answer", run_id, "me", "--db", "copy.db", "--quiet")
+    assert code == 2 and "was imported from run.jsonl" in err
+    code, _, err = opdsl(capsys, "replay", run_id, "--db", "copy.db", "--program", "os:system")
+    assert code == 2 and "is not a program" in err
 
 
 @pytest.mark.parametrize(
