@@ -1,0 +1,87 @@
+"""The journal tells the truth: one writer even when two processes take over a dead one's
+lock at once; a damaged journal is a clear error; a read-only journal can still be read."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interpreters import JournalError, SqliteJournal, open_journal, run
+from interpreters.__main__ import main
+from tests.fixtures.durable_programs import TOOLS, Counted, appender
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TAKE_OVER = """
+import sys, time
+sys.path.insert(0, {root!r})
+import interpreters._journal as j
+j._before_takeover = lambda run_id: time.sleep(1.0)  # both read the dead holder, then pause
+journal = j.SqliteJournal({db!r})
+try:
+    journal.acquire("r1")
+    print("WRITER", flush=True)
+    time.sleep(2.0)
+except j.RunLocked as exc:
+    print("REFUSED", exc, flush=True)
+"""
+
+
+def test_two_processes_taking_over_a_dead_lock_never_both_win(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    journal = SqliteJournal(db)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    journal._db.execute("INSERT INTO locks (run_id, holder, pid, host) VALUES ('r1', 'gone', ?, ?)",
+                        (int(dead.stdout), __import__("socket").gethostname()))  # fmt: skip
+    script = TAKE_OVER.format(root=str(ROOT), db=db)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert sorted(o.split()[0] for o in outs) == ["REFUSED", "WRITER"], outs
+
+
+def test_a_missing_table_or_a_malformed_row_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    done = run(appender, str(tmp_path / "o.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE entries SET status='bogus' WHERE address='2'")
+    raw.commit()
+    assert main(["show", done.run_id, "--db", str(db)]) == 2
+    assert f"entry 2 of run {done.run_id} is malformed" in capsys.readouterr().err
+    raw.execute("DROP TABLE entries")
+    raw.commit()
+    raw.close()
+    for argv in (["runs"], ["show", done.run_id], ["replay", done.run_id]):
+        assert main([*argv, "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert "is corrupt: the table(s) entries are missing" in err, err
+    with pytest.raises(JournalError, match="is corrupt"):
+        run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, db=str(db))
+    assert "entries" not in {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions; the folder test below still runs")
+def test_a_read_only_file_can_be_read(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, state=Counted(), db=str(db))
+    db.chmod(stat.S_IRUSR)
+    assert open_journal(db, read_only=True).runs()
+
+
+def test_a_read_only_journal_is_read_and_only_writing_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    done = run(appender, str(tmp_path / "o.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
+    before = db.read_bytes()
+    for argv in (["runs"], ["show", done.run_id], ["checkpoints", done.run_id], ["replay", done.run_id],
+                 ["export", done.run_id], ["runs", "--json"]):  # fmt: skip
+        assert main([*argv, "--db", str(db)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    journal = open_journal(db, read_only=True)
+    with pytest.raises(JournalError, match="opened read-only; it cannot be written"):
+        journal.acquire(done.run_id)
+    assert db.read_bytes() == before
