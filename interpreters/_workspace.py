@@ -23,6 +23,7 @@ import re
 import shutil
 import stat
 import sys
+import time
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -31,6 +32,7 @@ from typing import Any, final
 
 import anyio
 import git
+import regex
 
 from interpreters._process import kill_group
 from interpreters._sandbox import bwrap_argv, sandbox_problem
@@ -113,6 +115,8 @@ class Workspace:
         self.confine = confine if confine is not None else os.environ.get("OPDSL_UNCONFINED") != "1"
         self.network = network
         self.pass_env = frozenset(pass_env)
+        #: the time one search may take, whatever its pattern
+        self.search_seconds = 5.0
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -187,9 +191,17 @@ class Workspace:
             real = self.resolve(path)
             if real.is_dir():
                 return _fail(f"{path} is a directory; use list_files")
-            fd = self.open(real, os.O_RDONLY)
+            fd = self.open(real, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
         except (WorkspaceError, FileNotFoundError) as exc:
             return _fail(str(exc) if isinstance(exc, WorkspaceError) else f"{path} does not exist")
+        except OSError as exc:  # a socket cannot be opened at all
+            return _fail(f"{path} is not a regular file; it cannot be read ({exc.strerror})")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            return _fail(f"{path} is {kind}, not a regular file; it cannot be read")
+        os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             whole = start_line == 1 and end_line is None
@@ -213,6 +225,7 @@ class Workspace:
             real = self.resolve(path, write=True)
             if real.is_dir():
                 return _fail(f"{path} is a directory")
+            self._check_hard_links(real)
             fd = self.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
         except WorkspaceError as exc:
             return _fail(str(exc))
@@ -265,9 +278,10 @@ class Workspace:
     def search(self, pattern: str, path: str = ".", glob: str | None = None, max_results: int = 100) -> ToolResult:
         """Search text files for a regular expression; answers file:line: text."""
         try:
-            rx = re.compile(pattern)
-        except re.error as exc:
+            rx = regex.compile(pattern)
+        except regex.error as exc:
             return _fail(f"bad regular expression {pattern!r}: {exc}")
+        deadline = time.monotonic() + self.search_seconds
         listing = self.list_files(path, glob)
         if not listing.ok:
             return listing
@@ -279,32 +293,92 @@ class Workspace:
             if not read.ok:
                 continue
             for i, line in enumerate(read.output.splitlines(), start=1):
-                if rx.search(line):
+                try:
+                    # a backtracking pattern cannot hang the run: the search has a time bound
+                    found = rx.search(line, timeout=max(0.001, deadline - time.monotonic()))
+                except TimeoutError:
+                    return _fail(f"the regular expression {pattern[:80]!r} took longer than {self.search_seconds:g}s "
+                                 f"(stopped in {name}, line {i}); use a simpler pattern")  # fmt: skip
+                if found:
                     hits.append(f"{name}:{i}: {line[:200]}")
                     if len(hits) >= max_results:
                         return ToolResult(output="\n".join(hits) + f"\n(stopped at {max_results} matches)")
         return ToolResult(output="\n".join(hits) if hits else "(no matches)")
 
     def delete_path(self, path: str) -> ToolResult:
-        """Delete a file or a folder."""
+        """Delete a file or a folder (a symlink: the link, never what it points to)."""
         try:
-            real = self.resolve(path, write=True)
+            if not isinstance(path, str) or not path.strip("/"):
+                raise WorkspaceError("a path is needed")
+            head, _, name = path.rstrip("/").rpartition("/")
+            if name in (".", ".."):
+                real = self.resolve(path, write=True)
+            else:
+                # the entry itself, in its real folder: a symlink is removed, not followed
+                real = self.resolve(head or ("/" if path.startswith("/") else ".")) / name
+                if os.path.islink(real):
+                    self._check_name(real)
+                else:
+                    real = self.resolve(self.relative(real), write=True)
         except WorkspaceError as exc:
             return _fail(str(exc))
         if real == self.root:
             return _fail("refusing to delete the workspace root")
         rel = self.relative(real)
-        locked = [f for f in self.files() if (f == rel or f.startswith(rel + "/")) and self.is_locked(f)]
-        if locked:
-            return _fail(f"{rel} holds locked files: {', '.join(locked[:5])}")
         st = os.lstat(real) if os.path.lexists(real) else None
         if st is None:
             return _fail(f"{path} does not exist")
+        if stat.S_ISLNK(st.st_mode):
+            real.unlink()
+            return ToolResult(output=f"deleted the link {rel} (not what it points to)")
+        locked = [f for f in self._all_files(real) if self.is_locked(f)]
+        try:
+            self._check_hard_links(real)
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        if locked:
+            return _fail(f"{rel} holds locked files: {', '.join(locked[:5])}")
         if stat.S_ISDIR(st.st_mode):
             shutil.rmtree(real)
         else:
             real.unlink()
         return ToolResult(output=f"deleted {rel}")
+
+    def _check_name(self, real: Path) -> None:
+        """A symlink about to be removed: its own name must be allowed and not locked."""
+        rel = real.relative_to(self.root)
+        if any(p in FORBIDDEN for p in rel.parts):
+            raise WorkspaceError(f"{rel.as_posix()} is inside a folder tools may not touch")
+        if self.is_locked(rel.as_posix()):
+            raise WorkspaceError(f"{rel.as_posix()} is locked: the program does not allow changing it")
+
+    def _all_files(self, real: Path) -> list[str]:
+        """Every file at or under ``real``, git-ignored ones included, relative to the root."""
+        if not real.is_dir() or real.is_symlink():
+            return [self.relative(real)]
+        out = []
+        for dirpath, _dirs, names in os.walk(real):
+            out += [self.relative(Path(dirpath) / n) for n in names]
+        return out
+
+    def _check_hard_links(self, real: Path) -> None:
+        """Refuse to change a file (or a folder's file) that is a hard link to a locked file."""
+        if not self.locked:
+            return
+        linked = set()
+        for rel in self._all_files(real):
+            with suppress(OSError):
+                st = os.lstat(self.root / rel)
+                if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                    linked.add((st.st_dev, st.st_ino))
+        if not linked:
+            return
+        for rel in self._all_files(self.root):
+            if self.is_locked(rel) and not any(p in FORBIDDEN for p in rel.split("/")):
+                with suppress(OSError):
+                    st = os.lstat(self.root / rel)
+                    if (st.st_dev, st.st_ino) in linked:
+                        raise WorkspaceError(f"{self.relative(real)} is a hard link to the locked file {rel}")
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -177,8 +177,9 @@ class BudgetExhausted(_Value):
     budget: Budget
     spent: Spent
     exceeded: Literal["tokens", "usd", "model_calls", "tool_calls", "seconds"]
-    #: why, when the measure alone does not say (a ``usd`` budget that cannot price a call)
-    reason: str | None = None
+    #: why, when the measure alone does not say (a ``usd`` budget that cannot price a call);
+    #: left out of the canonical form when None, as journals before it have it
+    reason: str | None = Field(default=None, json_schema_extra={"omit_if_none": True})
 
 
 class TimedOut(_Value):

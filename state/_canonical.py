@@ -41,6 +41,23 @@ _EXACT_SCALARS = frozenset({str, int, bool, type(None)})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_OMIT: dict[type, tuple[str, ...]] = {}
+
+
+def _omitted(cls: type[BaseModel]) -> tuple[str, ...]:
+    """Fields left out of the canonical form while they are None: fields added to a value
+    type after journals held it (``json_schema_extra={"omit_if_none": True}``), so that the
+    same value is still the same bytes as in those journals."""
+    names = _OMIT.get(cls)
+    if names is None:
+        names = tuple(
+            n for n, f in cls.model_fields.items()
+            if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("omit_if_none")
+        )  # fmt: skip
+        _OMIT[cls] = names
+    return names
+
+
 def _dataclass_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
@@ -66,7 +83,11 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
             for i, item in enumerate(value)
         ]
     if isinstance(value, BaseModel):
-        return _fields(value, cls.model_fields, path, {})
+        out = _fields(value, cls.model_fields, path, {})
+        for name in _omitted(cls):
+            if getattr(value, name) is None:
+                del out[name]
+        return out
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = getattr(value, "kind", None)
         return _fields(value, _dataclass_fields(cls), path, {"kind": kind} if isinstance(kind, str) else {})
