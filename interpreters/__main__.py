@@ -124,7 +124,9 @@ def _report(result: Any) -> int:
         print(shown)
         print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
         return 0
-    print(result.describe(), file=sys.stderr)
+    from interpreters._redact import Redactor
+
+    print(Redactor.from_env()(result.describe()), file=sys.stderr)
     if result.status == "waiting":
         print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
         return 0
@@ -405,7 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError,
             RecursionError) as exc:
-        message = " ".join(str(exc).split())
+        from interpreters._redact import Redactor
+
+        message = Redactor.from_env()(" ".join(str(exc).split()))
         print(f"opdsl: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

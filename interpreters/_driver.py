@@ -42,6 +42,7 @@ from returns.result import Failure, Result, Success
 
 from interpreters._clock import Clock
 from interpreters._journal import Entry, Journal, RunRecord
+from interpreters._redact import Redactor
 from interpreters._replay import (
     Divergence,
     ReplayLog,
@@ -348,6 +349,8 @@ class Driver:
         self.log = log
         self.last_checkpoint: tuple[str, str] | None = None
         self._record = journal is not None or bus.active
+        #: secrets are replaced before anything is journaled (events: the bus does the same)
+        self.redact = Redactor.from_env()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -449,7 +452,7 @@ class Driver:
             data = self._payload(effect, address)
             now = self.clock.now()
             if self.journal is not None:
-                self.journal.begin(self.run_id, address, effect.kind, dump_jsonable(data), now)
+                self.journal.begin(self.run_id, address, effect.kind, self.redact(dump_jsonable(data)), now)
             if self.bus.active:
                 self.bus.emit(
                     EffectStarted(run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data)
@@ -482,8 +485,8 @@ class Driver:
                 address,
                 status,
                 at=now,
-                result_json=result_json,
-                error_json=None if exc is None else error_json(exc),
+                result_json=self.redact.optional(result_json),
+                error_json=None if exc is None else self.redact(error_json(exc)),
                 usage_json=None if usage is None else canonical_json(usage),
             )
         if self.bus.active:
@@ -534,7 +537,7 @@ class Driver:
                     dump_jsonable(self._payload(effect, address)),
                 )  # fmt: skip
             return None
-        now = dump_jsonable(self._payload(effect, address))
+        now = self.redact(dump_jsonable(self._payload(effect, address)))
         if now != entry.effect_json:
             raise self._diverged(frame, address, "the program asks for a different effect here", entry.effect_json, now)
         log.used.add(address)
@@ -1077,8 +1080,8 @@ async def execute(
                         run_id,
                         status,
                         at=clock.now(),
-                        result_json=result_json,
-                        error_json=err,
+                        result_json=driver.redact.optional(result_json),
+                        error_json=driver.redact.optional(err),
                         final_state_json=None if final_state is None else final_state.canonical(),
                     )
             finally:

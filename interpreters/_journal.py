@@ -30,6 +30,8 @@ from typing import Any, Literal, final
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from interpreters._redact import Redactor
+
 __all__ = [
     "DEFAULT_DB",
     "Entry",
@@ -665,7 +667,8 @@ def export_run(journal: Journal, run_id: str) -> str:
     """A run as JSONL: its record on the first line, then one entry a line."""
     lines = [json.dumps({"run": journal.run(run_id).model_dump()}, sort_keys=True)]
     lines += [json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in journal.entries(run_id)]
-    return "\n".join(lines) + "\n"
+    # a journal written before redaction (or with other secrets about) leaves none in the file
+    return Redactor.from_env()("\n".join(lines) + "\n")
 
 
 def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:

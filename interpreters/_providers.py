@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from importlib import resources
-from typing import Any, ClassVar, final
+from typing import Any, final
 
 import anyio
 import anyio.lowlevel

@@ -23,8 +23,8 @@ import re
 import shutil
 import stat
 import sys
-import time
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -35,13 +35,12 @@ import git
 import regex
 
 from interpreters._process import kill_group
+from interpreters._redact import SECRET_MARKERS, Redactor, looks_secret
 from interpreters._sandbox import bwrap_argv, sandbox_problem
 from interpreters._tools import Tool
 from op import ToolResult
 
 __all__ = ["SECRET_MARKERS", "Workspace", "WorkspaceError"]
-
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 FORBIDDEN = (".git", ".opdsl")
 PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "SHELL", "TMPDIR",
             "VIRTUAL_ENV", "PYTHONPATH", "NODE_PATH", "NO_COLOR")
@@ -386,8 +385,7 @@ class Workspace:
         # only what a build or a test runner needs, never the rest of the parent's environment
         env = {}
         for name, value in os.environ.items():
-            upper = name.upper()
-            if any(m in upper for m in SECRET_MARKERS) or name in self.secret_names:
+            if looks_secret(name, self.secret_names):
                 continue
             if name in self.pass_env or name.startswith("LC_"):
                 env[name] = value
@@ -396,16 +394,8 @@ class Workspace:
         env.update({"PAGER": "cat", "GIT_PAGER": "cat", "CI": "1", "TQDM_DISABLE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
         return env
 
-    def _secrets(self) -> list[str]:
-        return [
-            v for n, v in os.environ.items()
-            if (any(m in n.upper() for m in SECRET_MARKERS) or n in self.secret_names) and len(v) >= 6
-        ]  # fmt: skip
-
     def _redact(self, text: str) -> str:
-        for secret in self._secrets():
-            text = text.replace(secret, "[redacted]")
-        return text
+        return Redactor.from_env(extra_names=self.secret_names)(text)
 
     async def run(self, command: list[str] | str, cwd: str = ".", timeout: float | None = None) -> ToolResult:
         """Run an allowed command in the workspace (an argument list; a string only when the
