@@ -23,6 +23,22 @@ class UsageError(Exception):
     """Bad command-line input."""
 
 
+_STARTED: list[tuple[str, str | None]] = []
+"""(run id, journal) of the runs this command started or continued, for a Ctrl-C message."""
+
+
+def _sinks(a: argparse.Namespace) -> list[Any]:
+    """The live console (unless --quiet), and a note of which run is going."""
+    from interpreters import ConsoleSink
+    from op import RunStarted
+
+    def note(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            _STARTED.append((event.run_id, a.db))
+
+    return [note] if a.quiet else [note, ConsoleSink(_console())]
+
+
 def _parse_args(pairs: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -78,7 +94,7 @@ def _when(t: float | None) -> str:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from interpreters import ConsoleSink, dry_run, load_program, run
+    from interpreters import dry_run, load_program, run
     from interpreters._durable import load_object
     from state import CRDTModel
 
@@ -97,7 +113,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=workspace)
         print(plan.render())
         return 0 if plan.status == "completed" else 1
-    sinks = [] if a.quiet else [ConsoleSink(_console())]
+    sinks = _sinks(a)
     result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
                  kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=workspace)  # fmt: skip
     return _report(result)
@@ -257,7 +273,7 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
-    from interpreters import ConsoleSink, load_program, resume
+    from interpreters import load_program, resume
 
     kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
     if a.workspace:
@@ -268,8 +284,7 @@ def cmd_resume(a: argparse.Namespace) -> int:
         kwargs["tools"] = _load_tools(a.tools)
     if a.program:
         kwargs["program"] = load_program(a.program)
-    sinks = [] if a.quiet else [ConsoleSink(_console())]
-    return _report(resume(a.run, on_event=sinks, **kwargs))
+    return _report(resume(a.run, on_event=_sinks(a), **kwargs))
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
@@ -282,10 +297,9 @@ def cmd_replay(a: argparse.Namespace) -> int:
 
 
 def cmd_answer(a: argparse.Namespace) -> int:
-    from interpreters import ConsoleSink, resume
+    from interpreters import resume
 
-    sinks = [] if a.quiet else [ConsoleSink(_console())]
-    return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=sinks))
+    return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=_sinks(a)))
 
 
 def cmd_export(a: argparse.Namespace) -> int:
@@ -413,8 +427,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opdsl: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("opdsl: stopped; continue with `opdsl resume RUN`", file=sys.stderr)
+        print(_stopped(), file=sys.stderr)
         return 130
+
+
+def _stopped() -> str:
+    """What Ctrl-C left: a run to continue, or nothing."""
+    from interpreters import open_journal
+
+    for run_id, db in reversed(_STARTED):
+        try:
+            status = open_journal(db, read_only=True).run(run_id).status
+        except Exception:
+            continue
+        if status in ("running", "cancelled", "waiting"):
+            where = f" --db {db}" if db else ""
+            return f"opdsl: stopped; continue with: opdsl resume {run_id}{where}"
+    return "opdsl: stopped; no run was left to continue"
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import signal
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never, cast, final
 
@@ -41,7 +43,7 @@ import anyio
 from returns.result import Failure, Result, Success
 
 from interpreters._clock import Clock
-from interpreters._journal import Entry, Journal, RunRecord
+from interpreters._journal import Entry, Journal, JournalError, RunRecord
 from interpreters._redact import Redactor
 from interpreters._replay import (
     Divergence,
@@ -351,6 +353,8 @@ class Driver:
         self._record = journal is not None or bus.active
         #: secrets are replaced before anything is journaled (events: the bus does the same)
         self.redact = Redactor.from_env()
+        #: Ctrl-C was pressed: the run stops before its next effect
+        self.interrupted = False
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -386,6 +390,8 @@ class Driver:
 
     async def perform(self, effect: AnyEffect, address: str, frame: Frame) -> Any:
         """Check budgets, then perform one effect."""
+        if self.interrupted:
+            raise KeyboardInterrupt
         if frame.scopes and not self._in_record(address):
             # budgets judge what runs now; an effect the record finished is fed back as it
             # was, so a resume after a deadline agrees with a replay (and is charged below)
@@ -1033,7 +1039,8 @@ async def execute(
     question: str | None = None
     result_json: str | None = None
     try:
-        value = await driver.drive(gen, root)
+        with _stop_on_interrupt(driver):
+            value = await driver.drive(gen, root)
         if journal is not None:
             result_json = driver._json(value, "the program's return value", root.last or "0")
         if log is not None and log.strict:
@@ -1068,7 +1075,10 @@ async def execute(
                     err = canonical_json(
                         {"type": type(error).__name__, "message": str(error), "address": address}
                     )
-                if prior is not None and isinstance(error, Divergence):
+                if isinstance(error, JournalError):
+                    pass  # the journal cannot be written: the run stays as it stands (running),
+                    # to be resumed once the cause is gone
+                elif prior is not None and isinstance(error, Divergence):
                     # a resume that finds the program changed leaves the run as it was, so it
                     # can be resumed again once the program is put right
                     journal.finish_run(
@@ -1086,7 +1096,12 @@ async def execute(
                     )
             finally:
                 if locked:
-                    journal.release(run_id)
+                    try:
+                        journal.release(run_id)
+                    except JournalError:
+                        if not isinstance(error, JournalError):
+                            raise
+                        # the journal is failing: the lock is left, and taken over on resume
         if bus.active:
             bus.emit(RunFinished(run_id=run_id, at=clock.now(), status=status, error=message, address=address))
     return RunResult(
@@ -1109,6 +1124,36 @@ def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, 
         if e.kind == "checkpoint" and e.seq < before_seq and (best is None or e.seq > best.seq):
             best = e
     return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt(driver: Driver) -> Iterator[None]:
+    """Ctrl-C stops the run at its next effect, even while a synchronous tool blocks (which
+    no cancellation can reach); a second Ctrl-C interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if driver.interrupted or previous is signal.default_int_handler:
+            if driver.interrupted:
+                raise KeyboardInterrupt
+            driver.interrupted = True
+            return
+        driver.interrupted = True
+        if callable(previous):
+            previous(signum, frame)  # asyncio's: cancels what awaits, so a model call stops too
+
+    try:
+        signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _try_run(journal: Journal, run_id: str) -> RunRecord | None:

@@ -53,7 +53,11 @@ DEFAULT_DB = Path(".opdsl") / "runs.db"
 
 
 class JournalError(Exception):
-    """The journal was asked for something its records do not allow, or cannot be read."""
+    """The journal was asked for something its records do not allow, or cannot be read or
+    written. Never thrown into a program: a run whose journal fails ends there (failed, and
+    resumable once the cause is gone), so no run is recorded as finished with effects missing."""
+
+    opdsl_fatal = True
 
 
 class RunLocked(JournalError):
@@ -117,6 +121,10 @@ class Entry:
 _ENTRY_COLS = [f.name for f in dataclasses.fields(Entry)]
 _ENTRY_ADAPTER = TypeAdapter(Entry)
 _STATUSES = frozenset({"started", "completed", "failed", "cancelled"})
+
+
+_HELD: set[tuple[str, str]] = set()
+"""(journal file, run) pairs this process is writing now."""
 
 
 def _holder() -> str:
@@ -618,6 +626,7 @@ class SqliteJournal(Journal):
                 "INSERT INTO locks (run_id, holder, pid, host) VALUES (?, ?, ?, ?)",
                 (run_id, me, os.getpid(), host),
             )
+            _HELD.add((str(self.path.resolve()), run_id))
             return
         except sqlite3.IntegrityError:
             pass
@@ -626,8 +635,10 @@ class SqliteJournal(Journal):
             return self.acquire(run_id)
         holder, pid, their_host = row
         if their_host == host and (pid == os.getpid() or not _pid_alive(pid)):
-            if pid == os.getpid():
+            if pid == os.getpid() and (str(self.path.resolve()), run_id) in _HELD:
                 raise RunLocked(f"run {run_id} is already being written by this process")
+            # else: a dead process's lock, or this process's own left behind when the journal
+            # could not be written at release: take it over
             # the holder died (a crash): take the run over, only if nobody else did meanwhile
             _before_takeover(run_id)
             taken = self._exec(
@@ -636,10 +647,12 @@ class SqliteJournal(Journal):
             )
             if taken.rowcount != 1:
                 return self.acquire(run_id)  # someone else took it first: look again
+            _HELD.add((str(self.path.resolve()), run_id))
             return None
         raise RunLocked(f"run {run_id} is being written by {holder}; wait for it or stop that process")
 
     def release(self, run_id: str) -> None:
+        _HELD.discard((str(self.path.resolve()), run_id))
         self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
 
 

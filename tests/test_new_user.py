@@ -357,6 +357,7 @@ def test_a_removed_effect_names_the_checkpoint_and_the_effect(tmp_path: Path) ->
         yield from checkpoint("middle")
         return "done"
 
+    shorter.__qualname__ = two_tools.__qualname__  # the same program, edited
     with pytest.raises(Divergence) as caught:
         replay(first.run_id, db=db, program=shorter)
     text = str(caught.value)
@@ -499,3 +500,30 @@ def test_openai_compatible_never_sends_openais_key(monkeypatch: pytest.MonkeyPat
     with ScriptedServer([status(400, "bad")]) as srv:
         failed = run(hello, model=f"openai-compatible:local@{srv.url}/v1", db=MemoryJournal())
         assert "openai-compatible" in str(failed.error)
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_stops_at_the_next_effect_and_names_the_run(tmp_path: Path) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    db = str(tmp_path / "runs.db")
+    marker = str(tmp_path / "m")
+    argv = [sys.executable, "-m", "interpreters", "run", "tests.fixtures.new_user_programs:two_blocking_steps",
+            "--arg", f"marker={marker}", "--tools", "tests.fixtures.new_user_programs:blocking_step", "--db", db]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not Path(f"{marker}.1").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # while the sync tool blocks
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run_id = SqliteJournal(db).runs()[0].run_id
+    assert err.strip().splitlines()[-1] == f"opdsl: stopped; continue with: opdsl resume {run_id} --db {db}"
+    assert "Traceback" not in err
+    done = subprocess.run([sys.executable, "-m", "interpreters", "resume", run_id, "--db", db, "--quiet"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("step 2 done")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from interpreters import JournalError, SqliteJournal, open_journal, run
+from interpreters import JournalError, SqliteJournal, Tool, open_journal, resume, run
 from interpreters.__main__ import main
+from op import Op, tool
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,3 +86,53 @@ def test_a_read_only_journal_is_read_and_only_writing_says_so(tmp_path: Path, ca
     with pytest.raises(JournalError, match="opened read-only; it cannot be written"):
         journal.acquire(done.run_id)
     assert db.read_bytes() == before
+
+
+def grab_the_journal(db: str) -> str:
+    """Locks the journal file from another connection for a moment (as another program would)."""
+    import threading
+
+    holder = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    ready = threading.Event()
+
+    def release() -> None:
+        ready.wait(1.5)
+        holder.execute("COMMIT")
+        holder.close()
+
+    threading.Thread(target=release, daemon=True).start()
+    return "grabbed"
+
+
+def swallows_errors(db: str) -> Op[str]:
+    try:
+        result = yield from tool("grab_the_journal", {"db": db})
+    except Exception as exc:  # a program must never be handed the journal's failure
+        return f"swallowed {type(exc).__name__}"
+    return result.output
+
+
+def test_a_failing_journal_write_ends_the_run_and_it_resumes_later(tmp_path: Path) -> None:
+    import time
+
+    db = str(tmp_path / "runs.db")
+    journal = SqliteJournal(db, busy_timeout=0.2)
+    first = run(swallows_errors, db, tools=[grab_the_journal], db=journal)
+    assert first.status == "failed" and isinstance(first.error, JournalError), first.describe()
+    assert "locked" in str(first.error)
+    time.sleep(2)  # the other program lets go
+    record = SqliteJournal(db).run(first.run_id)
+    assert record.status == "running"  # not recorded as finished: resumable
+    entry = SqliteJournal(db).entries(first.run_id)[0]
+    assert entry.status == "started"
+    again = resume(first.run_id, db=db, tools=[lambda_free_tool])
+    assert again.value == "grabbed again"
+    assert SqliteJournal(db).run(first.run_id).status == "completed"
+
+
+def grab_again(db: str) -> str:
+    return "grabbed again"
+
+
+lambda_free_tool = Tool.from_function(grab_again, name="grab_the_journal")
