@@ -327,19 +327,41 @@ def cmd_import(a: argparse.Namespace) -> int:
 
 
 def cmd_gc(a: argparse.Namespace) -> int:
-    from interpreters import Workspace, open_journal
+    from interpreters import SqliteJournal, Workspace, open_journal
 
     journal = open_journal(a.db, create=False)
+    for run_id in a.runs:  # check them all before removing any
+        record = journal.run(run_id)
+        if record.status in ("running", "waiting"):
+            what = "is waiting for an answer" if record.status == "waiting" else "is running (or crashed)"
+            raise UsageError(f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)")
+    gone = set(a.runs)
+    # trees that runs kept still name at their checkpoints (a fork copies its parent's): kept
+    needed: set[str] = set()
+    for other in journal.runs():
+        if other.run_id in gone:
+            continue
+        for e in journal.entries(other.run_id):
+            if e.kind == "checkpoint" and e.result_json:
+                tree = (json.loads(e.result_json).get("world") or {}).get("tree")
+                if tree:
+                    needed.add(str(tree))
     for run_id in a.runs:
         record = journal.run(run_id)
-        if record.status == "running":
-            raise UsageError(f"run {run_id} is running (or crashed); resume it or stop it before removing it")
         root = json.loads(record.config_json or "{}").get("workspace")
-        dropped = 0
+        dropped = kept = 0
         if root and Path(root).is_dir():
-            dropped = Workspace(root).drop_snapshots(f"{run_id}/")
+            ws = Workspace(root)
+            for name, tree in ws.snapshots(f"{run_id}/").items():
+                if tree in needed:
+                    kept += 1
+                else:
+                    dropped += ws.drop_snapshot(name)
         journal.delete_run(run_id)
-        print(f"removed run {run_id} and {dropped} workspace snapshot(s)")
+        note = f", kept {kept} that other runs still need" if kept else ""
+        print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
+    if isinstance(journal, SqliteJournal):
+        journal.vacuum()  # give the space back
     return 0
 
 

@@ -616,6 +616,11 @@ class SqliteJournal(Journal):
             self.release(run_id)
         self._runs_known.pop(run_id, None)
 
+    def vacuum(self) -> None:
+        """Give the space of removed runs back to the file system."""
+        self._exec("VACUUM")
+        self._exec("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL mode: the file shrinks at the checkpoint
+
     # -- one writer per run -----------------------------------------------------------------
 
     def acquire(self, run_id: str) -> None:

@@ -24,7 +24,7 @@ from interpreters._models import Model, resolve_model
 from interpreters._providers import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters._sinks import EventBus, Sink
 from interpreters._tools import ToolLike, ToolRegistry
-from interpreters._workspace import Workspace
+from interpreters._workspace import Workspace, say_once
 from op import (
     Agent,
     Ask,
@@ -93,6 +93,7 @@ class LiveHandlers(Handlers):
     async def restore(self, snapshot: Any) -> None:
         tree = snapshot.get("tree") if isinstance(snapshot, dict) else None
         if tree and self.workspace is not None:
+            self.workspace.save_before_restore(str(tree))  # the user's own work is never lost
             self.workspace.restore(str(tree))
 
     async def _default_model(self, request: ModelRequest, call: Call) -> Response:
@@ -161,9 +162,12 @@ class LiveHandlers(Handlers):
                     effect = dataclasses.replace(effect, options={**effect.options, "cwd": str(cwd)})
                 return await backend(effect, call)
             case Checkpoint():
-                if self.workspace is not None and self.workspace.repo() is not None:
-                    tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
-                    return {"workspace": str(self.workspace.root), "tree": tree}
+                if self.workspace is not None:
+                    if self.workspace.repo() is not None:
+                        tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
+                        return {"workspace": str(self.workspace.root), "tree": tree}
+                    say_once(f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
+                             "checkpoints keep no snapshot of its files, and a fork cannot put them back")  # fmt: skip
                 return None
             case Emit():
                 return None

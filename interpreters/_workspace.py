@@ -51,7 +51,7 @@ DEFAULT_ALLOW = ("python", "python3", "pytest", "ruff", "mypy", "make", "npm", "
 _SAID: set[str] = set()
 
 
-def _say_once(line: str) -> None:
+def say_once(line: str) -> None:
     """One line on stderr, once a process."""
     if line not in _SAID:
         _SAID.add(line)
@@ -426,11 +426,11 @@ class Workspace:
         if problem is None:
             argv = bwrap_argv(argv, root=self.root, cwd=where, network=self.network)
         elif self.confine:
-            _say_once(f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "
+            say_once(f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "
                       "(or Workspace(confine=False)) to run them unconfined, with the allowlist only")  # fmt: skip
             return _fail(f"commands cannot run here: they must be confined and {problem}")
         else:
-            _say_once(f"opdsl: workspace commands are NOT confined ({problem}): only the allowlist "
+            say_once(f"opdsl: workspace commands are NOT confined ({problem}): only the allowlist "
                       "limits them")  # fmt: skip
         chunks: list[bytes] = []
         size = 0
@@ -623,6 +623,21 @@ class Workspace:
                 os.unlink(index)
         self._prune_empty_dirs()
 
+    def save_before_restore(self, tree: str) -> str | None:
+        """Before a fork puts the files of ``tree`` back: keep what is there now (the user's own
+        edits and new files since the run) as a snapshot of its own, and say how to get it back.
+        Returns its tree id, or None when there was nothing to keep."""
+        name = f"saved/{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
+        current = self.snapshot(name)
+        if current == tree:
+            self.drop_snapshot(name)
+            return None
+        say_once(
+            f"opdsl: the workspace's files differed from the checkpoint; they were saved as tree "
+            f"{current[:12]} (refs/opdsl/{name}); bring them back with: git -C {self.root} checkout {current} -- ."
+        )
+        return current
+
     def _prune_empty_dirs(self) -> None:
         for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
             rel = Path(dirpath).relative_to(self.root)
@@ -653,6 +668,13 @@ class Workspace:
         for name in names:
             repo.git.update_ref("-d", f"refs/opdsl/{name}")
         return len(names)
+
+    def drop_snapshot(self, name: str) -> int:
+        """Delete the one snapshot ref ``refs/opdsl/<name>``; returns 1, or 0 if there is none."""
+        if name not in self.snapshots(name):
+            return 0
+        self._need_repo().git.update_ref("-d", f"refs/opdsl/{name}")
+        return 1
 
     # -- as tools -----------------------------------------------------------------------------
 

@@ -284,11 +284,32 @@ def test_checkpoints_snapshot_the_workspace_and_forks_restore_it(repo: Path, cap
     # move the repository on, then fork from before the edit: the files come back to that point
     sh(repo, "reset", "-q", "--hard", "HEAD~1")
     (repo / "app.py").write_text("something else entirely\n")
+    (repo / "mine.txt").write_text("the user's new file\n")
+    capsys.readouterr()
     fork = resume(first.run_id, db=journal, from_checkpoint="before-edit", program=fixer)
     assert fork.status == "completed", fork.describe()
     assert "return a + b" in (repo / "app.py").read_text() and (repo / "CHANGES.md").exists()
     refs = Workspace(repo).snapshots()
     assert f"{first.run_id}/1" in refs and f"{fork.run_id}/4" in refs
+    # the user's own work was saved, named, and comes back with the command it printed
+    said = capsys.readouterr().err
+    command = said.split("bring them back with: ", 1)[1].strip()
+    assert not (repo / "mine.txt").exists()
+    subprocess.run(command, shell=True, check=True)
+    assert (repo / "mine.txt").read_text() == "the user's new file\n"
+    assert (repo / "app.py").read_text() == "something else entirely\n"
+
+
+def test_a_workspace_without_git_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert run(fixer_checkpoint_only, workspace=plain, db=MemoryJournal()).status == "completed"
+    err = capsys.readouterr().err
+    assert "is not a git repository: checkpoints keep no snapshot" in err
+
+
+def fixer_checkpoint_only() -> Op[None]:
+    yield from checkpoint("only")
 
 
 def test_workspace_tools_reach_the_model_and_refusals_come_back_readable(repo: Path) -> None:
@@ -331,3 +352,36 @@ def test_a_workspace_that_is_not_a_folder(tmp_path: Path) -> None:
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(WorkspaceError, match="is not a directory"):
         Workspace(tmp_path / "file.txt")
+
+
+def test_gc_removes_finished_runs_only_keeps_what_forks_need_and_gives_space_back(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from tests.fixtures.durable_programs import chat
+
+    db = str(tmp_path / "runs.db")
+    first = run(fixer, workspace=repo, db=db)
+    fork = resume(first.run_id, db=db, from_checkpoint="before-edit", program=fixer)
+    waiting = run(chat, "x" * 200_000, db=db)
+    assert waiting.status == "waiting"
+    capsys.readouterr()
+    assert main(["gc", waiting.run_id, "--db", db]) == 2
+    assert "is waiting for an answer" in capsys.readouterr().err
+    # the fork's copied checkpoints name the parent's trees: those refs stay
+    before = dict(Workspace(repo).snapshots(f"{first.run_id}/"))
+    assert main(["gc", first.run_id, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "kept" in out and "other runs still need" in out
+    kept = Workspace(repo).snapshots(f"{first.run_id}/")
+    assert kept and set(kept.values()) <= set(before.values())
+    assert resume(fork.run_id, db=db, from_checkpoint="before-edit", program=fixer).status == "completed"
+    # space comes back: remove the big waiting run once it is answered and finished
+    assert resume(waiting.run_id, db=db, answer="me", model=ScriptedModel(["ok"])).status == "completed"
+    size = Path(db).stat().st_size
+    with sqlite3.connect(db) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = Path(db).stat().st_size
+    assert main(["gc", waiting.run_id, "--db", db]) == 0
+    assert Path(db).stat().st_size < size
