@@ -385,6 +385,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("program")
     p.add_argument("--arg", action="append", default=[], help="a program argument, NAME=VALUE (JSON or text)")
     p.add_argument("--model", help="a model spec, e.g. scripted:answers.json")
+    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included (default 600)")
     p.add_argument("--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)")
     p.add_argument("--state", help="the initial state, a CRDTModel class as module:Class")
     p.add_argument("--seed", help="the seed of random() and uuid()")
@@ -404,6 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
     p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
     p.add_argument("--model")
+    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included")
     p.add_argument("--tools", action="append", default=[])
     p.add_argument("--program", help="module:function; needed for a run imported from a file")
     p.add_argument("--quiet", action="store_true")
@@ -432,6 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     from op import NotSerializable, OpdslError
 
     args = _parser().parse_args(argv)
+    if getattr(args, "model_timeout", None) is not None:
+        if not args.model_timeout > 0:
+            print("opdsl: error: --model-timeout must be a positive number of seconds", file=sys.stderr)
+            return 2
+        os.environ["OPDSL_MODEL_TIMEOUT"] = str(args.model_timeout)
     # programs are named module:function, importable from here as with `python -m`
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

@@ -35,6 +35,7 @@ from typing import Any, final
 import anyio
 import anyio.lowlevel
 import httpx
+from pydantic import ValidationError
 
 from interpreters._models import CallInfo
 from op import Message, ModelError, ModelRequest, Response, ToolCall, ToolSpec, Usage
@@ -166,6 +167,17 @@ class _Stream:
 
     delivered: bool = False
     text: list[str] = field(default_factory=list)
+    #: the most bytes the answer may have (0: no cap), and how many came so far
+    limit: int = 0
+    size: int = 0
+
+    async def lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The response's lines, counting their bytes against the cap."""
+        async for line in response.aiter_lines():
+            self.size += len(line) + 1
+            if self.limit and self.size > self.limit:
+                raise AnswerTooLarge(self.limit)
+            yield line
 
     def token(self, call: CallInfo, text: str) -> None:
         if text:
@@ -186,10 +198,13 @@ class HttpModel(ABC):
         base_url: str,
         api_key: str | None = None,
         stream: bool = True,
-        timeout: float = 600.0,
+        timeout: float | None = None,
         retry: RetryPolicy | None = None,
         prices: Prices | None = None,
         max_connections: int = 256,
+        connect_timeout: float = 10.0,
+        idle_timeout: float = 120.0,
+        max_answer_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -197,7 +212,14 @@ class HttpModel(ABC):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.stream = stream
-        self.timeout = httpx.Timeout(timeout, connect=min(10.0, timeout))
+        if timeout is None:
+            timeout = float(os.environ.get("OPDSL_MODEL_TIMEOUT") or 600.0)
+        #: the whole call, retries included: connect, first byte, every byte of the answer
+        self.deadline = timeout
+        #: connecting; and the longest wait for the next bytes (the first byte, an idle stream)
+        self.timeout = httpx.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout))
+        #: an answer longer than this is an error, not memory and a huge journal row
+        self.max_answer_bytes = max_answer_bytes
         self.retry = retry or RetryPolicy()
         self.prices = prices or Prices()
         per_shard = max(1, -(-max_connections // _SHARDS))
@@ -275,16 +297,30 @@ class HttpModel(ABC):
         body = self._body(request, stream)
         url = self.base_url + self._path()
         attempt = 0
+        ends = time.monotonic() + self.deadline
         while True:
             seen = _Stream()
             try:
-                return self._priced(await self._send(url, body, stream, call, seen))
+                left = ends - time.monotonic()
+                if left <= 0:
+                    raise self.error(f"no answer within the call's deadline of {self.deadline:g}s")
+                with anyio.fail_after(left):
+                    return self._priced(await self._send(url, body, stream, call, seen))
+            except TimeoutError:
+                raise self.error(f"no whole answer within the call's deadline of {self.deadline:g}s") from None
             except ProviderError as exc:
                 if not exc.retryable or seen.delivered or attempt >= self.retry.max_retries:
                     raise
                 delay = self.retry.delay(attempt, getattr(exc, "headers", None))
+                if time.monotonic() + delay >= ends:
+                    raise  # no time left for another try
             attempt += 1
             await call.clock.sleep(delay)
+
+    def _checked(self, response: Response) -> Response:
+        if any(not c.name for c in response.tool_calls):
+            raise self.error("the answer has a tool call without a tool name")
+        return response
 
     async def _send(self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream) -> Response:
         headers = {**self._headers(), "content-type": "application/json"}
@@ -300,14 +336,32 @@ class HttpModel(ABC):
                     )
                     err.headers = response.headers  # type: ignore[attr-defined]
                     raise err
-                if stream:
-                    return await self._read_stream(response, call, seen)
-                raw = await response.aread()
+                status = response.status_code
                 try:
-                    data = json.loads(raw)
-                except ValueError:
-                    raise self.error(f"the answer is not JSON: {raw[:200]!r}", response.status_code) from None
-                return self._parse(data)
+                    if stream:
+                        seen.limit = self.max_answer_bytes
+                        return self._checked(await self._read_stream(response, call, seen))
+                    raw = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        raw += chunk
+                        if len(raw) > self.max_answer_bytes:
+                            raise self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status)
+                    try:
+                        data = json.loads(raw)
+                    except ValueError:
+                        raise self.error(f"the answer is not JSON: {bytes(raw[:200])!r}", status) from None
+                    return self._checked(self._parse(data))
+                except AnswerTooLarge:
+                    raise self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status) from None
+                except ProviderError as exc:
+                    if exc.status is None:  # from a parser: add the status it came with
+                        head = f"{self.provider} model {self.model}: "
+                        exc.args = (str(exc).replace(head, f"{head}HTTP {status}: ", 1),)
+                        exc.status = status
+                    raise
+                except (KeyError, TypeError, AttributeError, IndexError, ValueError, ValidationError) as exc:
+                    # an answer of the wrong shape: say whose, never a bare AttributeError
+                    raise self.error(f"a malformed answer ({type(exc).__name__}: {str(exc)[:200]})", status) from None
         except httpx.TimeoutException as exc:
             raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
         except httpx.TransportError as exc:
@@ -315,10 +369,14 @@ class HttpModel(ABC):
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
 
 
-async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+class AnswerTooLarge(Exception):
+    """A streamed answer went past the model's ``max_answer_bytes``."""
+
+
+async def _sse(response: httpx.Response, seen: _Stream) -> AsyncIterator[tuple[str, str]]:
     """(event, data) pairs of a server-sent-events stream."""
     event, data = "message", list[str]()
-    async for line in response.aiter_lines():
+    async for line in seen.lines(response):
         if line == "":
             if data:
                 yield event, "\n".join(data)
@@ -400,7 +458,7 @@ class OpenAIModel(HttpModel):
         usage = Usage()
         model = self.model
         any_choice = False
-        async for _event, data in _sse(response):
+        async for _event, data in _sse(response, seen):
             if data.strip() == "[DONE]":
                 break
             chunk = _loads(data, self)
@@ -550,7 +608,7 @@ class AnthropicModel(HttpModel):
         stop = None
         model = self.model
         finished = False
-        async for event, data in _sse(response):
+        async for event, data in _sse(response, seen):
             msg = _loads(data, self)
             kind = msg.get("type", event)
             if kind == "error":
@@ -678,7 +736,7 @@ class OllamaModel(HttpModel):
 
     async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
         calls: list[ToolCall] = []
-        async for line in response.aiter_lines():
+        async for line in seen.lines(response):
             if not line.strip():
                 continue
             data = _loads(line, self)

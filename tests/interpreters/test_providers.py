@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,7 @@ def test_a_stream_cut_before_any_output_is_retried_after_output_it_is_an_error()
     with ScriptedServer([openai("abcdefgh", cut=2), openai("again")]) as srv:
         result = run(ask_catching, model=openai_model(srv), clock=clock, db=MemoryJournal())
         assert len(srv.requests) == 1
-    assert result.value.startswith("error: openai model gpt-4.1-mini: the stream was cut before it finished")
+    assert result.value.startswith("error: openai model gpt-4.1-mini: HTTP 200: the stream was cut before it finished")
 
 
 def test_an_anthropic_200_stream_that_ends_in_an_error_event() -> None:
@@ -201,7 +202,7 @@ def test_an_ollama_error_after_status_200() -> None:
 def test_an_empty_choice_list_is_an_error_the_program_sees() -> None:
     with ScriptedServer([openai("x", choices=False)]) as srv:
         result = run(ask_catching, model=openai_model(srv, stream=False), db=MemoryJournal())
-    assert result.value == "error: openai model gpt-4.1-mini: the answer has no choices"
+    assert result.value == "error: openai model gpt-4.1-mini: HTTP 200: the answer has no choices"
 
 
 def test_invalid_json_in_tool_arguments_gives_the_model_a_readable_tool_error(notes: str) -> None:
@@ -324,3 +325,76 @@ def test_end_to_end_through_opdsl_run(provider: str, notes: str, capsys: pytest.
     assert out.splitlines()[-1] == "Nothing much."
     assert "tool read_file" in out and KEY not in out + err
     assert KEY not in Path(".opdsl/runs.db").read_bytes().decode("utf-8", "replace")
+
+
+# -- deadlines, size caps, malformed answers ----------------------------------------------------
+
+
+def _ask() -> Op[str]:
+    return (yield from infer("hi")).text
+
+
+def test_a_model_call_has_one_deadline_retries_included(monkeypatch: pytest.MonkeyPatch) -> None:
+
+
+    with ScriptedServer([hang(), hang(), hang()]) as srv:
+        model = OpenAIModel("m", base_url=f"{srv.url}/v1", timeout=1.5, stream=False)
+        t0 = time.monotonic()
+        result = run(_ask, model=model, db=MemoryJournal())
+        took = time.monotonic() - t0
+    assert result.status == "failed" and took < 5, (took, result.describe())
+    assert "openai model m" in str(result.error) and "1.5s" in str(result.error)
+    monkeypatch.setenv("OPDSL_MODEL_TIMEOUT", "0.5")
+    with ScriptedServer([hang()]) as srv:
+        t0 = time.monotonic()
+        failed = run(_ask, model=f"openai-compatible:m@{srv.url}/v1", db=MemoryJournal())
+        assert failed.status == "failed" and time.monotonic() - t0 < 4
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_over_the_size_cap_is_an_error(stream: bool) -> None:
+    with ScriptedServer([openai("x" * 300_000)]) as srv:
+        model = OpenAIModel("m", base_url=f"{srv.url}/v1", max_answer_bytes=100_000, stream=stream)
+        result = run(_ask, model=model, db=MemoryJournal())
+    assert result.status == "failed" and "over 100,000 bytes" in str(result.error), result.describe()
+
+
+MALFORMED = [
+    {"choices": [{"message": "not an object"}]},
+    {"choices": "nope"},
+    {"choices": [{"message": {"content": None, "tool_calls": [{"function": None}]}}]},
+    {"usage": {"prompt_tokens": "many"}, "choices": [{"message": {"content": "x"}}]},
+    [1, 2, 3],
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED)
+def test_a_malformed_answer_names_the_provider_model_and_status(body: Any) -> None:
+    from tests.servers import Reply
+
+    with ScriptedServer([lambda req: Reply(body=body)]) as srv:
+        model = OpenAIModel("gpt-x", base_url=f"{srv.url}/v1", stream=False)
+        result = run(_ask, model=model, db=MemoryJournal())
+    assert result.status == "failed", result.describe()
+    assert isinstance(result.error, ModelError) and "openai model gpt-x" in str(result.error), result.describe()
+    assert "HTTP 200" in str(result.error) or "not an object" in str(result.error), result.describe()
+
+
+@pytest.mark.parametrize(
+    ("make", "body", "path"),
+    [
+        (lambda url: AnthropicModel("claude-x", base_url=url, stream=False), {"content": "nope", "usage": 3}, ""),
+        (lambda url: AnthropicModel("claude-x", base_url=url, stream=False), {"content": [{"type": "tool_use"}]}, ""),
+        (lambda url: OllamaModel("llama-x", base_url=url, stream=False), {"message": "a string"}, ""),
+        (lambda url: OllamaModel("llama-x", base_url=url, stream=False), {"message": {"tool_calls": [7]}}, ""),
+    ],
+)
+def test_malformed_answers_of_every_provider_are_clear_errors(make: Any, body: Any, path: str) -> None:
+    from tests.servers import Reply
+
+    with ScriptedServer([lambda req: Reply(body=body)]) as srv:
+        model = make(srv.url + path)
+        result = run(_ask, model=model, db=MemoryJournal())
+    assert result.status == "failed", result.describe()
+    text = str(result.error)
+    assert isinstance(result.error, ModelError) and f"{model.provider} model {model.model}: HTTP 200" in text, text
