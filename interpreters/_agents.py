@@ -26,12 +26,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal, final
 
 import anyio
 
 from interpreters._driver import Call
 from interpreters._process import kill_group
+from interpreters._sandbox import bwrap_argv, sandbox_problem
 from op import (
     Agent,
     AgentEnd,
@@ -144,7 +146,11 @@ class CliBackend(ABC):
         stop: Callable[[TurnRecord], bool] | None = None,
         env: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
+        confine: bool = False,
     ) -> None:
+        #: run the CLI inside bubblewrap (also ``agent(..., confine=True)``): it may write only
+        #: its working folder and its own home; the network stays on (it talks to its model)
+        self.confine = confine
         self.extra_args = list(extra_args)
         self.executable = executable
         self.timeout = timeout
@@ -164,6 +170,23 @@ class CliBackend(ABC):
 
     @abstractmethod
     def argv(self, exe: str, effect: Agent) -> list[str]: ...
+
+    def _confined(self, effect: Agent) -> bool:
+        return bool(effect.options.get("confine", self.confine))
+
+    def _confine(self, argv: list[str], effect: Agent, env: Mapping[str, str]) -> list[str]:
+        problem = sandbox_problem()
+        if problem is not None:
+            raise ModelError(f"the {self.name} agent was asked to run confined, but {problem}")
+        cwd = Path(str(effect.options.get("cwd") or os.getcwd())).resolve()
+        homes = {Path(env[v]).resolve() for v in self.homes if env.get(v)}
+        homes = {h for h in homes if h.is_dir() and h != cwd}
+        exe = Path(argv[0]).resolve()
+        return bwrap_argv(argv, root=cwd, cwd=cwd, network=True, writable=tuple(sorted(homes)),
+                          readable=(exe,))  # fmt: skip
+
+    #: environment variables naming folders the CLI keeps its own state in
+    homes: ClassVar[tuple[str, ...]] = ("HOME",)
 
     @abstractmethod
     def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
@@ -189,10 +212,12 @@ class CliBackend(ABC):
         try:
             env = {**os.environ, **self.env}
             env.pop("CLAUDECODE", None)
+            argv = self.argv(exe, effect)
+            if self._confined(effect):
+                argv = self._confine(argv, effect, env)
             # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
             process = await anyio.open_process(
-                self.argv(exe, effect), stdin=-3, stderr=-3, env=env,
-                cwd=effect.options.get("cwd"), start_new_session=True,
+                argv, stdin=-3, stderr=-3, env=env, cwd=effect.options.get("cwd"), start_new_session=True,
             )  # fmt: skip
             kind, reason = await self._read(process, turn, effect)
             if kind is None:
@@ -295,6 +320,7 @@ class ClaudeCodeBackend(CliBackend):
 
     name = "claude-code"
     command = "claude"
+    homes = ("HOME", "CLAUDE_CONFIG_DIR")
 
     def argv(self, exe: str, effect: Agent) -> list[str]:
         o = effect.options
@@ -373,13 +399,16 @@ class CodexBackend(CliBackend):
 
     name = "codex"
     command = "codex"
+    homes = ("HOME", "CODEX_HOME")
 
     def argv(self, exe: str, effect: Agent) -> list[str]:
         o = effect.options
         argv = [exe, "exec", "--json", "--skip-git-repo-check"]
         if o.get("model"):
             argv += ["-m", str(o["model"])]
-        argv += ["-s", str(o.get("sandbox", "workspace-write"))]
+        # confined by opdsl, codex's own sandbox would nest inside bubblewrap: it is the fence
+        default = "danger-full-access" if self._confined(effect) else "workspace-write"
+        argv += ["-s", str(o.get("sandbox", default))]
         if o.get("cwd"):
             argv += ["-C", str(o["cwd"])]
         return [*argv, *self.extra_args, effect.prompt]

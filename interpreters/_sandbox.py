@@ -45,8 +45,18 @@ def sandbox_problem() -> str | None:
     return None
 
 
-def bwrap_argv(argv: list[str], *, root: Path, cwd: Path, network: bool) -> list[str]:
-    """``argv`` wrapped in bubblewrap, confined to ``root`` (see the module docstring)."""
+def bwrap_argv(
+    argv: list[str],
+    *,
+    root: Path,
+    cwd: Path,
+    network: bool,
+    writable: tuple[Path, ...] = (),
+    readable: tuple[Path, ...] = (),
+) -> list[str]:
+    """``argv`` wrapped in bubblewrap, confined to ``root`` (see the module docstring);
+    ``writable``: other folders it may write (an agent CLI's own home); ``readable``: paths it
+    must still see if the workspace's siblings are hidden (the CLI's executable)."""
     exe = shutil.which("bwrap") or "bwrap"
     out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     parent = root.parent
@@ -55,7 +65,11 @@ def bwrap_argv(argv: list[str], *, root: Path, cwd: Path, network: bool) -> list
     runtime = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve()
     if len(parent.parts) > 2 and not any(p == parent or parent in p.parents for p in runtime):
         out += ["--tmpfs", str(parent)]
+    for extra in readable:
+        out += ["--ro-bind", str(extra), str(extra)]
     out += ["--bind", str(root), str(root)]
+    for extra in writable:
+        out += ["--bind", str(extra), str(extra)]
     git_dir = root / ".git"
     if git_dir.exists():
         out += ["--ro-bind", str(git_dir), str(git_dir)]

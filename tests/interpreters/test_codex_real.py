@@ -52,3 +52,56 @@ def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
     assert record.usage.cost_usd is None and record.usage.input_tokens > 0
     assert [e.status for e in rec.of(ToolEnd)] == ["ok"]
     assert srv.requests[0]["path"] == "/v1/responses"
+
+
+def _backend(srv_url: str, **kw: Any) -> CodexBackend:
+    home = ROOT / ".cli" / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k", **kw.pop("env", {})}
+    return CodexBackend(
+        executable=str(CODEX), timeout=120, idle_timeout=60, env=env,
+        extra_args=["-c", 'model_provider="local"', "-c",
+                    f'model_providers.local={{name="local", base_url="{srv_url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}'],
+        **kw,
+    )  # fmt: skip
+
+
+def test_codex_confined_by_opdsl_writes_only_its_folder(tmp_path: Path) -> None:
+    from interpreters._sandbox import sandbox_problem
+
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_problem()}")
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cmd = f"echo inside > out.txt; echo escaped > {outside}/x.txt"
+    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": cmd})]),
+                         responses("Done.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
+        result = run(delegate, "write files", {"model": "test-model", "cwd": str(work), "confine": True},
+                     agents={"codex": _backend(srv.url)}, db=MemoryJournal())  # fmt: skip
+    record = result.value
+    assert isinstance(record, TurnRecord), record
+    assert (work / "out.txt").read_text() == "inside\n"
+    assert not (outside / "x.txt").exists()
+
+
+def test_codex_runs_its_commands_without_bubblewrap_on_the_machine(tmp_path: Path) -> None:
+    import shutil
+
+    bin_dir = tmp_path / "bin"  # a PATH with a shell and its tools, but no bwrap
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "env", "echo", "cat", "ls"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    work = tmp_path / "work"
+    work.mkdir()
+    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
+                         responses("Wrote out.txt.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
+        backend = _backend(srv.url, env={"PATH": str(bin_dir)})
+        result = run(delegate, "write hello to out.txt", {"model": "test-model", "cwd": str(work)},
+                     agents={"codex": backend}, db=MemoryJournal())  # fmt: skip
+    record = result.value
+    assert isinstance(record, TurnRecord), record
+    assert (work / "out.txt").read_text() == "hello\n"

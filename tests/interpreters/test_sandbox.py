@@ -171,3 +171,40 @@ def test_without_bubblewrap_commands_are_refused_unless_opted_in(tmp_path: Path,
     else:
         assert "refused" in lines[0] and "bubblewrap (bwrap) is not installed" in lines[0]
         assert all(line.startswith("False commands cannot run here") for line in out.stdout.splitlines())
+
+
+def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path) -> None:
+    from interpreters import ClaudeCodeBackend, MemoryJournal, run
+    from op import Op, agent
+
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    fake = tmp_path / "claude"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, pathlib\n"
+        "pathlib.Path('inside.txt').write_text('ok')\n"
+        "try:\n"
+        f"    pathlib.Path({str(outside / 'x.txt')!r}).write_text('escaped')\n"
+        "    escaped = 'yes'\n"
+        "except OSError as exc:\n"
+        "    escaped = 'no: ' + exc.strerror\n"
+        "print(json.dumps({'type': 'system', 'subtype': 'init', 'session_id': 's', 'tools': [], 'mcp_servers': []}))\n"
+        "print(json.dumps({'type': 'result', 'subtype': 'success', 'result': escaped, 'num_turns': 1,"
+        " 'usage': {'input_tokens': 1, 'output_tokens': 1}, 'total_cost_usd': 0.0}))\n"
+    )
+    fake.chmod(0o755)
+
+    def program(confine: bool) -> Op[str]:
+        record = yield from agent("claude-code", "go", cwd=str(work), confine=confine)
+        return record.text
+
+    backend = ClaudeCodeBackend(executable=str(fake), env={"HOME": str(tmp_path / "home")})
+    (tmp_path / "home").mkdir()
+    confined = run(program, True, agents={"claude-code": backend}, db=MemoryJournal())
+    assert confined.value.startswith("no: "), confined.describe()
+    assert (work / "inside.txt").read_text() == "ok" and not (outside / "x.txt").exists()
+    free = run(program, False, agents={"claude-code": backend}, db=MemoryJournal())
+    assert free.value == "yes" and (outside / "x.txt").exists()  # unconfined unless asked: said in SECURITY.md
