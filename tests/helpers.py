@@ -1,8 +1,12 @@
-"""Shared test helpers: an event recorder that checks the event protocol."""
+"""Shared test helpers: an event recorder that checks the event protocol, and the sample
+repository the Coder works on."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections import Counter
+from pathlib import Path
 from typing import TypeVar
 
 from op import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
@@ -33,3 +37,24 @@ class Recorder:
 
     def finished(self) -> dict[str, str]:
         return {e.address: e.status for e in self.events if isinstance(e, EffectFinished)}
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "interpreters" / "demo" / "sample_repo"
+
+
+def sh(cwd: Path, *args: str) -> str:
+    """Run git in ``cwd`` and return what it printed."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def sample_repo(tmp_path: Path) -> Path:
+    """A git repository holding the bundled sample (a calculator whose test fails), one commit."""
+    root = tmp_path / "calc"
+    shutil.copytree(SAMPLE, root)
+    sh(root, "init", "-q", "-b", "main")
+    sh(root, "config", "user.name", "Dev")
+    sh(root, "config", "user.email", "dev@example.com")
+    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
+    sh(root, "add", "-A")
+    sh(root, "commit", "-q", "-m", "calc with a bug")
+    return root

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -49,29 +48,17 @@ from op import (
 )
 from programs.coder import CoderConfig, coder
 from tests.fixtures import new_user_programs as progs
+from tests.helpers import sample_repo, sh
 from tests.servers import ScriptedServer, openai, status
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SAMPLE = ROOT / "interpreters" / "demo" / "sample_repo"
 FIX = {"path": "calc.py", "old": "return a - b", "new": "return a + b"}
-
-
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "calc"
-    shutil.copytree(SAMPLE, root)
-    sh(root, "init", "-q", "-b", "main")
-    sh(root, "config", "user.name", "Dev")
-    sh(root, "config", "user.email", "dev@example.com")
-    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
-    sh(root, "add", "-A")
-    sh(root, "commit", "-q", "-m", "calc with a bug")
-    return root
+    return sample_repo(tmp_path)
 
 
 def opdsl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,28 +14,16 @@ from interpreters import MemoryJournal, ScriptedModel, resume, run
 from interpreters.__main__ import main
 from op import Budget, ModelRequest, Response, ToolCall, Usage
 from programs.coder import CoderConfig, CodeState, coder
+from tests.helpers import sample_repo, sh
 from tests.servers import ScriptedServer, openai
 
-SAMPLE = Path(__file__).resolve().parents[2] / "interpreters" / "demo" / "sample_repo"
 FIX = {"path": "calc.py", "old": "return a - b", "new": "return a + b"}
 WRONG = {"path": "calc.py", "old": "return a - b", "new": "return a * b"}
 
 
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "calc"
-    shutil.copytree(SAMPLE, root)
-    sh(root, "init", "-q", "-b", "main")
-    sh(root, "config", "user.name", "Dev")
-    sh(root, "config", "user.email", "dev@example.com")
-    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
-    sh(root, "add", "-A")
-    sh(root, "commit", "-q", "-m", "calc with a bug")
-    return root
+    return sample_repo(tmp_path)
 
 
 def call(name: str, args: dict[str, Any], n: int = 1) -> Response:
