@@ -365,6 +365,27 @@ def cmd_gc(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new(a: argparse.Namespace) -> int:
+    from interpreters._new import new_project
+
+    written = new_project(a.path, version=_version())
+    root = Path(a.path)
+    print(f"created {root}/ ({len(written)} files):")
+    for path in written:
+        print(f"  {path.relative_to(root)}")
+    print(f"next: cd {root} && pip install -e '.[test]' && pytest")
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opdsl")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
 def cmd_demo(a: argparse.Namespace) -> int:
     from interpreters._demo import demo
 
@@ -373,6 +394,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opdsl", description="Run, resume and replay agent programs.")
+    parser.add_argument("--version", action="version", version=f"opdsl {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
@@ -425,6 +447,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("gc", cmd_gc, "remove finished runs and their workspace snapshots")
     p.add_argument("runs", nargs="+")
     add("demo", cmd_demo, "the example program, offline")
+    p = add("new", cmd_new, "a new agent program with its tests: opdsl new PATH")
+    p.add_argument("path")
     return parser
 
 

@@ -8,6 +8,8 @@ and where to look.
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import shutil
 import subprocess
@@ -78,6 +80,9 @@ def _sample(workdir: Path) -> Path:
 
 def demo(console: Console | None = None) -> int:
     console = console or Console(highlight=False)
+    if importlib.util.find_spec("pytest") is None:
+        console.print("opdsl demo runs the sample's tests with pytest, which is not installed here: pip install pytest")
+        return 2
     workdir = Path(tempfile.mkdtemp(prefix="opdsl-demo-"))
     repo = _sample(workdir)
     db = str(workdir / "runs.db")
@@ -97,6 +102,9 @@ def demo(console: Console | None = None) -> int:
     resumed = resume("demo", db=db, program=coder, model=demo_model(), on_event=sink)
     result: Any = resumed.value
     console.print(f"   result: ok={result.ok}, commit {result.commit[:12] if result.commit else None}, files {result.files}")
+    if not result.ok:
+        console.print(f"[red]   ✗ the Coder did not finish: {result.phase}: {result.reason}[/]")
+        return 1
 
     step("3. Replay it from the journal alone: same value, same state, nothing performed")
     again = replay("demo", db=db, program=coder)

@@ -65,6 +65,10 @@ def bwrap_argv(
     runtime = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve()
     if len(parent.parts) > 2 and not any(p == parent or parent in p.parents for p in runtime):
         out += ["--tmpfs", str(parent)]
+    # the Python that runs commands stays visible, wherever it lives (a virtualenv in /tmp)
+    for place in sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}):
+        if place.is_dir() and place != Path("/"):
+            out += ["--ro-bind", str(place), str(place)]
     for extra in readable:
         out += ["--ro-bind", str(extra), str(extra)]
     out += ["--bind", str(root), str(root)]

@@ -15,7 +15,8 @@ repository in its config, so ``opdsl run programs.coder:coder --arg repo=PATH`` 
   ``work-blocked-N`` after an iteration whose tools failed.
 - **verify** (``before-verify``): lint (with fix), build, test, each under its timeout; a failure
   goes back to the model with its output for a fix, up to ``verify_retries`` times. When a
-  runner itself cannot run (not installed, not allowed) the loop stops instead of spinning.
+  runner itself cannot run (not installed, not allowed) the loop stops instead of spinning;
+  a lint step the Coder detected (not one given) is skipped instead, with a warning.
 - **commit** (``before-commit``): stage, a message written by the model from the diff and the
   task, and a commit.
 - **recovery** on every failure path: the files go back to the snapshot taken at init (the
@@ -297,6 +298,11 @@ def _verify(cfg: CoderConfig, commands: dict[str, list[str] | None]) -> Op[None]
                 break
             result = outcome.unwrap()
             if not result.ok and ("not an allowed command" in (result.error or "") or "No module named" in result.output):
+                if name == "lint" and cfg.lint is None:
+                    # a lint step the Coder chose itself is optional: skip it, and say so
+                    yield from emit("warning", {"lint_skipped": f"{result.error} {result.output[-300:]}".strip()})
+                    steps = [s for s in steps if s[0] != "lint"]
+                    continue
                 raise _Failed("verify", f"the {name} runner cannot run: {result.error} {result.output[-500:]}".strip())
             if not result.ok:
                 failure = (name, f"{name} failed ({result.error})", result.output[-4000:])
