@@ -146,10 +146,11 @@ class CliBackend(ABC):
         stop: Callable[[TurnRecord], bool] | None = None,
         env: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
-        confine: bool = False,
+        confine: bool | None = None,
     ) -> None:
         #: run the CLI inside bubblewrap (also ``agent(..., confine=True)``): it may write only
-        #: its working folder and its own home; the network stays on (it talks to its model)
+        #: its working folder and its own home; the network stays on (it talks to its model).
+        #: None: the backend's default (:meth:`confined_by_default`)
         self.confine = confine
         self.extra_args = list(extra_args)
         self.executable = executable
@@ -172,7 +173,14 @@ class CliBackend(ABC):
     def argv(self, exe: str, effect: Agent) -> list[str]: ...
 
     def _confined(self, effect: Agent) -> bool:
-        return bool(effect.options.get("confine", self.confine))
+        asked = effect.options.get("confine")
+        if asked is not None:
+            return bool(asked)
+        return self.confine if self.confine is not None else self.confined_by_default()
+
+    def confined_by_default(self) -> bool:
+        """Whether the CLI runs inside bubblewrap when neither the program nor the backend says."""
+        return False
 
     def _confine(self, argv: list[str], effect: Agent, env: Mapping[str, str]) -> list[str]:
         problem = sandbox_problem()
@@ -400,6 +408,12 @@ class CodexBackend(CliBackend):
     name = "codex"
     command = "codex"
     homes = ("HOME", "CODEX_HOME")
+
+    def confined_by_default(self) -> bool:
+        # where bubblewrap is installed, codex's own workspace-write sandbox runs commands
+        # through it with a helper (codex-linux-sandbox) its npm build does not ship, and every
+        # command fails; opdsl's confinement around it does the same job and works
+        return sandbox_problem() is None
 
     def argv(self, exe: str, effect: Agent) -> list[str]:
         o = effect.options
