@@ -9,7 +9,6 @@ and where to look.
 from __future__ import annotations
 
 import importlib.util
-
 import json
 import shutil
 import subprocess

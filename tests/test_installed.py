@@ -51,7 +51,8 @@ def user(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None:
     wheel, sdist = dists
-    names = set(zipfile.ZipFile(wheel).namelist())
+    with zipfile.ZipFile(wheel) as zipped:
+        names = set(zipped.namelist())
     # every file the code opens at run time: every non-Python file of the packages
     needed = [
         p.relative_to(ROOT).as_posix()
@@ -63,7 +64,8 @@ def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None
     assert not missing, f"package data missing from the wheel: {missing}"
     assert any(n.endswith("licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
     assert all(f"{pkg}/py.typed" in names for pkg in ("op", "state", "interpreters", "programs"))
-    members = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    with tarfile.open(sdist) as tarred:
+        members = {n.split("/", 1)[1] for n in tarred.getnames() if "/" in n}
     for want in ("LICENSE", "CHANGELOG.md", "Makefile", "pyproject.toml", "tests/test_installed.py",
                  "tests/fixtures/journals/v0.1.0.db", "tests/fixtures/fake_cli/claude", "interpreters/demo/session.json"):  # fmt: skip
         assert want in members, want
