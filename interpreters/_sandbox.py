@@ -65,9 +65,12 @@ def bwrap_argv(
     runtime = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve()
     if len(parent.parts) > 2 and not any(p == parent or parent in p.parents for p in runtime):
         out += ["--tmpfs", str(parent)]
-    # the Python that runs commands stays visible, wherever it lives (a virtualenv in /tmp)
-    for place in sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}):
-        if place.is_dir() and place != Path("/"):
+    # the Python that runs commands stays visible, wherever it lives (a virtualenv in /tmp),
+    # with its import path (an editable install's source), read-only; never a folder that
+    # holds the workspace, which would show its siblings again
+    places = {Path(sys.prefix), Path(sys.base_prefix), *(Path(p) for p in sys.path if p)}
+    for place in sorted({p.resolve() for p in places}):
+        if place.is_dir() and place != root and place not in root.parents:
             out += ["--ro-bind", str(place), str(place)]
     for extra in readable:
         out += ["--ro-bind", str(extra), str(extra)]
