@@ -22,7 +22,7 @@ from typing import Any
 
 from interpreters import LiveInterpreter, SqliteJournal, replay
 from interpreters._durable import config_for
-from interpreters._journal import RunRecord
+from interpreters.journal import RunRecord
 from op import Op, checkpoint, tool
 
 N = 2_000

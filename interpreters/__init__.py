@@ -9,59 +9,150 @@
     replay(result.run_id)                                           # check it, offline
 """
 
-from interpreters._agents import (
-    AgentError,
-    ClaudeCodeBackend,
-    CliBackend,
-    CodexBackend,
-    NoopBackend,
-    backends,
-    register_backend,
-)
-from interpreters._api import arun, run
-from interpreters._clock import Clock, SystemClock, VirtualClock
-from interpreters._driver import (
-    Call,
-    Driver,
-    Handlers,
-    RecordedEffect,
-    RunResult,
-    WaitingForAnswer,
-    execute,
-    program_name,
-)
-from interpreters._durable import (
-    Plan,
-    ProgramNotFound,
-    aanswer,
-    adry_run,
-    areplay,
-    aresume,
-    dry_run,
-    load_program,
-    replay,
-    resume,
-)
-from interpreters._journal import (
-    Entry,
-    Journal,
-    JournalError,
-    MemoryJournal,
-    RunLocked,
-    RunRecord,
-    SqliteJournal,
-    check_integrity,
-    export_run,
-    import_run,
-    open_journal,
-)
-from interpreters._live import AgentBackend, LiveHandlers, LiveInterpreter, new_run_id
-from interpreters._models import CallInfo, Model, ModelScriptExhausted, ScriptedModel, resolve_model
-from interpreters._replay import Divergence, ReplayedError
-from interpreters._scripted import ANY, Expect, ScriptedInterpreter, ScriptMismatch, expect
-from interpreters._sinks import ConsoleSink, EventBus, JsonlSink, Sink
-from interpreters._tools import Tool, ToolLike, ToolRegistry, read_only
-from interpreters._workspace import Workspace, WorkspaceError
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interpreters._api import arun, run
+    from interpreters._durable import (
+        Plan,
+        ProgramNotFound,
+        aanswer,
+        adry_run,
+        areplay,
+        aresume,
+        dry_run,
+        load_program,
+        replay,
+        resume,
+    )
+    from interpreters._live import AgentBackend, LiveHandlers, LiveInterpreter
+    from interpreters._sinks import ConsoleSink, JsonlSink
+    from interpreters.agents._cli import (
+        AgentError,
+        ClaudeCodeBackend,
+        CliBackend,
+        CodexBackend,
+        NoopBackend,
+        backends,
+        register_backend,
+    )
+    from interpreters.journal import (
+        Entry,
+        Journal,
+        JournalError,
+        MemoryJournal,
+        RunLocked,
+        RunRecord,
+        SqliteJournal,
+        check_integrity,
+        export_run,
+        import_run,
+        open_journal,
+    )
+    from interpreters.models._base import (
+        CallInfo,
+        Model,
+        ModelScriptExhausted,
+        ScriptedModel,
+        resolve_model,
+    )
+    from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
+    from interpreters.runtime._driver import (
+        Call,
+        Driver,
+        Handlers,
+        RecordedEffect,
+        RunResult,
+        WaitingForAnswer,
+        execute,
+        new_run_id,
+        program_name,
+    )
+    from interpreters.runtime._events import EventBus, Sink
+    from interpreters.runtime._replay import Divergence, ReplayedError
+    from interpreters.testing._scripted import (
+        ANY,
+        Expect,
+        ScriptedInterpreter,
+        ScriptMismatch,
+        expect,
+    )
+    from interpreters.tools._bound import Tool, ToolLike, ToolRegistry, read_only
+    from interpreters.tools._workspace import Workspace, WorkspaceError
+
+
+_WHERE: dict[str, str] = {
+    "ANY": "interpreters.testing._scripted",
+    "AgentBackend": "interpreters._live",
+    "AgentError": "interpreters.agents._cli",
+    "Call": "interpreters.runtime._driver",
+    "CallInfo": "interpreters.models._base",
+    "ClaudeCodeBackend": "interpreters.agents._cli",
+    "CliBackend": "interpreters.agents._cli",
+    "Clock": "interpreters.runtime._clock",
+    "CodexBackend": "interpreters.agents._cli",
+    "ConsoleSink": "interpreters._sinks",
+    "Divergence": "interpreters.runtime._replay",
+    "Driver": "interpreters.runtime._driver",
+    "Entry": "interpreters.journal",
+    "EventBus": "interpreters.runtime._events",
+    "Expect": "interpreters.testing._scripted",
+    "Handlers": "interpreters.runtime._driver",
+    "Journal": "interpreters.journal",
+    "JournalError": "interpreters.journal",
+    "JsonlSink": "interpreters._sinks",
+    "LiveHandlers": "interpreters._live",
+    "LiveInterpreter": "interpreters._live",
+    "MemoryJournal": "interpreters.journal",
+    "Model": "interpreters.models._base",
+    "ModelScriptExhausted": "interpreters.models._base",
+    "NoopBackend": "interpreters.agents._cli",
+    "Plan": "interpreters._durable",
+    "ProgramNotFound": "interpreters._durable",
+    "RecordedEffect": "interpreters.runtime._driver",
+    "ReplayedError": "interpreters.runtime._replay",
+    "RunLocked": "interpreters.journal",
+    "RunRecord": "interpreters.journal",
+    "RunResult": "interpreters.runtime._driver",
+    "ScriptMismatch": "interpreters.testing._scripted",
+    "ScriptedInterpreter": "interpreters.testing._scripted",
+    "ScriptedModel": "interpreters.models._base",
+    "Sink": "interpreters.runtime._events",
+    "SqliteJournal": "interpreters.journal",
+    "SystemClock": "interpreters.runtime._clock",
+    "Tool": "interpreters.tools._bound",
+    "ToolLike": "interpreters.tools._bound",
+    "ToolRegistry": "interpreters.tools._bound",
+    "VirtualClock": "interpreters.runtime._clock",
+    "WaitingForAnswer": "interpreters.runtime._driver",
+    "Workspace": "interpreters.tools._workspace",
+    "WorkspaceError": "interpreters.tools._workspace",
+    "aanswer": "interpreters._durable",
+    "adry_run": "interpreters._durable",
+    "areplay": "interpreters._durable",
+    "aresume": "interpreters._durable",
+    "arun": "interpreters._api",
+    "backends": "interpreters.agents._cli",
+    "check_integrity": "interpreters.journal",
+    "dry_run": "interpreters._durable",
+    "execute": "interpreters.runtime._driver",
+    "expect": "interpreters.testing._scripted",
+    "export_run": "interpreters.journal",
+    "import_run": "interpreters.journal",
+    "load_program": "interpreters._durable",
+    "new_run_id": "interpreters.runtime._driver",
+    "open_journal": "interpreters.journal",
+    "program_name": "interpreters.runtime._driver",
+    "read_only": "interpreters.tools._bound",
+    "register_backend": "interpreters.agents._cli",
+    "replay": "interpreters._durable",
+    "resolve_model": "interpreters.models._base",
+    "resume": "interpreters._durable",
+    "run": "interpreters._api",
+}
+"""Where each public name lives: a name is imported when first used, so `from interpreters
+import ScriptedInterpreter` loads no HTTP, git, SQLite or console library."""
 
 __all__ = [
     "ANY",
@@ -132,3 +223,16 @@ __all__ = [
     "resume",
     "run",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interpreters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -8,15 +8,15 @@ from typing import Any
 
 import anyio
 
-from interpreters._clock import Clock
-from interpreters._driver import RunResult, program_name
 from interpreters._durable import config_for
-from interpreters._journal import Journal, RunRecord, open_journal
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
-from interpreters._models import Model
-from interpreters._sinks import Sink, as_sinks
-from interpreters._tools import ToolLike
-from interpreters._workspace import Workspace
+from interpreters.journal import Journal, RunRecord, open_journal
+from interpreters.models._base import Model
+from interpreters.runtime._clock import Clock
+from interpreters.runtime._driver import RunResult, program_name
+from interpreters.runtime._events import Sink, as_sinks
+from interpreters.tools._bound import ToolLike
+from interpreters.tools._workspace import Workspace
 from op import workspace_of
 from state import CRDTModel
 

@@ -17,24 +17,25 @@ from typing import Any, assert_never, final
 
 import anyio
 
-from interpreters._clock import Clock, SystemClock, VirtualClock
-from interpreters._driver import (
+from interpreters._live import AgentBackend, LiveHandlers, as_workspace
+from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
+from interpreters.models._base import Model, ScriptedModel, resolve_model
+from interpreters.models._http import HttpModel, Prices
+from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
+from interpreters.runtime._driver import (
     Call,
     Handlers,
     RecordedEffect,
     RunResult,
     execute,
     nearest_checkpoint,
+    new_run_id,
     program_name,
 )
-from interpreters._journal import Entry, Journal, JournalError, RunRecord, open_journal
-from interpreters._live import AgentBackend, LiveHandlers, as_workspace, new_run_id
-from interpreters._models import Model, ScriptedModel, resolve_model
-from interpreters._providers import HttpModel, Prices
-from interpreters._replay import Divergence, ReplayLog, divergence
-from interpreters._sinks import EventBus, Sink, as_sinks
-from interpreters._tools import Tool, ToolLike, ToolRegistry
-from interpreters._workspace import Workspace
+from interpreters.runtime._events import EventBus, Sink, as_sinks
+from interpreters.runtime._replay import Divergence, ReplayLog, divergence
+from interpreters.tools._bound import Tool, ToolLike, ToolRegistry
+from interpreters.tools._workspace import Workspace
 from op import (
     Agent,
     Ask,

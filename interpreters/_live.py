@@ -9,22 +9,23 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, assert_never, final
 
-from interpreters._agents import backends
-from interpreters._clock import Clock, SystemClock
-from interpreters._driver import (
+from interpreters.agents._cli import backends
+from interpreters.journal import Journal, RunRecord
+from interpreters.models._base import Model, resolve_model
+from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
+from interpreters.runtime._clock import Clock, SystemClock
+from interpreters.runtime._driver import (
     Call,
     Handlers,
     RecordedEffect,
     RunResult,
     WaitingForAnswer,
     execute,
+    new_run_id,
 )
-from interpreters._journal import Journal, RunRecord
-from interpreters._models import Model, resolve_model
-from interpreters._providers import HttpModel, ProviderError, RetryPolicy, default_model_spec
-from interpreters._sinks import EventBus, Sink
-from interpreters._tools import ToolLike, ToolRegistry
-from interpreters._workspace import Workspace, say_once
+from interpreters.runtime._events import EventBus, Sink
+from interpreters.tools._bound import ToolLike, ToolRegistry
+from interpreters.tools._workspace import Workspace, say_once
 from op import (
     Agent,
     Ask,
@@ -44,7 +45,7 @@ from op import (
 )
 from state import CRDTModel
 
-__all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "as_workspace", "new_run_id"]
+__all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "as_workspace"]
 
 
 def as_workspace(workspace: str | Path | Workspace | None) -> Workspace | None:
@@ -57,9 +58,6 @@ AgentBackend = Callable[[Agent, Call], Awaitable[TurnRecord]]
 Answer = Callable[[str], str | None]
 
 
-def new_run_id() -> str:
-    """A fresh run id (the interpreter's randomness, never a program's)."""
-    return _uuid.uuid4().hex[:12]
 
 
 @final

@@ -39,7 +39,7 @@ class Recorder:
         return {e.address: e.status for e in self.events if isinstance(e, EffectFinished)}
 
 
-SAMPLE = Path(__file__).resolve().parents[1] / "interpreters" / "demo" / "sample_repo"
+SAMPLE = Path(__file__).resolve().parents[1] / "interpreters" / "cli" / "demo" / "sample_repo"
 
 
 def sh(cwd: Path, *args: str) -> str:

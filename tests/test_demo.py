@@ -8,7 +8,7 @@ import subprocess
 
 from rich.console import Console
 
-from interpreters._demo import demo
+from interpreters.cli._demo import demo
 
 
 def test_the_demo_runs_offline_and_shows_every_step() -> None:

@@ -59,3 +59,26 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import sqlite3\nfrom interpreters import run\n")
     assert [m for _, m in _imports(bad)] == ["sqlite3", "interpreters"]
+
+
+HEAVY = ("httpx", "git", "sqlite3", "rich")
+
+
+def test_the_runtime_imports_no_http_git_sqlite_or_console_library() -> None:
+    bad = []
+    for path in sorted((ROOT / "interpreters" / "runtime").rglob("*.py")):
+        for line, module in _imports(path):
+            if module.split(".")[0] in HEAVY or module.startswith(("interpreters.models._http", "interpreters.tools._workspace",
+                                                                    "interpreters.journal._sqlite", "interpreters._sinks")):  # fmt: skip
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["import interpreters.runtime", "from interpreters import ScriptedInterpreter, VirtualClock, MemoryJournal, expect"],
+)
+def test_the_light_parts_load_no_heavy_library(statement: str) -> None:
+    code = f"import sys\n{statement}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""

@@ -59,7 +59,7 @@ def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None
         for p in (ROOT / "interpreters").rglob("*")
         if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
     ]
-    assert "interpreters/demo/session.json" in needed and "interpreters/prices.json" in needed
+    assert "interpreters/cli/demo/session.json" in needed and "interpreters/prices.json" in needed
     missing = sorted(set(needed) - names)
     assert not missing, f"package data missing from the wheel: {missing}"
     assert any(n.endswith("licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
@@ -67,7 +67,7 @@ def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None
     with tarfile.open(sdist) as tarred:
         members = {n.split("/", 1)[1] for n in tarred.getnames() if "/" in n}
     for want in ("LICENSE", "CHANGELOG.md", "Makefile", "pyproject.toml", "tests/test_installed.py",
-                 "tests/fixtures/journals/v0.1.0.db", "tests/fixtures/fake_cli/claude", "interpreters/demo/session.json"):  # fmt: skip
+                 "tests/fixtures/journals/v0.1.0.db", "tests/fixtures/fake_cli/claude", "interpreters/cli/demo/session.json"):  # fmt: skip
         assert want in members, want
 
 

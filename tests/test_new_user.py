@@ -29,8 +29,8 @@ from interpreters import (
     resume,
     run,
 )
-from interpreters.__main__ import main
-from interpreters._agents import CliBackend
+from interpreters.agents._cli import CliBackend
+from interpreters.cli._main import main
 from op import (
     Budget,
     Op,
@@ -98,7 +98,7 @@ def test_the_readme_command_runs_the_coder_as_written(repo: Path, tmp_path: Path
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha
     # the demo prints the same command to try next
-    demo = (ROOT / "interpreters" / "_demo.py").read_text(encoding="utf-8")
+    demo = (ROOT / "interpreters" / "cli" / "_demo.py").read_text(encoding="utf-8")
     assert "opdsl run programs.coder:coder --arg repo=PATH --arg task=" in demo and "--state" not in demo
 
 

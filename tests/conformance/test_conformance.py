@@ -8,7 +8,7 @@ import json
 import pytest
 
 from interpreters import MemoryJournal, VirtualClock, dry_run, replay, resume, run
-from interpreters._driver import RunResult
+from interpreters.runtime._driver import RunResult
 from tests.conformance.programs import AGENTS, CASES, TOOLS, Case, model
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from interpreters import SqliteJournal
-from interpreters.__main__ import main
+from interpreters.cli._main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = "tests.fixtures.durable_programs:chat"

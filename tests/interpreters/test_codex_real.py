@@ -67,7 +67,7 @@ def _backend(srv_url: str, **kw: Any) -> CodexBackend:
 
 
 def test_codex_confined_by_opdsl_writes_only_its_folder(tmp_path: Path) -> None:
-    from interpreters._sandbox import sandbox_problem
+    from interpreters.tools._sandbox import sandbox_problem
 
     if sandbox_problem() is not None:
         pytest.skip(f"bubblewrap cannot run here: {sandbox_problem()}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from interpreters import JournalError, SqliteJournal, Tool, open_journal, resume, run
-from interpreters.__main__ import main
+from interpreters.cli._main import main
 from op import Op, tool
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TAKE_OVER = """
 import sys, time
 sys.path.insert(0, {root!r})
-import interpreters._journal as j
+import interpreters.journal._sqlite as j
 j._before_takeover = lambda run_id: time.sleep(1.0)  # both read the dead holder, then pause
 journal = j.SqliteJournal({db!r})
 try:

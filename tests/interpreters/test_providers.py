@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from interpreters import MemoryJournal, VirtualClock, export_run, resolve_model, run
-from interpreters.__main__ import main
-from interpreters._providers import AnthropicModel, OllamaModel, OpenAIModel, Prices, RetryPolicy
+from interpreters.cli._main import main
+from interpreters.models._http import AnthropicModel, OllamaModel, OpenAIModel, Prices, RetryPolicy
 from op import (
     Budget,
     Failure,

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from interpreters import Workspace
-from interpreters._sandbox import sandbox_problem
+from interpreters.tools._sandbox import sandbox_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from interpreters import ClaudeCodeBackend, JsonlSink, SqliteJournal, run
-from interpreters.__main__ import main
+from interpreters.cli._main import main
 from op import Op, agent, tool
 
 KEY = "sk-live-0123456789abcdef"

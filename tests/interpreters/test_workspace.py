@@ -14,7 +14,7 @@ import git
 import pytest
 
 from interpreters import MemoryJournal, ScriptedModel, Workspace, WorkspaceError, resume, run
-from interpreters.__main__ import main
+from interpreters.cli._main import main
 from op import Op, Response, ToolCall, checkpoint, tool
 
 

@@ -11,7 +11,7 @@ import git
 import pytest
 
 from interpreters import MemoryJournal, ScriptedModel, resume, run
-from interpreters.__main__ import main
+from interpreters.cli._main import main
 from op import Budget, ModelRequest, Response, ToolCall, Usage
 from programs.coder import CoderConfig, CodeState, coder
 from tests.helpers import sample_repo, sh

@@ -23,12 +23,12 @@ from typing import Any, final
 import pytest
 
 from interpreters._api import run
-from interpreters._driver import RunResult
 from interpreters._durable import replay
-from interpreters._journal import MemoryJournal, export_run, import_run
-from interpreters._models import Model
-from interpreters._scripted import Answer, Matcher, ScriptedInterpreter
-from interpreters._tools import ToolLike
+from interpreters.journal import MemoryJournal, export_run, import_run
+from interpreters.models._base import Model
+from interpreters.runtime._driver import RunResult
+from interpreters.testing._scripted import Answer, Matcher, ScriptedInterpreter
+from interpreters.tools._bound import ToolLike
 from state import CRDTModel
 
 __all__ = ["Cassette", "opdsl_cassette", "opdsl_scripted", "pytest_addoption", "pytest_terminal_summary"]

@@ -34,10 +34,10 @@ import anyio
 import git
 import regex
 
-from interpreters._process import kill_group
-from interpreters._redact import SECRET_MARKERS, Redactor, looks_secret
-from interpreters._sandbox import bwrap_argv, sandbox_problem
-from interpreters._tools import Tool
+from interpreters.runtime._redact import SECRET_MARKERS, Redactor, looks_secret
+from interpreters.tools._bound import Tool
+from interpreters.tools._process import kill_group
+from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import ToolResult
 
 __all__ = ["SECRET_MARKERS", "Workspace", "WorkspaceError"]

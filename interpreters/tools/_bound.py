@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from interpreters._models import CallInfo
+from interpreters.models._base import CallInfo
 from op import DuplicateTool, NotSerializable, ToolResult, ToolSpec, canonical_json
 
 __all__ = ["Tool", "ToolLike", "ToolRegistry", "format_validation_error", "read_only"]

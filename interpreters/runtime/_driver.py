@@ -34,6 +34,7 @@ import inspect
 import json
 import signal
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,10 +43,11 @@ from typing import Any, Literal, assert_never, cast, final
 import anyio
 from returns.result import Failure, Result, Success
 
-from interpreters._clock import Clock
-from interpreters._journal import Entry, Journal, JournalError, RunRecord
-from interpreters._redact import Redactor
-from interpreters._replay import (
+from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.runtime._clock import Clock
+from interpreters.runtime._events import EventBus
+from interpreters.runtime._redact import Redactor
+from interpreters.runtime._replay import (
     Divergence,
     ReplayLog,
     decode_error,
@@ -54,7 +56,6 @@ from interpreters._replay import (
     error_json,
     source_line,
 )
-from interpreters._sinks import EventBus
 from op import (
     EFFECT_TYPES,
     Agent,
@@ -111,6 +112,7 @@ __all__ = [
     "WaitingForAnswer",
     "execute",
     "nearest_checkpoint",
+    "new_run_id",
     "program_name",
 ]
 
@@ -283,6 +285,11 @@ class Frame:
         self.count += 1
         self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
         return self.last
+
+
+def new_run_id() -> str:
+    """A fresh run id (the interpreter's randomness, never a program's)."""
+    return uuid.uuid4().hex[:12]
 
 
 def program_name(program: object) -> str:

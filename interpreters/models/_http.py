@@ -37,7 +37,7 @@ import anyio.lowlevel
 import httpx
 from pydantic import ValidationError
 
-from interpreters._models import CallInfo
+from interpreters.models._base import CallInfo
 from op import Message, ModelError, ModelRequest, Response, ToolCall, ToolSpec, Usage
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
     "default_model_spec",
 ]
 
-from interpreters._tools import RAW_ARGUMENTS
+from interpreters.tools._bound import RAW_ARGUMENTS
 
 _SHARDS = 16
 

@@ -21,8 +21,8 @@ from rich.console import Console
 
 from interpreters._api import run
 from interpreters._durable import replay, resume
-from interpreters._models import ScriptedModel
 from interpreters._sinks import ConsoleSink
+from interpreters.models._base import ScriptedModel
 from op import EffectStarted, Event, ModelRequest, Response
 from programs.coder import CoderConfig, CodeState, coder
 
@@ -31,7 +31,7 @@ __all__ = ["demo", "demo_model"]
 
 def demo_model() -> ScriptedModel:
     """The recorded session as a model: each turn is picked by how far the conversation got."""
-    data = json.loads(resources.files("interpreters").joinpath("demo/session.json").read_text(encoding="utf-8"))
+    data = json.loads(resources.files("interpreters.cli").joinpath("demo/session.json").read_text(encoding="utf-8"))
     work = [Response.model_validate(r) for r in data["work"]]
     commit = Response.model_validate(data["commit"])
 
@@ -67,7 +67,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def _sample(workdir: Path) -> Path:
     repo = workdir / "calc"
-    source = resources.files("interpreters").joinpath("demo/sample_repo")
+    source = resources.files("interpreters.cli").joinpath("demo/sample_repo")
     with resources.as_file(source) as path:
         shutil.copytree(path, repo, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")

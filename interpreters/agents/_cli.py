@@ -31,9 +31,9 @@ from typing import Any, ClassVar, Literal, final
 
 import anyio
 
-from interpreters._driver import Call
-from interpreters._process import kill_group
-from interpreters._sandbox import bwrap_argv, sandbox_problem
+from interpreters.runtime._driver import Call
+from interpreters.tools._process import kill_group
+from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import (
     Agent,
     AgentEnd,

@@ -53,8 +53,8 @@ def new_project(path: str | Path, *, version: str) -> list[Path]:
 def _record_cassette(root: Path, module: str) -> Path:
     """Run the new program once with the scripted session of its test and keep the run."""
     from interpreters._api import run
-    from interpreters._journal import MemoryJournal, export_run
-    from interpreters._models import ScriptedModel
+    from interpreters.journal import MemoryJournal, export_run
+    from interpreters.models._base import ScriptedModel
 
     sys.path.insert(0, str(root.resolve()))
     try:
@@ -148,7 +148,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from interpreters import ScriptedInterpreter, ScriptedModel, expect
-from interpreters.pytest_plugin import Cassette
+from interpreters.testing import Cassette
 
 from {module}.agent import SESSION, Notes, research
 

@@ -15,11 +15,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, final
 
-from interpreters._clock import Clock, VirtualClock
-from interpreters._driver import Call, Handlers, RecordedEffect, RunResult, execute
-from interpreters._journal import Journal
-from interpreters._live import new_run_id
-from interpreters._sinks import EventBus, Sink
+from interpreters.journal._base import Journal
+from interpreters.runtime._clock import Clock, VirtualClock
+from interpreters.runtime._driver import (
+    Call,
+    Handlers,
+    RecordedEffect,
+    RunResult,
+    execute,
+    new_run_id,
+)
+from interpreters.runtime._events import EventBus, Sink
 from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel
 

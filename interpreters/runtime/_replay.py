@@ -15,7 +15,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from interpreters._journal import Entry
+from interpreters.journal._base import Entry
 from op import (
     Agent,
     AnyEffect,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, final, runtime_checkable
 
-from interpreters._clock import Clock
+from interpreters.runtime._clock import Clock
 from op import ModelError, ModelRequest, Response
 
 __all__ = ["CallInfo", "Model", "ModelScriptExhausted", "ScriptedModel", "resolve_model"]
@@ -122,7 +122,7 @@ def resolve_model(spec: str | Model | None) -> Model | None:
             [Response.model_validate(r) if isinstance(r, dict) else str(r) for r in data],
             name=spec,
         )
-    from interpreters._providers import provider_model
+    from interpreters.models._http import provider_model
 
     model = provider_model(spec)
     if model is None:

@@ -1,0 +1,503 @@
+"""The ``opdsl`` command (also ``python -m interpreters``).
+
+Wrong input (an unknown run, checkpoint or program, a malformed ``--arg``, a missing or
+corrupt database) prints one line, ``opdsl: error: ...``, and exits with status 2. A run that
+fails exits with 1; a replay that diverges prints its report and exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad command-line input."""
+
+
+_STARTED: list[tuple[str, str | None]] = []
+"""(run id, journal) of the runs this command started or continued, for a Ctrl-C message."""
+
+
+def _sinks(a: argparse.Namespace) -> list[Any]:
+    """The live console (unless --quiet), and a note of which run is going."""
+    from interpreters import ConsoleSink
+    from op import RunStarted
+
+    def note(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            _STARTED.append((event.run_id, a.db))
+
+    return [note] if a.quiet else [note, ConsoleSink(_console())]
+
+
+def _parse_args(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--arg {pair!r}: expected NAME=VALUE, NAME a Python identifier")
+        if name in out:
+            raise UsageError(f"--arg {name} is given twice")
+        try:
+            out[name] = json.loads(raw)
+        except RecursionError:
+            raise UsageError(f"--arg {name}: the JSON value is nested too deeply") from None
+        except ValueError:
+            out[name] = raw  # not JSON: the text itself
+    return out
+
+
+def _load_tools(refs: Sequence[str]) -> list[Any]:
+    from interpreters import Tool
+    from interpreters._durable import load_object
+
+    tools: list[Any] = []
+    for ref in refs:
+        obj = load_object(ref, "tool")
+        for t in obj if isinstance(obj, list | tuple) else [obj]:
+            if not (isinstance(t, Tool) or callable(t)):
+                raise UsageError(f"--tools {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool")
+            tools.append(t)
+    return tools
+
+
+def _workspace(path: str | None) -> str | None:
+    if path is not None and not Path(path).is_dir():
+        what = "is not a folder" if Path(path).exists() else "does not exist"
+        raise UsageError(f"--workspace {path}: {what}")
+    return path
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # piped into another program: no wrapping, no colour codes
+    piped = not sys.stdout.isatty()
+    return Console(highlight=False, width=100_000 if piped else None, no_color=piped or None)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from interpreters import dry_run, load_program, run
+    from interpreters._durable import load_object
+    from state import CRDTModel
+
+    program = load_program(a.program)
+    kwargs = _parse_args(a.arg)
+    tools = _load_tools(a.tools)
+    state = None
+    if a.state:
+        cls = load_object(a.state, "state type")
+        if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+            raise UsageError(f"--state {a.state!r} is not a CRDTModel class")
+        state = cls()
+    _check_call(program, a.program, kwargs)
+    workspace = _workspace(a.workspace)
+    if a.dry_run:
+        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=workspace)
+        print(plan.render())
+        return 0 if plan.status == "completed" else 1
+    sinks = _sinks(a)
+    result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
+                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=workspace)  # fmt: skip
+    return _report(result)
+
+
+def _check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -> None:
+    import inspect
+
+    try:
+        inspect.signature(program).bind(**kwargs)
+    except TypeError as exc:
+        raise UsageError(f"{ref}: {exc} (pass program arguments as --arg NAME=VALUE)") from None
+
+
+def _report(result: Any) -> int:
+    if result.status == "completed":
+        value = result.value
+        from state import NotSerializable, canonical_json
+
+        try:
+            shown = value if isinstance(value, str) else canonical_json(value)
+        except NotSerializable:
+            shown = repr(value)
+        print(shown)
+        print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
+        return 0
+    from interpreters.runtime._redact import Redactor
+
+    print(Redactor.from_env()(result.describe()), file=sys.stderr)
+    if result.status == "waiting":
+        print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
+        return 0
+    return 1
+
+
+def cmd_runs(a: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from interpreters import open_journal
+
+    journal = open_journal(a.db, read_only=True)
+    if a.json:
+        _print_json([_run_json(r) for r in journal.runs()])
+        return 0
+    table = Table()
+    for col in ("run", "program", "status", "started", "parent"):
+        table.add_column(col)
+    for r in journal.runs():
+        parent = f"{r.parent_run} @ {r.fork_checkpoint}" if r.parent_run else ""
+        table.add_row(r.run_id, r.program, r.status, _when(r.created_at), parent)
+    _console().print(table)
+    return 0
+
+
+def _run_json(r: Any) -> dict[str, Any]:
+    return {
+        "run": r.run_id, "program": r.program, "status": r.status, "created_at": r.created_at,
+        "finished_at": r.finished_at, "parent": r.parent_run, "fork_checkpoint": r.fork_checkpoint,
+    }  # fmt: skip
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _tool_failure(e: Any) -> str | None:
+    """The error of a tool entry whose result is ``ok=false`` (the effect completed; the tool failed)."""
+    if e.kind != "tool" or e.status != "completed" or not e.result_json:
+        return None
+    result = json.loads(e.result_json)
+    if isinstance(result, dict) and result.get("ok") is False:
+        return str(result.get("error") or "failed")
+    return None
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from interpreters import open_journal
+    from op import Usage
+
+    journal = open_journal(a.db, read_only=True)
+    r = journal.run(a.run)
+    if a.json:
+        entries = []
+        for e in journal.entries(r.run_id):
+            item = e.as_dict()
+            for key in ("effect_json", "result_json", "error_json", "usage_json"):
+                item[key.removesuffix("_json")] = _loads(item.pop(key))
+            item["tool_failed"] = _tool_failure(e)
+            entries.append(item)
+        _print_json({**_run_json(r), "args": _loads(r.args_json), "result": _loads(r.result_json),
+                     "error": _loads(r.error_json), "entries": entries})  # fmt: skip
+        return 0
+    c = _console()
+    c.print(f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]")
+    c.print(f"arguments: {r.args_json}")
+    if r.parent_run:
+        c.print(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}")
+    if r.error_json:
+        err = json.loads(r.error_json)
+        c.print(f"[red]error at address {err.get('address')}: {err.get('type')}: {err.get('message')}[/]")
+    table = Table(title="timeline")
+    for col in ("address", "kind", "status", "duration", "tokens", "what"):
+        table.add_column(col)
+    total = Usage()
+    for e in journal.entries(r.run_id):
+        effect = json.loads(e.effect_json)
+        usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
+        if usage is not None:
+            total = total + usage
+        duration = "" if e.finished_at is None else f"{e.finished_at - e.started_at:.2f}s"
+        what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+        if e.kind == "emit" and effect.get("data") is not None:
+            what = f"{what} {json.dumps(effect['data'])[:50]}"
+        style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
+        status: str = e.status
+        failure = _tool_failure(e)
+        if failure is not None:
+            status, what = "[red]failed[/]", f"{what}: [red]{escape(failure[:80])}[/]"
+        elif e.status == "failed":
+            err = json.loads(e.error_json or "{}")
+            status, what = "[red]failed[/]", f"{what} [red]{escape(str(err.get('message', ''))[:80])}[/]"
+        table.add_row(e.address, f"[{style}]{e.kind}[/]" if style else e.kind, status, duration,
+                      "" if usage is None else str(usage.total_tokens), str(what))  # fmt: skip
+    c.print(table)
+    cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
+    c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
+    if r.result_json is not None:
+        c.print(f"result: {r.result_json}")
+    return 0
+
+
+def cmd_checkpoints(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+
+    journal = open_journal(a.db, read_only=True)
+    seen: dict[str, int] = {}
+    rows = []
+    found: list[dict[str, Any]] = []
+    for e in journal.entries(a.run):
+        if e.kind == "checkpoint":
+            name = json.loads(e.effect_json)["name"]
+            seen[name] = seen.get(name, 0) + 1
+            label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+            world = json.loads(e.result_json or "{}").get("world") or {}
+            files = f"  files: tree {world['tree'][:12]} in {world['workspace']}" if world.get("tree") else ""
+            rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
+            found.append({"address": e.address, "name": label, "status": e.status,
+                          "tree": world.get("tree"), "workspace": world.get("workspace")})  # fmt: skip
+    if a.json:
+        _print_json(found)
+        return 0
+    print("\n".join(rows) if rows else f"run {a.run} has no checkpoints")
+    return 0
+
+
+def cmd_resume(a: argparse.Namespace) -> int:
+    from interpreters import load_program, resume
+
+    kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
+    if a.workspace:
+        kwargs["workspace"] = _workspace(a.workspace)
+    if a.model:
+        kwargs["model"] = a.model
+    if a.tools:
+        kwargs["tools"] = _load_tools(a.tools)
+    if a.program:
+        kwargs["program"] = load_program(a.program)
+    return _report(resume(a.run, on_event=_sinks(a), **kwargs))
+
+
+def cmd_replay(a: argparse.Namespace) -> int:
+    from interpreters import load_program, open_journal, replay
+
+    program = load_program(a.program) if a.program else None
+    result = replay(a.run, db=open_journal(a.db, read_only=True), program=program)
+    print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
+    return 0
+
+
+def cmd_answer(a: argparse.Namespace) -> int:
+    from interpreters import resume
+
+    return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=_sinks(a)))
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from interpreters import export_run, open_journal
+
+    text = export_run(open_journal(a.db, read_only=True), a.run)
+    if a.output:
+        Path(a.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    from interpreters import import_run, open_journal
+
+    try:
+        text = Path(a.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {a.file}: {exc}") from None
+    record = import_run(open_journal(a.db), text, source=a.file)
+    print(f"imported run {record.run_id}; it names the program {record.program}, which runs only "
+          f"when you pass --program {record.program} to resume or replay it")  # fmt: skip
+    return 0
+
+
+def cmd_gc(a: argparse.Namespace) -> int:
+    from interpreters import SqliteJournal, Workspace, open_journal
+
+    journal = open_journal(a.db, create=False)
+    for run_id in a.runs:  # check them all before removing any
+        record = journal.run(run_id)
+        if record.status in ("running", "waiting"):
+            what = "is waiting for an answer" if record.status == "waiting" else "is running (or crashed)"
+            raise UsageError(f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)")
+    gone = set(a.runs)
+    # trees that runs kept still name at their checkpoints (a fork copies its parent's): kept
+    needed: set[str] = set()
+    for other in journal.runs():
+        if other.run_id in gone:
+            continue
+        for e in journal.entries(other.run_id):
+            if e.kind == "checkpoint" and e.result_json:
+                tree = (json.loads(e.result_json).get("world") or {}).get("tree")
+                if tree:
+                    needed.add(str(tree))
+    for run_id in a.runs:
+        record = journal.run(run_id)
+        root = json.loads(record.config_json or "{}").get("workspace")
+        dropped = kept = 0
+        if root and Path(root).is_dir():
+            ws = Workspace(root)
+            for name, tree in ws.snapshots(f"{run_id}/").items():
+                if tree in needed:
+                    kept += 1
+                else:
+                    dropped += ws.drop_snapshot(name)
+        journal.delete_run(run_id)
+        note = f", kept {kept} that other runs still need" if kept else ""
+        print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
+    if isinstance(journal, SqliteJournal):
+        journal.vacuum()  # give the space back
+    return 0
+
+
+def cmd_new(a: argparse.Namespace) -> int:
+    from interpreters.cli._new import new_project
+
+    written = new_project(a.path, version=_version())
+    root = Path(a.path)
+    print(f"created {root}/ ({len(written)} files):")
+    for path in written:
+        print(f"  {path.relative_to(root)}")
+    print(f"next: cd {root} && pip install -e '.[test]' && pytest")
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opdsl")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from interpreters.cli._demo import demo
+
+    return demo()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opdsl", description="Run, resume and replay agent programs.")
+    parser.add_argument("--version", action="version", version=f"opdsl {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(fn=fn)
+        p.add_argument("--db", help="journal file (default: $OPDSL_DB or .opdsl/runs.db)")
+        return p
+
+    p = add("run", cmd_run, "run a program: opdsl run module:function --arg name=value")
+    p.add_argument("program")
+    p.add_argument("--arg", action="append", default=[], help="a program argument, NAME=VALUE (JSON or text)")
+    p.add_argument("--model", help="a model spec, e.g. scripted:answers.json")
+    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included (default 600)")
+    p.add_argument("--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)")
+    p.add_argument("--state", help="the initial state, a CRDTModel class as module:Class")
+    p.add_argument("--seed", help="the seed of random() and uuid()")
+    p.add_argument("--workspace", help="a folder the workspace tools are confined to (snapshotted at checkpoints)")
+    p.add_argument("--dry-run", action="store_true", help="no side effects: print the plan")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    p = add("runs", cmd_runs, "list runs")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = add("show", cmd_show, "a run's timeline")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = add("resume", cmd_resume, "continue a run, or fork it from a checkpoint with --from")
+    p.add_argument("run")
+    p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
+    p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
+    p.add_argument("--model")
+    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included")
+    p.add_argument("--tools", action="append", default=[])
+    p.add_argument("--program", help="module:function; needed for a run imported from a file")
+    p.add_argument("--quiet", action="store_true")
+    p = add("replay", cmd_replay, "re-run a run against its journal only; fails on divergence")
+    p.add_argument("run")
+    p.add_argument("--program", help="module:function; needed for a run imported from a file")
+    p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
+    p.add_argument("run")
+    p.add_argument("text")
+    p.add_argument("--at", help="the address of the question to answer, when the run waits on several")
+    p.add_argument("--quiet", action="store_true")
+    p = add("export", cmd_export, "write a run as JSONL")
+    p.add_argument("run")
+    p.add_argument("-o", "--output")
+    p = add("import", cmd_import, "add a run from a JSONL file")
+    p.add_argument("file")
+    p = add("gc", cmd_gc, "remove finished runs and their workspace snapshots")
+    p.add_argument("runs", nargs="+")
+    add("demo", cmd_demo, "the example program, offline")
+    p = add("new", cmd_new, "a new agent program with its tests: opdsl new PATH")
+    p.add_argument("path")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from interpreters.journal import JournalError
+    from interpreters.runtime._replay import Divergence
+    from op import NotSerializable, OpdslError
+
+    args = _parser().parse_args(argv)
+    if getattr(args, "model_timeout", None) is not None:
+        if not args.model_timeout > 0:
+            print("opdsl: error: --model-timeout must be a positive number of seconds", file=sys.stderr)
+            return 2
+        os.environ["OPDSL_MODEL_TIMEOUT"] = str(args.model_timeout)
+    # programs are named module:function, importable from here as with `python -m`
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        code: int = args.fn(args)
+        return code
+    except Divergence as exc:
+        print(f"opdsl: {exc}", file=sys.stderr)
+        return 1
+    except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError,
+            RecursionError) as exc:
+        from interpreters.runtime._redact import Redactor
+
+        message = Redactor.from_env()(" ".join(str(exc).split()))
+        print(f"opdsl: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(_stopped(), file=sys.stderr)
+        return 130
+
+
+def _stopped() -> str:
+    """What Ctrl-C left: a run to continue, or nothing."""
+    from interpreters import open_journal
+
+    for run_id, db in reversed(_STARTED):
+        try:
+            status = open_journal(db, read_only=True).run(run_id).status
+        except Exception:
+            continue
+        if status in ("running", "cancelled", "waiting"):
+            where = f" --db {db}" if db else ""
+            return f"opdsl: stopped; continue with: opdsl resume {run_id}{where}"
+    return "opdsl: stopped; no run was left to continue"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

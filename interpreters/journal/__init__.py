@@ -1,0 +1,51 @@
+"""Journals: where runs and their effects are recorded.
+
+``Journal`` is the interface (``_base``); ``MemoryJournal`` keeps everything in memory,
+``SqliteJournal`` is the embedded default; ``export_run``/``import_run`` move a run as JSONL
+and ``check_integrity`` checks one.
+"""
+
+from typing import TYPE_CHECKING
+
+from interpreters.journal._base import (
+    DEFAULT_DB,
+    Entry,
+    EntryStatus,
+    Journal,
+    JournalError,
+    RunLocked,
+    RunRecord,
+    RunStatus,
+)
+from interpreters.journal._memory import MemoryJournal
+from interpreters.journal._portable import check_integrity, export_run, import_run
+
+if TYPE_CHECKING:
+    from interpreters.journal._sqlite import SCHEMA_VERSION, SqliteJournal, open_journal
+
+__all__ = [
+    "DEFAULT_DB",
+    "SCHEMA_VERSION",
+    "Entry",
+    "EntryStatus",
+    "Journal",
+    "JournalError",
+    "MemoryJournal",
+    "RunLocked",
+    "RunRecord",
+    "RunStatus",
+    "SqliteJournal",
+    "check_integrity",
+    "export_run",
+    "import_run",
+    "open_journal",
+]
+
+
+def __getattr__(name: str) -> object:
+    # SQLite loads when a SQLite journal is asked for, not with the interface
+    if name in ("SCHEMA_VERSION", "SqliteJournal", "open_journal"):
+        from interpreters.journal import _sqlite
+
+        return getattr(_sqlite, name)
+    raise AttributeError(f"module 'interpreters.journal' has no attribute {name!r}")

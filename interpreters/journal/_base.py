@@ -1,0 +1,181 @@
+"""The journal: an append-only record of runs and of every recorded effect.
+
+Rules:
+
+- an entry is written ``started`` before its handler runs and ``completed``, ``failed`` or
+  ``cancelled`` after, so a result is in the journal before the program sees it;
+- entries are keyed by (run id, address) and numbered by ``seq`` in the order they began; a
+  ``started`` or ``cancelled`` entry may be begun again (a resumed run performs an effect a
+  crash or a stop left unfinished once more), a completed or failed one never changes;
+- effects, results and errors are canonical JSON text, readable with any SQLite client;
+- one writer per run: :meth:`Journal.acquire` refuses a second writer, naming the holder.
+
+``MemoryJournal`` keeps everything in memory (tests, benchmarks); ``SqliteJournal`` is the
+embedded default (``.opdsl/runs.db``, WAL mode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+__all__ = ["DEFAULT_DB", "Entry", "EntryStatus", "Journal", "JournalError", "RunLocked", "RunRecord", "RunStatus"]
+
+EntryStatus = Literal["started", "completed", "failed", "cancelled"]
+RunStatus = Literal["running", "completed", "failed", "waiting", "cancelled"]
+DEFAULT_DB = Path(".opdsl") / "runs.db"
+
+
+class JournalError(Exception):
+    """The journal was asked for something its records do not allow, or cannot be read or
+    written. Never thrown into a program: a run whose journal fails ends there (failed, and
+    resumable once the cause is gone), so no run is recorded as finished with effects missing."""
+
+    opdsl_fatal = True
+
+
+class RunLocked(JournalError):
+    """Another live process is writing this run."""
+
+
+class RunRecord(BaseModel):
+    """One run: what program with what arguments, where it came from, and how it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    program: str
+    args_json: str = '{"args":[],"kwargs":{}}'
+    config_json: str = "{}"
+    state_json: str | None = None
+    status: RunStatus = "running"
+    parent_run: str | None = None
+    fork_checkpoint: str | None = None
+    created_at: float = 0.0
+    finished_at: float | None = None
+    result_json: str | None = None
+    error_json: str | None = None
+    final_state_json: str | None = None
+
+
+@dataclass(slots=True)
+class Entry:
+    """One recorded effect at one address of one run."""
+
+    run_id: str
+    seq: int
+    address: str
+    kind: str
+    effect_json: str
+    status: EntryStatus = "started"
+    result_json: str | None = None
+    error_json: str | None = None
+    usage_json: str | None = None
+    started_at: float = 0.0
+    finished_at: float | None = None
+
+    def replace(self, **changes: Any) -> Entry:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in _ENTRY_COLS}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Entry:
+        """Build and check an entry from untrusted data (an imported file)."""
+        if not isinstance(data, dict):
+            raise ValueError("an entry must be a JSON object")
+        extra = set(data) - set(_ENTRY_COLS)
+        if extra:
+            raise ValueError(f"unknown entry fields: {', '.join(sorted(extra))}")
+        entry: Entry = _ENTRY_ADAPTER.validate_python(data)
+        return entry
+
+
+_ENTRY_COLS = [f.name for f in dataclasses.fields(Entry)]
+_ENTRY_ADAPTER = TypeAdapter(Entry)
+_STATUSES = frozenset({"started", "completed", "failed", "cancelled"})
+
+
+_HELD: set[tuple[str, str]] = set()
+"""(journal file, run) pairs this process is writing now."""
+
+
+def _holder() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class Journal(ABC):
+    """Where runs and entries are kept."""
+
+    @abstractmethod
+    def create_run(self, run: RunRecord) -> None: ...
+
+    @abstractmethod
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a run ``running`` again (it is being resumed)."""
+
+    @abstractmethod
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        final_state_json: str | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None: ...
+
+    @abstractmethod
+    def finish(
+        self,
+        run_id: str,
+        address: str,
+        status: Literal["completed", "failed", "cancelled"],
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        usage_json: str | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        """Copy finished entries in as they are (forks, imports)."""
+
+    @abstractmethod
+    def run(self, run_id: str) -> RunRecord: ...
+
+    @abstractmethod
+    def runs(self) -> list[RunRecord]: ...
+
+    @abstractmethod
+    def entries(self, run_id: str) -> list[Entry]: ...
+
+    @abstractmethod
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run and its entries."""
+
+    @abstractmethod
+    def acquire(self, run_id: str) -> None:
+        """Become the run's only writer, or raise :class:`RunLocked`."""
+
+    @abstractmethod
+    def release(self, run_id: str) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - stores without resources need nothing
+        """Release what the store holds open."""
+
+

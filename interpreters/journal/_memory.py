@@ -1,0 +1,127 @@
+"""The journal held in memory (tests, benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, final
+
+from interpreters.journal._base import (
+    Entry,
+    Journal,
+    JournalError,
+    RunLocked,
+    RunRecord,
+    RunStatus,
+)
+
+
+@final
+class MemoryJournal(Journal):
+    """A journal held in memory."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._entries: dict[str, dict[str, Entry]] = {}
+        self._locks: set[str] = set()
+
+    def create_run(self, run: RunRecord) -> None:
+        if run.run_id in self._runs:
+            raise JournalError(f"run {run.run_id} already exists")
+        self._runs[run.run_id] = run.model_copy()
+        self._entries[run.run_id] = {}
+
+    def reopen_run(self, run_id: str) -> None:
+        self._runs[run_id] = self.run(run_id).model_copy(
+            update={"status": "running", "finished_at": None, "error_json": None}
+        )
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        final_state_json: str | None = None,
+    ) -> None:
+        self._runs[run_id] = self.run(run_id).model_copy(
+            update={
+                "status": status,
+                "finished_at": at,
+                "result_json": result_json,
+                "error_json": error_json,
+                "final_state_json": final_state_json,
+            }
+        )
+
+    def _run_entries(self, run_id: str) -> dict[str, Entry]:
+        try:
+            return self._entries[run_id]
+        except KeyError:
+            raise JournalError(f"no run {run_id!r} in this journal") from None
+
+    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
+        entries = self._run_entries(run_id)
+        old = entries.get(address)
+        if old is not None and old.status not in ("started", "cancelled"):
+            raise JournalError(
+                f"run {run_id}: address {address} is already {old.status}; entries are append-only"
+            )
+        seq = old.seq if old is not None else len(entries)
+        entries[address] = Entry(
+            run_id=run_id, seq=seq, address=address, kind=kind, effect_json=effect_json, started_at=at
+        )
+
+    def finish(
+        self,
+        run_id: str,
+        address: str,
+        status: Literal["completed", "failed", "cancelled"],
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        usage_json: str | None = None,
+    ) -> None:
+        entries = self._run_entries(run_id)
+        old = entries.get(address)
+        if old is None or old.status != "started":
+            state = "missing" if old is None else old.status
+            raise JournalError(f"run {run_id}: cannot finish address {address}: it is {state}")
+        old.status = status
+        old.result_json = result_json
+        old.error_json = error_json
+        old.usage_json = usage_json
+        old.finished_at = at
+
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        for e in entries:
+            self._run_entries(e.run_id)[e.address] = e.replace()
+
+    def run(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise JournalError(f"no run {run_id!r} in this journal") from None
+
+    def runs(self) -> list[RunRecord]:
+        return list(self._runs.values())
+
+    def entries(self, run_id: str) -> list[Entry]:
+        return [e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
+
+    def delete_run(self, run_id: str) -> None:
+        self.run(run_id)
+        del self._runs[run_id]
+        self._entries.pop(run_id, None)
+
+    def acquire(self, run_id: str) -> None:
+        if run_id in self._locks:
+            raise RunLocked(f"run {run_id} is already being written by this process")
+        self._locks.add(run_id)
+
+    def release(self, run_id: str) -> None:
+        self._locks.discard(run_id)
+
+

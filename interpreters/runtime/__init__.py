@@ -1,0 +1,51 @@
+"""The runtime: the one loop that drives every program, its addresses, scopes, budgets and
+state replicas, reading a journal back, the clock, the event bus and redaction.
+
+It does no I/O of its own and imports no HTTP, git, SQLite or console library (a test
+enforces it), so an interpreter that runs inside another engine can reuse it.
+"""
+
+from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
+from interpreters.runtime._driver import (
+    Call,
+    Driver,
+    Frame,
+    Handlers,
+    RecordedEffect,
+    Replica,
+    RunResult,
+    WaitingForAnswer,
+    execute,
+    nearest_checkpoint,
+    new_run_id,
+    program_name,
+)
+from interpreters.runtime._events import EventBus, Sink, as_sinks
+from interpreters.runtime._redact import REDACTED, Redactor
+from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
+
+__all__ = [
+    "REDACTED",
+    "Call",
+    "Clock",
+    "Divergence",
+    "Driver",
+    "EventBus",
+    "Frame",
+    "Handlers",
+    "RecordedEffect",
+    "Redactor",
+    "Replica",
+    "ReplayLog",
+    "ReplayedError",
+    "RunResult",
+    "Sink",
+    "SystemClock",
+    "VirtualClock",
+    "WaitingForAnswer",
+    "as_sinks",
+    "execute",
+    "nearest_checkpoint",
+    "new_run_id",
+    "program_name",
+]

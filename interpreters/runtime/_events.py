@@ -1,0 +1,42 @@
+"""The event bus: how a run's events reach its sinks (with secrets redacted on the way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import final
+
+from interpreters.runtime._redact import Redactor
+from op import Event
+
+__all__ = ["EventBus", "Sink", "as_sinks"]
+
+Sink = Callable[[Event], None]
+
+
+def as_sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
+    """``on_event`` as a list: one sink, several, or none."""
+    if on_event is None:
+        return []
+    if callable(on_event):
+        return [on_event]
+    return list(on_event)
+
+
+@final
+class EventBus:
+    """Fans events out to sinks. ``active`` is False when nobody listens (skip the work)."""
+
+    def __init__(self, sinks: Iterable[Sink], redact: Redactor | None = None) -> None:
+        self._sinks = list(sinks)
+        self.active = bool(self._sinks)
+        #: secrets never reach a sink (see ``_redact``)
+        self.redact = Redactor.from_env() if redact is None and self.active else redact
+
+    def emit(self, event: Event) -> None:
+        if self.redact is not None and self.redact.secrets:
+            text = event.model_dump_json()
+            clean = self.redact(text)
+            if clean != text:
+                event = type(event).model_validate_json(clean)
+        for sink in self._sinks:
+            sink(event)
