@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from interpreters import LiveInterpreter, SqliteJournal
-from interpreters.models._http import OpenAIModel
+from interpreters.models import OpenAIModel
 from op import Op, infer
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000

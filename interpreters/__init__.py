@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     )
     from interpreters._live import AgentBackend, LiveHandlers, LiveInterpreter
     from interpreters._sinks import ConsoleSink, JsonlSink
-    from interpreters.agents._cli import (
+    from interpreters.agents import (
         AgentError,
         ClaudeCodeBackend,
         CliBackend,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         Model,
         ModelScriptExhausted,
         ScriptedModel,
+        register_provider,
         resolve_model,
     )
     from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
@@ -85,13 +86,13 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     "ANY": "interpreters.testing._scripted",
     "AgentBackend": "interpreters._live",
-    "AgentError": "interpreters.agents._cli",
+    "AgentError": "interpreters.agents",
     "Call": "interpreters.runtime._driver",
     "CallInfo": "interpreters.models._base",
-    "ClaudeCodeBackend": "interpreters.agents._cli",
-    "CliBackend": "interpreters.agents._cli",
+    "ClaudeCodeBackend": "interpreters.agents",
+    "CliBackend": "interpreters.agents",
     "Clock": "interpreters.runtime._clock",
-    "CodexBackend": "interpreters.agents._cli",
+    "CodexBackend": "interpreters.agents",
     "ConsoleSink": "interpreters._sinks",
     "Divergence": "interpreters.runtime._replay",
     "Driver": "interpreters.runtime._driver",
@@ -107,7 +108,7 @@ _WHERE: dict[str, str] = {
     "MemoryJournal": "interpreters.journal",
     "Model": "interpreters.models._base",
     "ModelScriptExhausted": "interpreters.models._base",
-    "NoopBackend": "interpreters.agents._cli",
+    "NoopBackend": "interpreters.agents",
     "Plan": "interpreters._durable",
     "ProgramNotFound": "interpreters._durable",
     "RecordedEffect": "interpreters.runtime._driver",
@@ -133,7 +134,7 @@ _WHERE: dict[str, str] = {
     "areplay": "interpreters._durable",
     "aresume": "interpreters._durable",
     "arun": "interpreters._api",
-    "backends": "interpreters.agents._cli",
+    "backends": "interpreters.agents",
     "check_integrity": "interpreters.journal",
     "dry_run": "interpreters._durable",
     "execute": "interpreters.runtime._driver",
@@ -144,8 +145,9 @@ _WHERE: dict[str, str] = {
     "new_run_id": "interpreters.runtime._driver",
     "open_journal": "interpreters.journal",
     "program_name": "interpreters.runtime._driver",
+    "register_provider": "interpreters.models._base",
     "read_only": "interpreters.tools._bound",
-    "register_backend": "interpreters.agents._cli",
+    "register_backend": "interpreters.agents",
     "replay": "interpreters._durable",
     "resolve_model": "interpreters.models._base",
     "resume": "interpreters._durable",
@@ -218,6 +220,7 @@ __all__ = [
     "program_name",
     "read_only",
     "register_backend",
+    "register_provider",
     "replay",
     "resolve_model",
     "resume",

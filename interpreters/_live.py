@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, assert_never, final
 
-from interpreters.agents._cli import backends
+from interpreters.agents._base import backends
 from interpreters.journal import Journal, RunRecord
 from interpreters.models._base import Model, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec

@@ -29,7 +29,7 @@ from interpreters import (
     resume,
     run,
 )
-from interpreters.agents._cli import CliBackend
+from interpreters.agents import CliBackend
 from interpreters.cli._main import main
 from op import (
     Budget,

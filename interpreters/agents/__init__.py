@@ -1,14 +1,10 @@
-"""Agents: what performs the ``agent`` effect. Coding-agent CLIs (Claude Code, Codex) run as
-subprocesses under the turn contract; ``register_backend`` adds another."""
+"""Agents: what performs the ``agent`` effect. Coding-agent CLIs run as subprocesses under the
+turn contract (``_base``); one module per backend (``claude_code``, ``codex``, ``noop``);
+``register_backend`` adds another."""
 
-from interpreters.agents._cli import (
-    AgentError,
-    ClaudeCodeBackend,
-    CliBackend,
-    CodexBackend,
-    NoopBackend,
-    backends,
-    register_backend,
-)
+from interpreters.agents._base import AgentError, CliBackend, backends, register_backend
+from interpreters.agents.claude_code import ClaudeCodeBackend
+from interpreters.agents.codex import CodexBackend
+from interpreters.agents.noop import NoopBackend
 
 __all__ = ["AgentError", "ClaudeCodeBackend", "CliBackend", "CodexBackend", "NoopBackend", "backends", "register_backend"]

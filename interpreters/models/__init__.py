@@ -9,24 +9,35 @@ from interpreters.models._base import (
     CallInfo,
     Model,
     ModelScriptExhausted,
+    ProviderFactory,
     ScriptedModel,
+    providers,
+    register_provider,
     resolve_model,
 )
 
 if TYPE_CHECKING:
     from interpreters.models._http import (
-        AnthropicModel,
         HttpModel,
-        OllamaModel,
-        OpenAIModel,
         Prices,
         ProviderError,
         RetryPolicy,
         default_model_spec,
     )
+    from interpreters.models.anthropic import AnthropicModel
+    from interpreters.models.ollama import OllamaModel
+    from interpreters.models.openai import OpenAIModel
 
-_HTTP = ("AnthropicModel", "HttpModel", "OllamaModel", "OpenAIModel", "Prices", "ProviderError", "RetryPolicy",
-         "default_model_spec")  # fmt: skip
+_LAZY = {
+    "HttpModel": "interpreters.models._http",
+    "Prices": "interpreters.models._http",
+    "ProviderError": "interpreters.models._http",
+    "RetryPolicy": "interpreters.models._http",
+    "default_model_spec": "interpreters.models._http",
+    "AnthropicModel": "interpreters.models.anthropic",
+    "OllamaModel": "interpreters.models.ollama",
+    "OpenAIModel": "interpreters.models.openai",
+}
 
 __all__ = [
     "AnthropicModel",
@@ -38,16 +49,19 @@ __all__ = [
     "OpenAIModel",
     "Prices",
     "ProviderError",
+    "ProviderFactory",
     "RetryPolicy",
     "ScriptedModel",
     "default_model_spec",
+    "providers",
+    "register_provider",
     "resolve_model",
 ]
 
 
 def __getattr__(name: str) -> object:
-    if name in _HTTP:
-        from interpreters.models import _http
+    if name in _LAZY:
+        import importlib
 
-        return getattr(_http, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'interpreters.models' has no attribute {name!r}")

@@ -6,6 +6,7 @@ the scripted one used in tests and offline demos; network providers live beside 
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,7 +15,16 @@ from typing import Protocol, final, runtime_checkable
 from interpreters.runtime._clock import Clock
 from op import ModelError, ModelRequest, Response
 
-__all__ = ["CallInfo", "Model", "ModelScriptExhausted", "ScriptedModel", "resolve_model"]
+__all__ = [
+    "CallInfo",
+    "Model",
+    "ModelScriptExhausted",
+    "ProviderFactory",
+    "ScriptedModel",
+    "providers",
+    "register_provider",
+    "resolve_model",
+]
 
 
 class CallInfo(Protocol):
@@ -98,12 +108,44 @@ def _as_response(value: Scripted, name: str) -> Response:
     raise TypeError(f"a scripted response must be a Response or str, not {type(value).__name__}")
 
 
+ProviderFactory = Callable[[str, str], Model]
+"""Makes a model from the part of a spec after ``provider:`` and the whole spec (for errors)."""
+
+_PROVIDERS: dict[str, ProviderFactory] = {}
+# the built-in providers register themselves when their module is imported (on first use,
+# so httpx loads only when an HTTP model is asked for)
+_BUILTIN = {
+    "openai": "interpreters.models.openai",
+    "openai-compatible": "interpreters.models.openai",
+    "anthropic": "interpreters.models.anthropic",
+    "ollama": "interpreters.models.ollama",
+}
+
+
+def register_provider(name: str, factory: ProviderFactory) -> None:
+    """Make ``name:...`` specs resolve through ``factory(rest, spec)``.
+
+    Example:
+        >>> register_provider("echo", lambda rest, spec: ScriptedModel([rest] * 3, name=spec))
+        >>> resolve_model("echo:hello").responses[0].text
+        'hello'
+    """
+    if not name or ":" in name:
+        raise ValueError(f"a provider name is a word without ':', not {name!r}")
+    _PROVIDERS[name] = factory
+
+
+def providers() -> list[str]:
+    """The provider names a spec may start with."""
+    return sorted({"scripted", *_BUILTIN, *_PROVIDERS})
+
+
 def resolve_model(spec: str | Model | None) -> Model | None:
     """A model object from a spec.
 
     ``scripted:PATH`` (a JSON list of responses), ``openai:MODEL``, ``anthropic:MODEL``,
-    ``ollama:MODEL`` and ``openai-compatible:MODEL@BASE_URL``; a model object is returned as
-    it is.
+    ``ollama:MODEL``, ``openai-compatible:MODEL@BASE_URL`` and any registered with
+    :func:`register_provider`; a model object is returned as it is.
     """
     if spec is None or isinstance(spec, Model):
         return spec
@@ -122,12 +164,9 @@ def resolve_model(spec: str | Model | None) -> Model | None:
             [Response.model_validate(r) if isinstance(r, dict) else str(r) for r in data],
             name=spec,
         )
-    from interpreters.models._http import provider_model
-
-    model = provider_model(spec)
-    if model is None:
-        raise ValueError(
-            f"unknown model provider {provider!r} in {spec!r} "
-            "(known: openai, anthropic, ollama, openai-compatible, scripted)"
-        )
-    return model
+    if provider not in _PROVIDERS and provider in _BUILTIN:
+        importlib.import_module(_BUILTIN[provider])
+    factory = _PROVIDERS.get(provider)
+    if factory is None:
+        raise ValueError(f"unknown model provider {provider!r} in {spec!r} (known: {', '.join(providers())})")
+    return factory(rest, spec)

@@ -11,7 +11,7 @@ import pytest
 
 from interpreters import MemoryJournal, VirtualClock, export_run, resolve_model, run
 from interpreters.cli._main import main
-from interpreters.models._http import AnthropicModel, OllamaModel, OpenAIModel, Prices, RetryPolicy
+from interpreters.models import AnthropicModel, OllamaModel, OpenAIModel, Prices, RetryPolicy
 from op import (
     Budget,
     Failure,

@@ -19,6 +19,7 @@ The journal records the whole record, so a replay never starts a process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, final
+from typing import Any, ClassVar, Literal
 
 import anyio
 
@@ -47,7 +48,7 @@ from op import (
     Usage,
 )
 
-__all__ = ["AgentError", "ClaudeCodeBackend", "CliBackend", "CodexBackend", "NoopBackend", "backends", "register_backend"]
+__all__ = ["AgentError", "CliBackend", "backends", "register_backend"]
 
 MAX_LINE = 1 << 20
 MAX_REASON = 2000
@@ -322,163 +323,13 @@ def _check_init(backend: str, effect: Agent, model: str | None, tools: list[str]
             raise _Refused(f"{backend} connected MCP server {name!r}, which was not allowed")
 
 
-@final
-class ClaudeCodeBackend(CliBackend):
-    """``claude -p --output-format stream-json --verbose``."""
 
-    name = "claude-code"
-    command = "claude"
-    homes = ("HOME", "CLAUDE_CONFIG_DIR")
-
-    def argv(self, exe: str, effect: Agent) -> list[str]:
-        o = effect.options
-        argv = [exe, "-p", effect.prompt, "--output-format", "stream-json", "--verbose"]
-        if o.get("model"):
-            argv += ["--model", str(o["model"])]
-        if o.get("max_turns"):
-            argv += ["--max-turns", str(int(o["max_turns"]))]
-        if o.get("allowed_tools") is not None:
-            allowed = [str(t) for t in o["allowed_tools"]]
-            # --tools sets which tools exist at all; --allowedTools which run without asking
-            base = sorted({t.split("(", 1)[0] for t in allowed})
-            argv += ["--tools", ",".join(base), "--allowedTools", ",".join(allowed)]
-        if o.get("mcp_config"):
-            argv += ["--mcp-config", json.dumps(o["mcp_config"]) if not isinstance(o["mcp_config"], str) else o["mcp_config"], "--strict-mcp-config"]
-        if o.get("resume"):
-            argv.append(f"--resume={o['resume']}")  # one token: a value starting with '-' stays a value
-        if o.get("permission_mode"):
-            argv += ["--permission-mode", str(o["permission_mode"])]
-        return [*argv, *self.extra_args]
-
-    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
-        kind = line.get("type")
-        if not turn.session_id and kind != "system" and "init_seen" not in turn.__dict__:
-            raise _Refused("claude-code acted before its init line")
-        if kind == "system" and line.get("subtype") == "init":
-            turn.__dict__["init_seen"] = True
-            turn.session_id = line.get("session_id")
-            _check_init(self.name, effect, line.get("model"), [str(t) for t in line.get("tools") or []], line.get("mcp_servers") or [])
-        elif kind == "assistant":
-            message = line.get("message") or {}
-            turn.open_turn()
-            mid = str(message.get("id") or turn.turns)
-            u = message.get("usage") or {}
-            prev = turn.usage_by_id.get(mid)
-            out_tokens = max(int(u.get("output_tokens") or 0), prev.output_tokens if prev else 0)
-            turn.usage_by_id[mid] = Usage(
-                input_tokens=int(u.get("input_tokens") or 0) + int(u.get("cache_read_input_tokens") or 0)
-                + int(u.get("cache_creation_input_tokens") or 0),
-                output_tokens=out_tokens, cached_tokens=int(u.get("cache_read_input_tokens") or 0),
-            )  # fmt: skip
-            for block in message.get("content") or []:
-                if block.get("type") == "text":
-                    turn.text = block.get("text", "")
-                elif block.get("type") == "tool_use":
-                    turn.tool_start(str(block.get("id")), str(block.get("name")), block.get("input"))
-        elif kind == "user":
-            for block in (line.get("message") or {}).get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    content = block.get("content")
-                    text = content if isinstance(content, str) else json.dumps(content)
-                    turn.tool_end(str(block.get("tool_use_id")), not block.get("is_error"), text)
-            turn.close_turn()
-        elif kind == "result":
-            turn.finished = True
-            turn.close_all()
-            if isinstance(line.get("result"), str):
-                turn.text = line["result"]
-            turn.cost = line.get("total_cost_usd")
-            u = line.get("usage") or {}
-            if u:
-                cached = int(u.get("cache_read_input_tokens") or 0)
-                turn.usage_total = Usage(
-                    input_tokens=int(u.get("input_tokens") or 0) + cached + int(u.get("cache_creation_input_tokens") or 0),
-                    output_tokens=int(u.get("output_tokens") or 0), cached_tokens=cached,
-                )  # fmt: skip
-            if line.get("num_turns"):
-                turn.turns = max(turn.turns, int(line["num_turns"]))
-            if line.get("is_error") or line.get("subtype") != "success":
-                turn.error = f"{line.get('subtype')}: {line.get('result') or line.get('errors') or ''}".strip()
-
-
-@final
-class CodexBackend(CliBackend):
-    """``codex exec --json``: one turn per exec; no cost is reported (it stays unknown)."""
-
-    name = "codex"
-    command = "codex"
-    homes = ("HOME", "CODEX_HOME")
-
-    def confined_by_default(self) -> bool:
-        # where bubblewrap is installed, codex's own workspace-write sandbox runs commands
-        # through it with a helper (codex-linux-sandbox) its npm build does not ship, and every
-        # command fails; opdsl's confinement around it does the same job and works
-        return sandbox_problem() is None
-
-    def argv(self, exe: str, effect: Agent) -> list[str]:
-        o = effect.options
-        argv = [exe, "exec", "--json", "--skip-git-repo-check"]
-        if o.get("model"):
-            argv += ["-m", str(o["model"])]
-        # confined by opdsl, codex's own sandbox would nest inside bubblewrap: it is the fence
-        default = "danger-full-access" if self._confined(effect) else "workspace-write"
-        argv += ["-s", str(o.get("sandbox", default))]
-        if o.get("cwd"):
-            argv += ["-C", str(o["cwd"])]
-        return [*argv, *self.extra_args, effect.prompt]
-
-    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
-        kind = line.get("type")
-        if kind == "thread.started":
-            turn.__dict__["init_seen"] = True
-            turn.session_id = line.get("thread_id")
-            return
-        if "init_seen" not in turn.__dict__:
-            raise _Refused("codex acted before thread.started")
-        if kind == "turn.started":
-            turn.open_turn()
-        elif kind in ("item.started", "item.completed"):
-            item = line.get("item") or {}
-            itype, iid = item.get("type"), str(item.get("id"))
-            if itype == "agent_message" and kind == "item.completed":
-                turn.text = item.get("text", "")
-            elif itype in ("command_execution", "mcp_tool_call", "file_change"):
-                name = {"command_execution": "shell", "file_change": "edit"}.get(itype, str(item.get("tool")))
-                turn.tool_start(iid, name, item.get("command") or item.get("arguments") or item.get("changes"))
-                if kind == "item.completed":
-                    ok = item.get("status") == "completed" and item.get("exit_code", 0) is not None
-                    if itype == "command_execution" and item.get("exit_code") is None:
-                        return  # an abandoned command: left open, closed as unresolved at the end
-                    turn.tool_end(iid, ok and item.get("status") != "failed", str(item.get("aggregated_output") or ""))
-        elif kind == "turn.completed":
-            u = line.get("usage") or {}
-            turn.usage_total = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
-                                     cached_tokens=int(u.get("cached_input_tokens") or 0))  # fmt: skip
-            turn.finished = True
-            turn.close_all()
-        elif kind == "turn.failed":
-            turn.finished = True
-            turn.error = str((line.get("error") or {}).get("message"))
-            turn.close_all()
-
-
-@final
-class NoopBackend:
-    """Does nothing and says so: for wiring programs up before an agent is chosen."""
-
-    name = "noop"
-
-    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
-        turn = _Turn(call=call, backend=self.name)
-        turn.emit(AgentStart(**turn.base(), backend=self.name))
-        turn.emit(AgentEnd(**turn.base(), backend=self.name, status="completed"))
-        return TurnRecord(backend=self.name, text="", exit_code=0)
-
-
-_REGISTRY: dict[str, Callable[[], Any]] = {
-    "claude-code": ClaudeCodeBackend,
-    "codex": CodexBackend,
-    "noop": NoopBackend,
+_REGISTRY: dict[str, Callable[[], Any]] = {}
+# the built-in backends register themselves when their module is imported
+_BUILTIN = {
+    "claude-code": "interpreters.agents.claude_code",
+    "codex": "interpreters.agents.codex",
+    "noop": "interpreters.agents.noop",
 }
 
 
@@ -488,5 +339,8 @@ def register_backend(name: str, factory: Callable[[], Any]) -> None:
 
 
 def backends() -> dict[str, Any]:
-    """A fresh instance of every registered backend, by name."""
+    """A fresh instance of every registered backend (the built-in ones included), by name."""
+    for name, module in _BUILTIN.items():
+        if name not in _REGISTRY:
+            importlib.import_module(module)
     return {name: factory() for name, factory in _REGISTRY.items()}

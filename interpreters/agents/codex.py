@@ -1,0 +1,76 @@
+"""Codex (``codex exec --json``) as a backend; its cost is unknown, never zero."""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+from interpreters.agents._base import CliBackend, _Refused, _Turn, register_backend
+from interpreters.tools._sandbox import sandbox_problem
+from op import Agent, Usage
+
+__all__ = ["CodexBackend"]
+
+
+@final
+class CodexBackend(CliBackend):
+    """``codex exec --json``: one turn per exec; no cost is reported (it stays unknown)."""
+
+    name = "codex"
+    command = "codex"
+    homes = ("HOME", "CODEX_HOME")
+
+    def confined_by_default(self) -> bool:
+        # where bubblewrap is installed, codex's own workspace-write sandbox runs commands
+        # through it with a helper (codex-linux-sandbox) its npm build does not ship, and every
+        # command fails; opdsl's confinement around it does the same job and works
+        return sandbox_problem() is None
+
+    def argv(self, exe: str, effect: Agent) -> list[str]:
+        o = effect.options
+        argv = [exe, "exec", "--json", "--skip-git-repo-check"]
+        if o.get("model"):
+            argv += ["-m", str(o["model"])]
+        # confined by opdsl, codex's own sandbox would nest inside bubblewrap: it is the fence
+        default = "danger-full-access" if self._confined(effect) else "workspace-write"
+        argv += ["-s", str(o.get("sandbox", default))]
+        if o.get("cwd"):
+            argv += ["-C", str(o["cwd"])]
+        return [*argv, *self.extra_args, effect.prompt]
+
+    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+        kind = line.get("type")
+        if kind == "thread.started":
+            turn.__dict__["init_seen"] = True
+            turn.session_id = line.get("thread_id")
+            return
+        if "init_seen" not in turn.__dict__:
+            raise _Refused("codex acted before thread.started")
+        if kind == "turn.started":
+            turn.open_turn()
+        elif kind in ("item.started", "item.completed"):
+            item = line.get("item") or {}
+            itype, iid = item.get("type"), str(item.get("id"))
+            if itype == "agent_message" and kind == "item.completed":
+                turn.text = item.get("text", "")
+            elif itype in ("command_execution", "mcp_tool_call", "file_change"):
+                name = {"command_execution": "shell", "file_change": "edit"}.get(itype, str(item.get("tool")))
+                turn.tool_start(iid, name, item.get("command") or item.get("arguments") or item.get("changes"))
+                if kind == "item.completed":
+                    ok = item.get("status") == "completed" and item.get("exit_code", 0) is not None
+                    if itype == "command_execution" and item.get("exit_code") is None:
+                        return  # an abandoned command: left open, closed as unresolved at the end
+                    turn.tool_end(iid, ok and item.get("status") != "failed", str(item.get("aggregated_output") or ""))
+        elif kind == "turn.completed":
+            u = line.get("usage") or {}
+            turn.usage_total = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
+                                     cached_tokens=int(u.get("cached_input_tokens") or 0))  # fmt: skip
+            turn.finished = True
+            turn.close_all()
+        elif kind == "turn.failed":
+            turn.finished = True
+            turn.error = str((line.get("error") or {}).get("message"))
+            turn.close_all()
+
+
+
+register_backend("codex", CodexBackend)

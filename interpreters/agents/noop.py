@@ -1,0 +1,27 @@
+"""A backend that does nothing and says so: for wiring programs up before an agent is chosen."""
+
+from __future__ import annotations
+
+from typing import final
+
+from interpreters.agents._base import _Turn, register_backend
+from interpreters.runtime._driver import Call
+from op import Agent, AgentEnd, AgentStart, TurnRecord
+
+__all__ = ["NoopBackend"]
+
+
+@final
+class NoopBackend:
+    """Does nothing and says so: for wiring programs up before an agent is chosen."""
+
+    name = "noop"
+
+    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
+        turn = _Turn(call=call, backend=self.name)
+        turn.emit(AgentStart(**turn.base(), backend=self.name))
+        turn.emit(AgentEnd(**turn.base(), backend=self.name, status="completed"))
+        return TurnRecord(backend=self.name, text="", exit_code=0)
+
+
+register_backend("noop", NoopBackend)

@@ -1,0 +1,170 @@
+"""Anthropic Messages: the ``anthropic:`` spec."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, final
+
+import httpx
+
+from interpreters.models._base import CallInfo, register_provider
+from interpreters.models._http import (
+    HttpModel,
+    _loads,
+    _parse_arguments,
+    _sse,
+    _Stream,
+)
+from op import ModelRequest, Response, ToolCall, Usage
+
+__all__ = ["AnthropicModel"]
+
+
+
+@final
+class AnthropicModel(HttpModel):
+    """Anthropic's Messages API."""
+
+    provider = "anthropic"
+
+    def _path(self) -> str:
+        return "/v1/messages"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": "2023-06-01"}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        return headers
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        messages: list[dict[str, Any]] = []
+        for m in request.messages:
+            if m.role == "system":
+                continue
+            if m.role == "tool":
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
+                if m.content.startswith("error: "):
+                    block["is_error"] = True
+                if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+                    messages[-1]["content"].append(block)
+                else:
+                    messages.append({"role": "user", "content": [block]})
+            elif m.role == "assistant" and m.tool_calls:
+                blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+                blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+                messages.append({"role": "assistant", "content": blocks})
+            else:
+                messages.append({"role": m.role, "content": m.content})
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "max_tokens": int(request.params.get("max_tokens", 4096)),
+            "messages": messages,
+        }
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            ]
+        body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
+        if stream:
+            body["stream"] = True
+        return body
+
+    def _parse(self, data: Any) -> Response:
+        if not isinstance(data, dict) or "content" not in data:
+            raise self.error("the answer has no content")
+        text, calls = [], []
+        for block in data.get("content") or []:
+            if block.get("type") == "text":
+                text.append(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""),
+                                      arguments=_parse_arguments(block.get("input"))))  # fmt: skip
+        return Response(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            stop_reason=data.get("stop_reason") or "end_turn",
+            usage=_anthropic_usage(data.get("usage") or {}),
+            model=data.get("model") or self.model,
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        blocks: dict[int, dict[str, Any]] = {}
+        usage_in: dict[str, Any] = {}
+        output_tokens = 0
+        stop = None
+        model = self.model
+        finished = False
+        async for event, data in _sse(response, seen):
+            msg = _loads(data, self)
+            kind = msg.get("type", event)
+            if kind == "error":
+                err = msg.get("error") or {}
+                retry = err.get("type") in ("overloaded_error", "api_error", "rate_limit_error")
+                raise self.error(f"{err.get('type', 'error')}: {err.get('message', '')}", retryable=retry)
+            if kind == "message_start":
+                message = msg.get("message") or {}
+                model = message.get("model") or model
+                usage_in = dict(message.get("usage") or {})
+                output_tokens = int(usage_in.get("output_tokens") or 0)
+            elif kind == "content_block_start":
+                block = dict(msg.get("content_block") or {})
+                block["partial"] = ""
+                blocks[int(msg.get("index", len(blocks)))] = block
+            elif kind == "content_block_delta":
+                block = blocks.setdefault(int(msg.get("index", 0)), {"type": "text", "text": "", "partial": ""})
+                delta = msg.get("delta") or {}
+                if delta.get("type") == "text_delta":
+                    block["text"] = block.get("text", "") + delta.get("text", "")
+                    seen.token(call, delta.get("text", ""))
+                elif delta.get("type") == "input_json_delta":
+                    block["partial"] += delta.get("partial_json", "")
+                    seen.delivered = True
+            elif kind == "message_delta":
+                stop = (msg.get("delta") or {}).get("stop_reason") or stop
+                usage = msg.get("usage") or {}
+                output_tokens = max(output_tokens, int(usage.get("output_tokens") or 0))
+                for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+                    if usage.get(key):
+                        usage_in[key] = max(int(usage_in.get(key) or 0), int(usage[key]))
+            elif kind == "message_stop":
+                finished = True
+                break
+        if not finished:
+            raise self.error("the stream was cut before message_stop", retryable=not seen.delivered)
+        text, calls = [], []
+        for _i, block in sorted(blocks.items()):
+            if block.get("type") == "text":
+                text.append(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                raw = block.get("partial") or ""
+                args = _parse_arguments(raw) if raw else _parse_arguments(block.get("input") or {})
+                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=args))
+        usage_in["output_tokens"] = output_tokens
+        return Response(
+            text="".join(text), tool_calls=tuple(calls), stop_reason=stop or "end_turn",
+            usage=_anthropic_usage(usage_in), model=model,
+        )  # fmt: skip
+
+
+def _anthropic_usage(u: Mapping[str, Any]) -> Usage:
+    cached = int(u.get("cache_read_input_tokens") or 0)
+    created = int(u.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=int(u.get("input_tokens") or 0) + cached + created,
+        output_tokens=int(u.get("output_tokens") or 0),
+        cached_tokens=cached,
+    )
+
+
+
+
+def _anthropic(name: str, spec: str) -> AnthropicModel:
+    return AnthropicModel(name, base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
+                          api_key=os.environ.get("ANTHROPIC_API_KEY"))  # fmt: skip
+
+
+register_provider("anthropic", _anthropic)

@@ -1,0 +1,114 @@
+"""Ollama's native chat API: the ``ollama:`` spec (``$OLLAMA_HOST``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, final
+
+import httpx
+
+from interpreters.models._base import CallInfo, register_provider
+from interpreters.models._http import (
+    HttpModel,
+    _loads,
+    _parse_arguments,
+    _Stream,
+)
+from interpreters.models.openai import _OPENAI_STOP, _openai_tool
+from op import ModelRequest, Response, ToolCall, Usage
+
+__all__ = ["OllamaModel"]
+
+
+
+@final
+class OllamaModel(HttpModel):
+    """Ollama's native ``/api/chat`` (NDJSON stream; tool calls without ids; errors that can
+    arrive after status 200)."""
+
+    provider = "ollama"
+
+    def _path(self) -> str:
+        return "/api/chat"
+
+    def _headers(self) -> dict[str, str]:
+        return {}
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        names = {c.id: c.name for m in request.messages for c in m.tool_calls}
+        messages = []
+        for m in request.messages:
+            out: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.tool_calls:
+                out["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
+            if m.role == "tool" and m.tool_call_id in names:
+                out["tool_name"] = names[m.tool_call_id]
+            messages.append(out)
+        body: dict[str, Any] = {"model": request.model or self.model, "messages": messages, "stream": stream}
+        if request.tools:
+            body["tools"] = [_openai_tool(t) for t in request.tools]
+        options = {k: v for k, v in request.params.items() if k not in ("stream", "think", "keep_alive")}
+        if options:
+            body["options"] = options
+        for key in ("think", "keep_alive"):
+            if key in request.params:
+                body[key] = request.params[key]
+        return body
+
+    def _calls(self, message: Mapping[str, Any], start: int) -> list[ToolCall]:
+        out = []
+        for i, c in enumerate(message.get("tool_calls") or []):
+            fn = c.get("function") or {}
+            out.append(ToolCall(id=c.get("id") or f"call_{start + i}", name=fn.get("name", ""),
+                                arguments=_parse_arguments(fn.get("arguments"))))  # fmt: skip
+        return out
+
+    def _final(self, text: str, calls: list[ToolCall], last: Mapping[str, Any]) -> Response:
+        reason = last.get("done_reason") or "stop"
+        return Response(
+            text=text,
+            tool_calls=tuple(calls),
+            stop_reason="tool_use" if calls else _OPENAI_STOP.get(reason, reason),
+            usage=Usage(input_tokens=int(last.get("prompt_eval_count") or 0),
+                        output_tokens=int(last.get("eval_count") or 0)),  # fmt: skip
+            model=last.get("model") or self.model,
+        )
+
+    def _parse(self, data: Any) -> Response:
+        if not isinstance(data, dict):
+            raise self.error("the answer is not an object")
+        if "error" in data:
+            raise self.error(str(data["error"]))
+        message = data.get("message") or {}
+        return self._final(message.get("content") or "", self._calls(message, 0), data)
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        calls: list[ToolCall] = []
+        async for line in seen.lines(response):
+            if not line.strip():
+                continue
+            data = _loads(line, self)
+            if "error" in data:
+                raise self.error(str(data["error"]), response.status_code, retryable=not seen.delivered)
+            message = data.get("message") or {}
+            seen.token(call, message.get("content") or "")
+            new = self._calls(message, len(calls))
+            if new:
+                seen.delivered = True
+                calls += new
+            if data.get("done"):
+                return self._final("".join(seen.text), calls, data)
+        raise self.error("the stream was cut before done", retryable=not seen.delivered)
+
+
+
+
+def _ollama(name: str, spec: str) -> OllamaModel:
+    host = os.environ.get("OLLAMA_HOST") or "http://localhost:11434"
+    if "://" not in host:
+        host = f"http://{host}"
+    return OllamaModel(name, base_url=host)
+
+
+register_provider("ollama", _ollama)

@@ -1,0 +1,172 @@
+"""OpenAI chat completions, and the servers that speak them (vLLM, llama.cpp, LM Studio):
+the ``openai:`` and ``openai-compatible:`` specs."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, final
+
+import httpx
+
+from interpreters.models._base import CallInfo, register_provider
+from interpreters.models._http import (
+    HttpModel,
+    _loads,
+    _parse_arguments,
+    _sse,
+    _Stream,
+)
+from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
+
+__all__ = ["OpenAIModel"]
+
+
+
+_OPENAI_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
+
+
+@final
+class OpenAIModel(HttpModel):
+    """OpenAI's chat completions API, and the servers that speak it (vLLM, llama.cpp, LM Studio,
+    Ollama's ``/v1``)."""
+
+    provider = "openai"
+
+    def _path(self) -> str:
+        return "/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": [_openai_message(m) for m in request.messages],
+        }
+        if request.tools:
+            body["tools"] = [_openai_tool(t) for t in request.tools]
+        body.update({k: v for k, v in request.params.items() if k != "stream"})
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _parse(self, data: Any) -> Response:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices:
+            raise self.error("the answer has no choices")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        calls = tuple(
+            ToolCall(
+                id=c.get("id") or f"call_{i}",
+                name=(c.get("function") or {}).get("name", ""),
+                arguments=_parse_arguments((c.get("function") or {}).get("arguments")),
+            )
+            for i, c in enumerate(message.get("tool_calls") or [])
+        )
+        return Response(
+            text=message.get("content") or "",
+            tool_calls=calls,
+            stop_reason=_OPENAI_STOP.get(choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""),
+            usage=_openai_usage(data.get("usage")),
+            model=data.get("model") or self.model,
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+        calls: dict[int, dict[str, Any]] = {}
+        finish = None
+        usage = Usage()
+        model = self.model
+        any_choice = False
+        async for _event, data in _sse(response, seen):
+            if data.strip() == "[DONE]":
+                break
+            chunk = _loads(data, self)
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise self.error(self._message_of(json.dumps(chunk)), retryable=True)
+            model = chunk.get("model") or model
+            if chunk.get("usage"):
+                usage = _openai_usage(chunk["usage"])
+            for choice in chunk.get("choices") or []:
+                any_choice = True
+                delta = choice.get("delta") or {}
+                seen.token(call, delta.get("content") or "")
+                for frag in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(int(frag.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
+                    if frag.get("id"):
+                        slot["id"] = frag["id"]
+                    fn = frag.get("function") or {}
+                    if fn.get("name"):
+                        slot["name"] = fn["name"]
+                    slot["arguments"] += fn.get("arguments") or ""
+                    seen.delivered = True
+                finish = choice.get("finish_reason") or finish
+        else:
+            if not any_choice:
+                raise self.error("the stream ended without an answer", retryable=not seen.delivered)
+            if finish is None:
+                raise self.error("the stream was cut before it finished", retryable=not seen.delivered)
+        if not any_choice:
+            raise self.error("the answer has no choices")
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=_parse_arguments(c["arguments"]))
+            for i, c in sorted(calls.items())
+        )
+        return Response(
+            text="".join(seen.text),
+            tool_calls=tool_calls,
+            stop_reason=_OPENAI_STOP.get(finish or "stop", finish or ""),
+            usage=usage,
+            model=model,
+        )
+
+
+def _openai_message(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["content"] = m.content or None
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in m.tool_calls
+        ]
+    return out
+
+
+def _openai_tool(t: ToolSpec) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+
+
+def _openai_usage(u: Any) -> Usage:
+    if not isinstance(u, dict):
+        return Usage()
+    details = u.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(u.get("prompt_tokens") or 0),
+        output_tokens=int(u.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+
+
+def _openai(name: str, spec: str) -> OpenAIModel:
+    return OpenAIModel(name, base_url=os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+                       api_key=os.environ.get("OPENAI_API_KEY"))  # fmt: skip
+
+
+def _compatible(rest: str, spec: str) -> OpenAIModel:
+    name, at, url = rest.rpartition("@")
+    if not at or not name or "://" not in url:
+        raise ValueError(f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1")
+    # its own variable only: OpenAI's key is never sent to another server
+    model = OpenAIModel(name, base_url=url, api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY"))
+    model.provider = "openai-compatible"
+    return model
+
+
+register_provider("openai", _openai)
+register_provider("openai-compatible", _compatible)
