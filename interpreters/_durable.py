@@ -19,6 +19,7 @@ import anyio
 
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
+from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, ScriptedModel, resolve_model
 from interpreters.models._http import HttpModel, Prices
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
@@ -291,7 +292,7 @@ async def aresume(
         run_record = new_record
         on_created: list[Entry] | None = prefix
     else:
-        if record.status == "completed":
+        if not can_resume(record.status):
             raise OpdslError(
                 f"run {run_id} already completed; replay it to check it, or fork it with --from CHECKPOINT"
             )

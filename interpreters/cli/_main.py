@@ -328,11 +328,12 @@ def cmd_import(a: argparse.Namespace) -> int:
 
 def cmd_gc(a: argparse.Namespace) -> int:
     from interpreters import SqliteJournal, Workspace, open_journal
+    from interpreters.journal._status import can_remove
 
     journal = open_journal(a.db, create=False)
     for run_id in a.runs:  # check them all before removing any
         record = journal.run(run_id)
-        if record.status in ("running", "waiting"):
+        if not can_remove(record.status):
             what = "is waiting for an answer" if record.status == "waiting" else "is running (or crashed)"
             raise UsageError(f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)")
     gone = set(a.runs)
@@ -487,13 +488,14 @@ def main(argv: list[str] | None = None) -> int:
 def _stopped() -> str:
     """What Ctrl-C left: a run to continue, or nothing."""
     from interpreters import open_journal
+    from interpreters.journal._status import can_resume
 
     for run_id, db in reversed(_STARTED):
         try:
             status = open_journal(db, read_only=True).run(run_id).status
         except Exception:
             continue
-        if status in ("running", "cancelled", "waiting"):
+        if can_resume(status):
             where = f" --db {db}" if db else ""
             return f"opdsl: stopped; continue with: opdsl resume {run_id}{where}"
     return "opdsl: stopped; no run was left to continue"

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 __all__ = ["DEFAULT_DB", "Entry", "EntryStatus", "Journal", "JournalError", "RunLocked", "RunRecord", "RunStatus"]
 
-EntryStatus = Literal["started", "completed", "failed", "cancelled"]
-RunStatus = Literal["running", "completed", "failed", "waiting", "cancelled"]
+from interpreters.journal._status import ENTRY_STATUSES, EntryStatus, RunStatus
+
 DEFAULT_DB = Path(".opdsl") / "runs.db"
 
 
@@ -102,7 +102,7 @@ class Entry:
 
 _ENTRY_COLS = [f.name for f in dataclasses.fields(Entry)]
 _ENTRY_ADAPTER = TypeAdapter(Entry)
-_STATUSES = frozenset({"started", "completed", "failed", "cancelled"})
+_STATUSES = ENTRY_STATUSES
 
 
 _HELD: set[tuple[str, str]] = set()

@@ -25,8 +25,11 @@ from interpreters.journal._base import (
     RunStatus,
     _holder,
 )
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM
 
 SCHEMA_VERSION = 1
+_BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
+_FINISH_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(FINISH_FROM))
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -256,7 +259,7 @@ class SqliteJournal(Journal):
             # begun before and left unfinished by a crash or a stop: begin it again
             cur = self._exec(
                 "UPDATE entries SET effect_json=?, started_at=?, status='started', finished_at=NULL, "
-                "error_json=NULL WHERE run_id=? AND address=? AND status IN ('started', 'cancelled')",
+                f"error_json=NULL WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
                 (effect_json, at, run_id, address),
             )
             if cur.rowcount == 0:
@@ -289,7 +292,7 @@ class SqliteJournal(Journal):
     ) -> None:
         cur = self._exec(
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
-            "WHERE run_id=? AND address=? AND status='started'",
+            f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
             (status, result_json, error_json, usage_json, at, run_id, address),
         )
         if cur.rowcount == 0:

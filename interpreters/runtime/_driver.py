@@ -44,6 +44,7 @@ import anyio
 from returns.result import Failure, Result, Success
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.journal._status import FINISHED
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
 from interpreters.runtime._redact import Redactor
@@ -436,7 +437,7 @@ class Driver:
         if self.log is None:
             return False
         entry = self.log.entries.get(address)
-        return entry is not None and entry.status in ("completed", "failed")
+        return entry is not None and entry.status in FINISHED
 
     # -- recording --------------------------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""Every rule about entry and run statuses, in one table that the journals, resume, fork,
+answer, replay, ``gc`` and the integrity check consult.
+
+Entries::
+
+    (new) --begin--> started --finish--> completed | failed | cancelled
+    started, cancelled --begin again (a resume performs it once more)--> started
+    completed, failed: final (append-only)
+
+Runs::
+
+    (new) --create--> running --finish--> completed | failed | waiting | cancelled
+    failed, waiting, cancelled, running (a crash) --resume in place--> running
+    completed: final (it can be replayed, or forked into a new run)
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "BEGIN_FROM",
+    "ENTRY_STATUSES",
+    "FINISH_FROM",
+    "FINISHED",
+    "REMOVABLE",
+    "RESUMABLE",
+    "RUN_STATUSES",
+    "EntryStatus",
+    "RunStatus",
+    "can_begin",
+    "can_finish",
+    "can_resume",
+    "can_remove",
+]
+
+EntryStatus = Literal["started", "completed", "failed", "cancelled"]
+RunStatus = Literal["running", "completed", "failed", "waiting", "cancelled"]
+ENTRY_STATUSES: frozenset[str] = frozenset(get_args(EntryStatus))
+RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
+
+#: an entry may be begun (again) from these: never yet, or left unfinished by a crash or a stop
+BEGIN_FROM: frozenset[str] = frozenset({"started", "cancelled"})
+#: an entry may be finished only from this
+FINISH_FROM: frozenset[str] = frozenset({"started"})
+#: entries whose outcome a resume or a replay feeds back instead of performing them again
+FINISHED: frozenset[str] = frozenset({"completed", "failed"})
+#: runs that ``resume`` continues in place
+RESUMABLE: frozenset[str] = frozenset({"running", "failed", "waiting", "cancelled"})
+#: runs that ``gc`` may remove (never one that is running, crashed or waiting for an answer)
+REMOVABLE: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+def can_begin(status: str | None) -> bool:
+    """Whether an entry in ``status`` (None: no entry yet) may be begun."""
+    return status is None or status in BEGIN_FROM
+
+
+def can_finish(status: str | None) -> bool:
+    return status in FINISH_FROM
+
+
+def can_resume(status: str) -> bool:
+    return status in RESUMABLE
+
+
+def can_remove(status: str) -> bool:
+    return status in REMOVABLE
