@@ -14,6 +14,7 @@ from returns.result import Failure, Result, Success
 
 from op._effects import (
     EFFECT_TYPES,
+    LEAF_TYPES,
     Agent,
     AnyEffect,
     Ask,
@@ -22,6 +23,7 @@ from op._effects import (
     Emit,
     Get,
     Infer,
+    LeafEffect,
     Limit,
     Merge,
     Now,
@@ -104,6 +106,7 @@ __all__ = [
     "program",
     "workspace_of",
     "EFFECT_TYPES",
+    "LEAF_TYPES",
     "AgentEnd",
     "AgentStart",
     "Add",
@@ -130,6 +133,7 @@ __all__ = [
     "Get",
     "Inc",
     "Infer",
+    "LeafEffect",
     "Limit",
     "Merge",
     "MergeConflict",

@@ -73,6 +73,7 @@ from op import (
     Emitted,
     Get,
     Infer,
+    LeafEffect,
     Limit,
     Merge,
     MergeConflict,
@@ -117,8 +118,8 @@ __all__ = [
     "program_name",
 ]
 
-RecordedEffect = Infer | Tool | Agent | Emit | Checkpoint | Now | Random | Uuid | Sleep | Ask
-"""The effects handlers perform; the driver owns scopes and state."""
+RecordedEffect = LeafEffect
+"""The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
 
 RunStatus = Literal["completed", "failed", "waiting", "cancelled"]
 

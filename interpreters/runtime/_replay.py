@@ -13,16 +13,16 @@ import json
 import sys
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from interpreters.journal._base import Entry
 from op import (
     Agent,
-    AnyEffect,
     Ask,
     Checkpoint,
     Emit,
     Infer,
+    LeafEffect,
     Now,
     OpdslError,
     Random,
@@ -69,7 +69,7 @@ class ReplayLog:
 _DECODED: dict[tuple[str, str], Any] = {}
 
 
-def decode_result(effect: AnyEffect, text: str | None) -> Any:
+def decode_result(effect: LeafEffect, text: str | None) -> Any:
     """The value the program saw for ``effect``, from its recorded JSON.
 
     Results are immutable values, so equal texts decode to one shared value (a bounded cache:
@@ -89,7 +89,8 @@ def decode_result(effect: AnyEffect, text: str | None) -> Any:
     return value
 
 
-def _decode(effect: AnyEffect, text: str) -> Any:
+def _decode(effect: LeafEffect, text: str) -> Any:
+    """The value a leaf effect's recorded result stands for: the type its live handler gave."""
     match effect:
         case Infer():
             return Response.model_validate_json(text)
@@ -104,7 +105,7 @@ def _decode(effect: AnyEffect, text: str) -> Any:
         case Uuid() | Ask():
             return str(json.loads(text))
         case _:
-            return json.loads(text)
+            assert_never(effect)
 
 
 def error_json(exc: BaseException) -> str:
