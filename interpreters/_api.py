@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from interpreters._durable import config_for
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
@@ -15,6 +14,7 @@ from interpreters.models._base import Model
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._driver import RunResult, program_name
 from interpreters.runtime._events import Sink, as_sinks
+from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike
 from interpreters.tools._workspace import Workspace
 from op import workspace_of
@@ -103,11 +103,9 @@ def run(
         'hi!'
     """
 
-    async def main() -> RunResult:
-        return await arun(
-            program, *args, model=model, tools=tools, agents=agents, state=state,
-            db=db, on_event=on_event, clock=clock, seed=seed, answer=answer,
-            run_id=run_id, kwargs=kwargs, tool_refs=tool_refs, workspace=workspace,
-        )  # fmt: skip
-
-    return anyio.run(main, backend=backend)
+    call = functools.partial(
+        arun, program, *args, model=model, tools=tools, agents=agents, state=state, db=db,
+        on_event=on_event, clock=clock, seed=seed, answer=answer, run_id=run_id, kwargs=kwargs,
+        tool_refs=tool_refs, workspace=workspace,
+    )  # fmt: skip
+    return blocking(call, backend=backend)

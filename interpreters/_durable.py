@@ -8,14 +8,13 @@ run performs no completed effect twice, and a replay performs none at all.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never, final
-
-import anyio
 
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
@@ -35,6 +34,7 @@ from interpreters.runtime._driver import (
 )
 from interpreters.runtime._events import EventBus, Sink, as_sinks
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence
+from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import Tool, ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
 from op import (
@@ -74,6 +74,7 @@ __all__ = [
     "find_checkpoint",
     "load_object",
     "load_program",
+    "load_tools",
     "replay",
     "resume",
 ]
@@ -167,14 +168,15 @@ def config_for(
     )
 
 
-def _load_tools(refs: list[str]) -> list[ToolLike]:
+def load_tools(refs: Iterable[str]) -> list[ToolLike]:
+    """Import tools by ``module:attr`` (a function, a ``Tool``, or a list of them)."""
     out: list[ToolLike] = []
     for ref in refs:
         obj = load_object(ref, "tool")
-        if isinstance(obj, list | tuple):
-            out.extend(obj)
-        else:
-            out.append(obj)
+        for t in obj if isinstance(obj, list | tuple) else [obj]:
+            if not (isinstance(t, Tool) or callable(t)):
+                raise ProgramNotFound(f"tool {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool")
+            out.append(t)
     return out
 
 
@@ -271,7 +273,7 @@ async def aresume(
             f"run {run_id} was given tools that cannot be imported by name; pass tools= to resume it"
         )
     else:
-        tool_list = _load_tools(config["tools"])
+        tool_list = load_tools(config["tools"])
     entries = journal.entries(run_id)
     state = _initial_state(record, config)
     answers: dict[str, str] = {}
@@ -392,10 +394,7 @@ def _question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> st
 def resume(run_id: str, **kwargs: Any) -> RunResult:
     """:func:`aresume` from synchronous code."""
 
-    async def main() -> RunResult:
-        return await aresume(run_id, **kwargs)
-
-    return anyio.run(main)
+    return blocking(functools.partial(aresume, run_id, **kwargs))
 
 
 async def aanswer(run_id: str, text: str, **kwargs: Any) -> RunResult:
@@ -476,10 +475,7 @@ def _compare(record: RunRecord, result: RunResult, entries: list[Entry]) -> None
 def replay(run_id: str, **kwargs: Any) -> RunResult:
     """:func:`areplay` from synchronous code."""
 
-    async def main() -> RunResult:
-        return await areplay(run_id, **kwargs)
-
-    return anyio.run(main)
+    return blocking(functools.partial(areplay, run_id, **kwargs))
 
 
 # -- dry run ------------------------------------------------------------------------------------
@@ -670,10 +666,7 @@ def dry_run(program: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
         (['push at 2'], ['start'])
     """
 
-    async def main() -> Plan:
-        return await adry_run(program, *args, **kwargs)
-
-    return anyio.run(main)
+    return blocking(functools.partial(adry_run, program, *args, **kwargs))
 
 
 def _what(effect: Any) -> str:

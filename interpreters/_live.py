@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ from interpreters.runtime._driver import (
     new_run_id,
 )
 from interpreters.runtime._events import EventBus, Sink
+from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace, say_once
 from op import (
@@ -262,9 +264,5 @@ class LiveInterpreter:
         **kwargs: Any,
     ) -> RunResult:
         """:meth:`run` from synchronous code."""
-        import anyio
-
-        async def main() -> RunResult:
-            return await self.run(program, *args, state=state, run_id=run_id, **kwargs)
-
-        return anyio.run(main, backend=backend)
+        return blocking(functools.partial(self.run, program, *args, state=state, run_id=run_id, **kwargs),
+                        backend=backend)  # fmt: skip

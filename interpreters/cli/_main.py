@@ -57,17 +57,12 @@ def _parse_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _load_tools(refs: Sequence[str]) -> list[Any]:
-    from interpreters import Tool
-    from interpreters._durable import load_object
+    from interpreters._durable import ProgramNotFound, load_tools
 
-    tools: list[Any] = []
-    for ref in refs:
-        obj = load_object(ref, "tool")
-        for t in obj if isinstance(obj, list | tuple) else [obj]:
-            if not (isinstance(t, Tool) or callable(t)):
-                raise UsageError(f"--tools {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool")
-            tools.append(t)
-    return tools
+    try:
+        return load_tools(refs)
+    except ProgramNotFound as exc:
+        raise UsageError(f"--tools: {exc}") from None
 
 
 def _workspace(path: str | None) -> str | None:

@@ -11,6 +11,7 @@ is the whole log so far, the effect that was not found, and the next expected on
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, final
@@ -26,6 +27,7 @@ from interpreters.runtime._driver import (
     new_run_id,
 )
 from interpreters.runtime._events import EventBus, Sink
+from interpreters.runtime._sync import blocking
 from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel
 
@@ -224,9 +226,4 @@ class ScriptedInterpreter:
     def run(
         self, program: Callable[..., Any], *args: Any, state: CRDTModel | None = None, **kwargs: Any
     ) -> RunResult:
-        import anyio
-
-        async def main() -> RunResult:
-            return await self.arun(program, *args, state=state, **kwargs)
-
-        return anyio.run(main)
+        return blocking(functools.partial(self.arun, program, *args, state=state, **kwargs))

@@ -226,7 +226,3 @@ class ToolRegistry:
         return ToolResult.failure(
             f"no tool named {name!r}; available: {', '.join(self.names()) or 'none'}"
         )
-
-    async def call(self, name: str, args: Mapping[str, Any]) -> ToolResult:
-        t = self._tools.get(name)
-        return self.unknown(name) if t is None else await t.call(args)
