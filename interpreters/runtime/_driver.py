@@ -709,27 +709,45 @@ class Driver:
         return outcome
 
     async def _limit(self, effect: Limit[Any], address: str, frame: Frame) -> Result[Any, BudgetExhausted]:
+        return await self._bounded(effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds)
+
+    async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
+        return await self._bounded(effect, address, frame, budget=None, seconds=effect.seconds)
+
+    async def _bounded(
+        self, effect: Limit[Any] | Timeout[Any], address: str, frame: Frame, *, budget: Budget | None,
+        seconds: float | None,
+    ) -> Result[Any, Any]:  # fmt: skip
+        """One scope helper for ``limit`` and ``timeout``: open the scope (live, or fed from the
+        record), run the body under the budget and the deadline, settle the outcome against the
+        record, close the scope."""
         entry, live, t0 = self._open_scope(effect, address, frame)
-        scope = _Scope(effect.budget, self.clock.monotonic(), timed=live)
-        if entry is not None and live:  # resumed inside the scope: its time kept running
-            scope.started -= max(0.0, self.clock.now() - entry.started_at)
+        # resumed inside the scope: its time kept running while the run was down
+        elapsed = max(0.0, self.clock.now() - entry.started_at) if entry is not None and live else 0.0
+        scope = None
+        if budget is not None:
+            scope = _Scope(budget, self.clock.monotonic() - elapsed, timed=live)
+
+        def cut() -> BudgetExhausted | TimedOut:
+            if scope is not None:
+                return scope.exhausted("seconds", self.clock.monotonic())
+            return TimedOut(seconds=seconds or 0.0)
+
         done = entry if entry is not None and entry.status == "completed" else frame.recorded
-        child = Frame(prefix=address, replica=frame.replica, scopes=(*frame.scopes, scope), recorded=done,
-                      deadline=frame.deadline)  # fmt: skip
-        outcome: Result[Any, BudgetExhausted]
+        child = Frame(
+            prefix=address, replica=frame.replica, scopes=frame.scopes if scope is None else (*frame.scopes, scope),
+            recorded=done, deadline=frame.deadline or isinstance(effect, Timeout),
+        )  # fmt: skip
+        outcome: Result[Any, Any]
         try:
-            if effect.budget.seconds is None or not live:
+            if seconds is None or not live:
                 outcome = Success(await self.drive(effect.body, child))
             else:
-                left = effect.budget.seconds - (self.clock.monotonic() - scope.started)
-                with self.clock.deadline(max(0.0, left)) as cancel:
+                with self.clock.deadline(max(0.0, seconds - elapsed)) as cancel:
                     value = await self.drive(effect.body, child)
-                if cancel.cancelled_caught:
-                    outcome = Failure(scope.exhausted("seconds", self.clock.monotonic()))
-                else:
-                    outcome = Success(value)
+                outcome = Failure(cut()) if cancel.cancelled_caught else Success(value)
         except _BudgetStop as stop:
-            if stop.scope is not scope:
+            if scope is None or stop.scope is not scope:
                 if live:
                     self._end(effect, address, t0, exc=stop)
                 raise
@@ -737,44 +755,14 @@ class Driver:
         except _ReplayStop:
             if not _is_failure(entry):
                 raise
-            outcome = Failure(scope.exhausted("seconds", self.clock.monotonic()))
+            outcome = Failure(cut())
         except BaseException as exc:
             if live:
                 self._end(effect, address, t0, exc=exc)
             raise
         finally:
             _close(effect.body)
-        outcome = self._settle(effect, address, frame, entry, outcome, BudgetExhausted)
-        if live:
-            self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
-        return outcome
-
-    async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
-        entry, live, t0 = self._open_scope(effect, address, frame)
-        done = entry if entry is not None and entry.status == "completed" else frame.recorded
-        child = Frame(prefix=address, replica=frame.replica, scopes=frame.scopes, recorded=done, deadline=True)
-        outcome: Result[Any, TimedOut]
-        try:
-            if live:
-                left = effect.seconds
-                if entry is not None:  # resumed inside the scope: its time kept running
-                    left -= max(0.0, self.clock.now() - entry.started_at)
-                with self.clock.deadline(max(0.0, left)) as cancel:
-                    value = await self.drive(effect.body, child)
-                outcome = Failure(TimedOut(seconds=effect.seconds)) if cancel.cancelled_caught else Success(value)
-            else:
-                outcome = Success(await self.drive(effect.body, child))
-        except _ReplayStop:
-            if not _is_failure(entry):
-                raise
-            outcome = Failure(TimedOut(seconds=effect.seconds))
-        except BaseException as exc:
-            if live:
-                self._end(effect, address, t0, exc=exc)
-            raise
-        finally:
-            _close(effect.body)
-        outcome = self._settle(effect, address, frame, entry, outcome, TimedOut)
+        outcome = self._settle(effect, address, frame, entry, outcome, BudgetExhausted if scope else TimedOut)
         if live:
             self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
         return outcome
