@@ -13,7 +13,7 @@ from interpreters.journal._base import (
     RunRecord,
     RunStatus,
 )
-from interpreters.journal._status import can_begin, can_finish
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM
 
 
 @final
@@ -65,7 +65,7 @@ class MemoryJournal(Journal):
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         entries = self._run_entries(run_id)
         old = entries.get(address)
-        if old is not None and not can_begin(old.status):
+        if old is not None and old.status not in BEGIN_FROM:
             raise JournalError(
                 f"run {run_id}: address {address} is already {old.status}; entries are append-only"
             )
@@ -87,7 +87,7 @@ class MemoryJournal(Journal):
     ) -> None:
         entries = self._run_entries(run_id)
         old = entries.get(address)
-        if old is None or not can_finish(old.status):
+        if old is None or old.status not in FINISH_FROM:
             state = "missing" if old is None else old.status
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is {state}")
         old.status = status

@@ -38,6 +38,9 @@ class CallInfo(Protocol):
     def idempotency_key(self) -> str: ...
     @property
     def clock(self) -> Clock: ...
+    @property
+    def off_loop(self) -> bool:
+        """Whether a blocking (sync) tool should run in a worker thread (inside a ``timeout``)."""
     def token(self, text: str) -> None:
         """Report streamed model text (it reaches the sinks as ``TokenDelta``)."""
 

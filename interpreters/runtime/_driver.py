@@ -362,7 +362,8 @@ class Driver:
         self._record = journal is not None or bus.active
         #: secrets are replaced before anything is journaled (events: the bus does the same)
         self.redact = Redactor.from_env()
-        #: Ctrl-C was pressed: the run stops before its next effect
+        self._secrets = bool(self.redact.secrets)
+        #: Ctrl-C was pressed: the run stops before its next effect (see :meth:`interrupt`)
         self.interrupted = False
 
     # -- the loop ---------------------------------------------------------------------------
@@ -397,10 +398,22 @@ class Driver:
                 _close(gen)
                 raise
 
+    def interrupt(self) -> None:
+        """Stop the run before its next effect. The check costs the normal path nothing: the
+        instance's ``perform`` is replaced by one that raises."""
+        self.interrupted = True
+
+        async def stopped(effect: AnyEffect, address: str, frame: Frame) -> Any:
+            raise KeyboardInterrupt
+
+        self.perform = stopped  # type: ignore[method-assign]
+
+    def _clean(self, text: str) -> str:
+        # the redactor's own checks, skipped when there is nothing it could replace
+        return self.redact(text) if self._secrets or "@" in text else text
+
     async def perform(self, effect: AnyEffect, address: str, frame: Frame) -> Any:
         """Check budgets, then perform one effect."""
-        if self.interrupted:
-            raise KeyboardInterrupt
         if frame.scopes and not self._in_record(address):
             # budgets judge what runs now; an effect the record finished is fed back as it
             # was, so a resume after a deadline agrees with a replay (and is charged below)
@@ -467,7 +480,7 @@ class Driver:
             data = self._payload(effect, address)
             now = self.clock.now()
             if self.journal is not None:
-                self.journal.begin(self.run_id, address, effect.kind, self.redact(dump_jsonable(data)), now)
+                self.journal.begin(self.run_id, address, effect.kind, self._clean(dump_jsonable(data)), now)
             if self.bus.active:
                 self.bus.emit(
                     EffectStarted(run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data)
@@ -500,8 +513,8 @@ class Driver:
                 address,
                 status,
                 at=now,
-                result_json=self.redact.optional(result_json),
-                error_json=None if exc is None else self.redact(error_json(exc)),
+                result_json=None if result_json is None else self._clean(result_json),
+                error_json=None if exc is None else self._clean(error_json(exc)),
                 usage_json=None if usage is None else canonical_json(usage),
             )
         if self.bus.active:
@@ -552,7 +565,7 @@ class Driver:
                     dump_jsonable(self._payload(effect, address)),
                 )  # fmt: skip
             return None
-        now = self.redact(dump_jsonable(self._payload(effect, address)))
+        now = self._clean(dump_jsonable(self._payload(effect, address)))
         if now != entry.effect_json:
             raise self._diverged(frame, address, "the program asks for a different effect here", entry.effect_json, now)
         log.used.add(address)
@@ -1133,13 +1146,10 @@ def _stop_on_interrupt(driver: Driver) -> Iterator[None]:
     previous = signal.getsignal(signal.SIGINT)
 
     def interrupt(signum: int, frame: Any) -> None:
-        if driver.interrupted or previous is signal.default_int_handler:
-            if driver.interrupted:
-                raise KeyboardInterrupt
-            driver.interrupted = True
-            return
-        driver.interrupted = True
-        if callable(previous):
+        if driver.interrupted:
+            raise KeyboardInterrupt
+        driver.interrupt()
+        if previous is not signal.default_int_handler and callable(previous):
             previous(signum, frame)  # asyncio's: cancels what awaits, so a model call stops too
 
     try:

@@ -57,7 +57,7 @@ class Redactor:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        if "://" in text and "@" in text:
+        if "@" in text and "://" in text:
             text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
         return text
 

@@ -143,14 +143,14 @@ class Tool:
         if self.inject is not None:
             kwargs = {**kwargs, self.inject: call}
         try:
-            if self.is_async:
+            if not self.is_async and (call is None or not call.off_loop):
+                out = self.fn(**kwargs)
+            elif self.is_async:
                 out = await self.fn(**kwargs)
-            elif call is not None and getattr(call, "off_loop", False):
+            else:
                 # under a deadline: a worker thread, so the timeout fires on time; a thread
                 # cannot be stopped, so one still blocking is left to finish on its own
                 out = await anyio.to_thread.run_sync(functools.partial(self.fn, **kwargs), abandon_on_cancel=True)
-            else:
-                out = self.fn(**kwargs)
         except Exception as exc:
             return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         if isinstance(out, ToolResult):
