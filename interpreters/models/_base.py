@@ -39,8 +39,7 @@ class CallInfo(Protocol):
     @property
     def clock(self) -> Clock: ...
     @property
-    def off_loop(self) -> bool:
-        """Whether a blocking (sync) tool should run in a worker thread (inside a ``timeout``)."""
+    def off_loop(self) -> bool: ...  # a blocking (sync) tool runs in a worker thread (inside a timeout)
     def token(self, text: str) -> None:
         """Report streamed model text (it reaches the sinks as ``TokenDelta``)."""
 
