@@ -15,7 +15,7 @@ from interpreters import SqliteJournal, check_integrity, resume, run
 from tests.fixtures.crash_child import LINES
 from tests.fixtures.durable_programs import TOOLS, Counted, appender, lines_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _writes_in_a_full_run(tmp_path: Path) -> int:

@@ -26,7 +26,7 @@ from op import (
 )
 from tests.helpers import Recorder
 
-FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "fake_cli"
+FAKES = Path(__file__).resolve().parents[2] / "fixtures" / "fake_cli"
 
 
 @pytest.fixture(autouse=True)

@@ -332,7 +332,7 @@ def test_workspace_tools_reach_the_model_and_refusals_come_back_readable(repo: P
 
 def test_cli_workspace_checkpoints_and_gc(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "runs.db")
-    code = main(["run", "tests.interpreters.test_workspace:fixer", "--workspace", str(repo), "--db", db, "--quiet"])
+    code = main(["run", "tests.interpreters.tools.test_workspace:fixer", "--workspace", str(repo), "--db", db, "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0, err
     run_id = err.split("run ")[1].split()[0]

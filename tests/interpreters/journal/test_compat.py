@@ -13,7 +13,7 @@ import pytest
 from interpreters import SqliteJournal, replay, resume
 from tests.fixtures.durable_programs import TOOLS
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "journals"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from interpreters import SqliteJournal
 from interpreters.cli._main import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHAT = "tests.fixtures.durable_programs:chat"
 APPENDER = "tests.fixtures.durable_programs:appender"
 

@@ -13,7 +13,7 @@ from op import Op, ToolEnd, TurnRecord, agent
 from tests.helpers import Recorder
 from tests.servers import ScriptedServer, responses
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CODEX = ROOT / ".cli" / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl" / "bin" / "codex"
 
 pytestmark = pytest.mark.skipif(

@@ -53,7 +53,7 @@ from tests.fixtures.durable_programs import (
     stamped,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_journal_is_plain_sqlite_in_wal_mode_with_canonical_json(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from op import AgentEnd, Op, ToolEnd, TurnRecord, agent
 from tests.helpers import Recorder
 from tests.servers import ScriptedServer, anthropic
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLAUDE = ROOT / ".cli" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
 
 pytestmark = pytest.mark.skipif(

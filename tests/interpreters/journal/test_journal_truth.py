@@ -17,7 +17,7 @@ from interpreters.cli._main import main
 from op import Op, tool
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 TAKE_OVER = """
 import sys, time

@@ -499,7 +499,7 @@ def test_checkpoint_records_a_state_snapshot_and_emits() -> None:
     entry = result.journal.entries(result.run_id)[0]  # type: ignore[union-attr]
     assert entry.kind == "checkpoint"
     assert '"files":{"items":["a.py"]}' in (entry.result_json or "")
-    assert '"state_type":"tests.interpreters.test_live:S"' in (entry.result_json or "")
+    assert '"state_type":"tests.interpreters.runtime.test_live:S"' in (entry.result_json or "")
     assert [(e.name, e.address) for e in rec.of(CheckpointSaved)] == [("before-verify", "2")]
     assert [(e.name, e.data) for e in rec.of(Emitted)] == [("done", {"files": 1})]
 

@@ -16,7 +16,7 @@ import pytest
 from interpreters import Workspace
 from interpreters.tools._sandbox import sandbox_problem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(
     sandbox_problem() is not None, reason=f"bubblewrap cannot run here: {sandbox_problem()} (make test installs it)"
