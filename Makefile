@@ -38,6 +38,7 @@ test: $(STAMP) lint typecheck cli sandbox pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench
+	$(BIN)/ruff format --check op state interpreters programs tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy op state interpreters programs tests bench

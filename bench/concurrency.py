@@ -89,9 +89,15 @@ async def go(url: str, db: Path) -> tuple[float, int, int]:
 def main() -> int:
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("slow_openai_server.py")), str(port), str(DELAY)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(Path(__file__).with_name("slow_openai_server.py")),
+            str(port),
+            str(DELAY),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         db = Path(tempfile.mkdtemp(prefix="opdsl-bench-")) / "runs.db"
@@ -101,7 +107,9 @@ def main() -> int:
         server.terminate()
         server.wait()
     ideal = CALLS * DELAY
-    print(f"{RUNS:,} concurrent runs x {CALLS} infer calls, server answers after {DELAY * 1000:.0f} ms, journaled to SQLite")
+    print(
+        f"{RUNS:,} concurrent runs x {CALLS} infer calls, server answers after {DELAY * 1000:.0f} ms, journaled to SQLite"
+    )
     print(f"{'wall time, opdsl runs':<36} {elapsed:8.2f} s")
     print(f"{'wall time, bare httpx, same requests':<36} {bare:8.2f} s")
     print(f"{'ideal (20 x 50 ms)':<36} {ideal:8.2f} s")

@@ -108,7 +108,9 @@ def main() -> int:
             fn(N)
             rate = N / (time.perf_counter() - t0)
             best[name] = max(best.get(name, 0.0), rate)
-    print(f"driver throughput, {N:,} effects, best of {REPEAT} interleaved rounds, Python {sys.version.split()[0]}")
+    print(
+        f"driver throughput, {N:,} effects, best of {REPEAT} interleaved rounds, Python {sys.version.split()[0]}"
+    )
     print(f"{'variant':<52} {'effects/s':>12}")
     for name, _fn in variants:
         shown = best.get(name)

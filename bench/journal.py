@@ -67,7 +67,11 @@ def loop(n: int) -> Op[int]:
 def opdsl_sqlite(path: Path, n: int) -> tuple[float, str]:
     journal = SqliteJournal(path)
     interp = LiveInterpreter(tools=[noop], journal=journal)
-    record = RunRecord(run_id="-", program="bench.journal:loop", config_json=config_for(model=None, tools=[noop], seed=None))
+    record = RunRecord(
+        run_id="-",
+        program="bench.journal:loop",
+        config_json=config_for(model=None, tools=[noop], seed=None),
+    )
     t0 = time.perf_counter()
     result = interp.run_sync(loop, n, record=record)
     elapsed = time.perf_counter() - t0
@@ -96,7 +100,9 @@ def langgraph(path: Path, steps: int) -> float | None:
     with SqliteSaver.from_conn_string(str(path)) as saver:
         app = graph.compile(checkpointer=saver)
         t0 = time.perf_counter()
-        out: Any = app.invoke({"n": 0}, {"configurable": {"thread_id": "t"}, "recursion_limit": steps + 10})
+        out: Any = app.invoke(
+            {"n": 0}, {"configurable": {"thread_id": "t"}, "recursion_limit": steps + 10}
+        )
         elapsed = time.perf_counter() - t0
     assert out["n"] == steps
     return steps / elapsed
@@ -121,12 +127,18 @@ def main() -> int:
     ours = max(opdsl_sqlite(tmp / f"ours{i}.db", N)[0] for i in range(REPEAT))
     lgs = [langgraph(tmp / f"langgraph{i}.db", LANGGRAPH_STEPS) for i in range(REPEAT)]
     lg = None if lgs[0] is None else max(x for x in lgs if x is not None)
-    replay_s, replay_rate = min((replay_speed(tmp / f"replay{i}.db") for i in range(REPEAT)), key=lambda t: t[0])
-    print(f"journal throughput, best of {REPEAT}, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, WAL, synchronous=NORMAL")
+    replay_s, replay_rate = min(
+        (replay_speed(tmp / f"replay{i}.db") for i in range(REPEAT)), key=lambda t: t[0]
+    )
+    print(
+        f"journal throughput, best of {REPEAT}, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, WAL, synchronous=NORMAL"
+    )
     print(f"{'variant':<62} {'per second':>12}")
     print(f"{'(a) raw SQLite, 2 autocommit writes per effect':<62} {raw:>12,.0f}")
     print(f"{'(b) opdsl live + SqliteJournal, trivial tool':<62} {ours:>12,.0f}")
-    lg_text = "n/a (pip install langgraph langgraph-checkpoint-sqlite)" if lg is None else f"{lg:,.0f}"
+    lg_text = (
+        "n/a (pip install langgraph langgraph-checkpoint-sqlite)" if lg is None else f"{lg:,.0f}"
+    )
     print(f"{'(c) LangGraph + SqliteSaver, one node looping':<62} {lg_text:>12}")
     print(f"{'(d) replay of a 10,000-effect run':<62} {replay_rate:>12,.0f}")
     print()

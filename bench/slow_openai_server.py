@@ -11,11 +11,22 @@ import json
 import sys
 
 BODY = json.dumps(
-    {"id": "c", "object": "chat.completion", "created": 1, "model": "bench",
-     "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-     "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-).encode()  # fmt: skip
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: " + str(len(BODY)).encode() + b"\r\n\r\n"
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "bench",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+    }
+).encode()
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+    + str(len(BODY)).encode()
+    + b"\r\n\r\n"
+)
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
@@ -37,7 +48,9 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
 
 
 async def main(port: int, delay: float) -> None:
-    server = await asyncio.start_server(lambda r, w: serve(r, w, delay), "127.0.0.1", port, backlog=4096)
+    server = await asyncio.start_server(
+        lambda r, w: serve(r, w, delay), "127.0.0.1", port, backlog=4096
+    )
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

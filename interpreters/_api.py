@@ -66,10 +66,17 @@ async def arun(
     record = RunRecord(
         run_id="-",
         program=program_name(program),
-        config_json=config_for(model=model, tools=tool_list, seed=seed, tool_refs=tool_refs,
-                               workspace=None if ws is None else str(ws.root)),  # fmt: skip
+        config_json=config_for(
+            model=model,
+            tools=tool_list,
+            seed=seed,
+            tool_refs=tool_refs,
+            workspace=None if ws is None else str(ws.root),
+        ),
     )
-    return await interp.run(program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {}))
+    return await interp.run(
+        program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {})
+    )
 
 
 def run(
@@ -104,8 +111,21 @@ def run(
     """
 
     call = functools.partial(
-        arun, program, *args, model=model, tools=tools, agents=agents, state=state, db=db,
-        on_event=on_event, clock=clock, seed=seed, answer=answer, run_id=run_id, kwargs=kwargs,
-        tool_refs=tool_refs, workspace=workspace,
-    )  # fmt: skip
+        arun,
+        program,
+        *args,
+        model=model,
+        tools=tools,
+        agents=agents,
+        state=state,
+        db=db,
+        on_event=on_event,
+        clock=clock,
+        seed=seed,
+        answer=answer,
+        run_id=run_id,
+        kwargs=kwargs,
+        tool_refs=tool_refs,
+        workspace=workspace,
+    )
     return blocking(call, backend=backend)

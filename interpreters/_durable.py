@@ -110,7 +110,9 @@ def load_object(ref: str, what: str = "object") -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ProgramNotFound(f"cannot import {what} {ref!r}: {module_name} has no {attr!r}") from None
+            raise ProgramNotFound(
+                f"cannot import {what} {ref!r}: {module_name} has no {attr!r}"
+            ) from None
     return obj
 
 
@@ -120,11 +122,15 @@ def load_program(ref: str) -> Callable[..., Any]:
     if not callable(obj):
         raise ProgramNotFound(f"program {ref!r} is a {type(obj).__name__}, not a function")
     if not inspect.isgeneratorfunction(inspect.unwrap(obj)):
-        raise ProgramNotFound(f"{ref!r} is not a program: a program is a generator function (def + yield from)")
+        raise ProgramNotFound(
+            f"{ref!r} is not a program: a program is a generator function (def + yield from)"
+        )
     return obj  # type: ignore[no-any-return]
 
 
-def _program_of(record: RunRecord, config: Mapping[str, Any], program: Callable[..., Any] | None) -> Callable[..., Any]:
+def _program_of(
+    record: RunRecord, config: Mapping[str, Any], program: Callable[..., Any] | None
+) -> Callable[..., Any]:
     """The program that continues or replays ``record``. A run imported from a file names code
     someone else chose: it runs only when the caller names the same program again."""
     if program is None and config.get("imported_from"):
@@ -175,7 +181,9 @@ def load_tools(refs: Iterable[str]) -> list[ToolLike]:
         obj = load_object(ref, "tool")
         for t in obj if isinstance(obj, list | tuple) else [obj]:
             if not (isinstance(t, Tool) or callable(t)):
-                raise ProgramNotFound(f"tool {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool")
+                raise ProgramNotFound(
+                    f"tool {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool"
+                )
             out.append(t)
     return out
 
@@ -198,12 +206,17 @@ def find_checkpoint(entries: list[Entry], name: str) -> Entry:
     if nth and not (nth.isdigit() and int(nth) >= 1):
         raise OpdslError(f"checkpoint {name!r}: after '#' comes a count from 1, like {base}#2")
     hits = [
-        e for e in entries
-        if e.kind == "checkpoint" and e.status == "completed" and json.loads(e.effect_json).get("name") == base
-    ]  # fmt: skip
+        e
+        for e in entries
+        if e.kind == "checkpoint"
+        and e.status == "completed"
+        and json.loads(e.effect_json).get("name") == base
+    ]
     k = int(nth) if nth else 1
     if len(hits) < k:
-        known = sorted({json.loads(e.effect_json).get("name") for e in entries if e.kind == "checkpoint"})
+        known = sorted(
+            {json.loads(e.effect_json).get("name") for e in entries if e.kind == "checkpoint"}
+        )
         reached = f"reached {len(hits)} time(s)" if hits else "never reached"
         raise OpdslError(
             f"checkpoint {name!r} not found in run {entries[0].run_id if entries else '?'}: {base!r} was "
@@ -227,7 +240,13 @@ def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:
         if e.seq > cp.seq:
             continue
         if e.address in reopen and e.kind in ("limit", "timeout", "par"):
-            e = e.replace(status="started", result_json=None, error_json=None, usage_json=None, finished_at=None)
+            e = e.replace(
+                status="started",
+                result_json=None,
+                error_json=None,
+                usage_json=None,
+                finished_at=None,
+            )
         out.append(e.replace(run_id=new_run))
     # keep seq contiguous in the fork
     return [e.replace(seq=i) for i, e in enumerate(sorted(out, key=lambda e: e.seq))]
@@ -279,7 +298,9 @@ async def aresume(
     answers: dict[str, str] = {}
     if from_checkpoint is not None:
         if answer is not None:
-            raise OpdslError("answer a run in place (without --from); a fork starts from a checkpoint")
+            raise OpdslError(
+                "answer a run in place (without --from); a fork starts from a checkpoint"
+            )
         cp = find_checkpoint(entries, from_checkpoint)
         target_id = new_run_id()
         prefix = _fork_prefix(entries, cp, target_id)
@@ -378,7 +399,9 @@ def _question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> st
     pending = [e for e in entries if e.kind == "ask" and e.status == "started"]
     if not pending:
         raise OpdslError(f"run {run_id} is not waiting for an answer")
-    shown = "; ".join(f"at {e.address}: {json.loads(e.effect_json).get('question')!r}" for e in pending)
+    shown = "; ".join(
+        f"at {e.address}: {json.loads(e.effect_json).get('question')!r}" for e in pending
+    )
     if at is not None:
         if at not in {e.address for e in pending}:
             raise OpdslError(f"run {run_id} has no open question at address {at}; open: {shown}")
@@ -454,13 +477,24 @@ def _compare(record: RunRecord, result: RunResult, entries: list[Entry]) -> None
     last = nearest_checkpoint(entries, len(entries) + max((e.seq for e in entries), default=0) + 1)
 
     def fail(what: str, recorded: str | None, now: str | None) -> Divergence:
-        return divergence(program=record.program, address="end", where="the end of the run", checkpoint=last,
-                          recorded=recorded, now=now, reason=what)  # fmt: skip
+        return divergence(
+            program=record.program,
+            address="end",
+            where="the end of the run",
+            checkpoint=last,
+            recorded=recorded,
+            now=now,
+            reason=what,
+        )
 
     if record.status in ("running", "cancelled"):
         return  # an unfinished record: the replay reached its end, which is all it can check
     if result.status != record.status:
-        raise fail(f"the record ended {record.status}, the replay {result.status}", record.status, result.status)
+        raise fail(
+            f"the record ended {record.status}, the replay {result.status}",
+            record.status,
+            result.status,
+        )
     if record.status == "completed":
         now = canonical_json(result._value)
         if now != record.result_json:
@@ -558,9 +592,10 @@ class DryRunHandlers(Handlers):
         prices = self.model.prices if isinstance(self.model, HttpModel) else Prices()
         cost = None if name is None else prices.cost(name, usage)
         return Response(
-            text="(dry run: no model call)", usage=usage.model_copy(update={"cost_usd": cost}),
+            text="(dry run: no model call)",
+            usage=usage.model_copy(update={"cost_usd": cost}),
             model=name or "no model",
-        )  # fmt: skip
+        )
 
     def _note(self, address: str, note: str) -> None:
         for step in reversed(self.plan.steps):
@@ -618,7 +653,11 @@ async def adry_run(
     if workspace is None:
         workspace = workspace_of(program, args, dict(kwargs or {}))
     ws = as_workspace(workspace)
-    tools = [*tools, *(ws.tools() if ws is not None else ()), *(ws.program_tools() if ws is not None else ())]
+    tools = [
+        *tools,
+        *(ws.tools() if ws is not None else ()),
+        *(ws.program_tools() if ws is not None else ()),
+    ]
     plan = Plan(program=program_name(program), status="running")
 
     def collect(event: Event) -> None:
@@ -684,7 +723,9 @@ def _what(effect: Any) -> str:
     if kind == "ask":
         return str(effect.get("question"))[:60]
     if kind == "limit":
-        return canonical_json({k: v for k, v in (effect.get("budget") or {}).items() if v is not None})
+        return canonical_json(
+            {k: v for k, v in (effect.get("budget") or {}).items() if v is not None}
+        )
     if kind == "timeout":
         return f"{effect.get('seconds')}s"
     if kind == "par":

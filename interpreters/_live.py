@@ -56,10 +56,9 @@ def as_workspace(workspace: str | Path | Workspace | None) -> Workspace | None:
         return workspace
     return Workspace(workspace)
 
+
 AgentBackend = Callable[[Agent, Call], Awaitable[TurnRecord]]
 Answer = Callable[[str], str | None]
-
-
 
 
 @final
@@ -139,14 +138,21 @@ class LiveHandlers(Handlers):
         match effect:
             case Tool():
                 bound = self.tools.get(effect.name)
-                return self.tools.unknown(effect.name) if bound is None else await bound.call(effect.args, call)
+                return (
+                    self.tools.unknown(effect.name)
+                    if bound is None
+                    else await bound.call(effect.args, call)
+                )
             case Infer():
                 try:
                     specs = self.tools.specs(effect.tools)
                 except KeyError as exc:
                     raise ModelError(str(exc.args[0])) from None
                 request = ModelRequest(
-                    messages=effect.messages, model=effect.model, tools=specs, params=dict(effect.params)
+                    messages=effect.messages,
+                    model=effect.model,
+                    tools=specs,
+                    params=dict(effect.params),
                 )
                 if self.model is None:
                     return await self._default_model(request, call)
@@ -155,19 +161,25 @@ class LiveHandlers(Handlers):
                 backend = self.agents.get(effect.backend)
                 if backend is None:
                     known = ", ".join(sorted(self.agents)) or "none"
-                    raise ModelError(f"no agent backend {effect.backend!r} is bound (bound: {known})")
+                    raise ModelError(
+                        f"no agent backend {effect.backend!r} is bound (bound: {known})"
+                    )
                 if self.workspace is not None:
                     # with a workspace, the agent works in it (a relative cwd is inside it)
                     cwd = self.workspace.root / str(effect.options.get("cwd") or ".")
-                    effect = dataclasses.replace(effect, options={**effect.options, "cwd": str(cwd)})
+                    effect = dataclasses.replace(
+                        effect, options={**effect.options, "cwd": str(cwd)}
+                    )
                 return await backend(effect, call)
             case Checkpoint():
                 if self.workspace is not None:
                     if self.workspace.repo() is not None:
                         tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
                         return {"workspace": str(self.workspace.root), "tree": tree}
-                    say_once(f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
-                             "checkpoints keep no snapshot of its files, and a fork cannot put them back")  # fmt: skip
+                    say_once(
+                        f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
+                        "checkpoints keep no snapshot of its files, and a fork cannot put them back"
+                    )
                 return None
             case Emit():
                 return None
@@ -264,5 +276,7 @@ class LiveInterpreter:
         **kwargs: Any,
     ) -> RunResult:
         """:meth:`run` from synchronous code."""
-        return blocking(functools.partial(self.run, program, *args, state=state, run_id=run_id, **kwargs),
-                        backend=backend)  # fmt: skip
+        return blocking(
+            functools.partial(self.run, program, *args, state=state, run_id=run_id, **kwargs),
+            backend=backend,
+        )

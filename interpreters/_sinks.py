@@ -24,6 +24,7 @@ from op import (
 
 __all__ = ["ConsoleSink", "JsonlSink"]
 
+
 @final
 class JsonlSink:
     """Appends each event as one canonical JSON line to a file.
@@ -95,11 +96,17 @@ class ConsoleSink:
                     c.print(f"  [cyan]{event.address:>8}[/] {event.kind} {_describe(event.effect)}")
             case EffectFinished():
                 if event.status != "completed":
-                    c.print(f"  [red]{event.address:>8} {event.kind} {event.status}[/] {escape(event.error or '')}")
+                    c.print(
+                        f"  [red]{event.address:>8} {event.kind} {event.status}[/] {escape(event.error or '')}"
+                    )
                 elif event.error:  # a tool whose result is ok=false
-                    c.print(f"  [red]{event.address:>8} {event.kind} failed[/] {escape(event.error)}")
+                    c.print(
+                        f"  [red]{event.address:>8} {event.kind} failed[/] {escape(event.error)}"
+                    )
                 elif event.usage is not None and event.usage.total_tokens:
-                    c.print(f"  [dim]{event.address:>8} {event.usage.total_tokens} tokens, {event.duration_s:.2f}s[/]")
+                    c.print(
+                        f"  [dim]{event.address:>8} {event.usage.total_tokens} tokens, {event.duration_s:.2f}s[/]"
+                    )
             case CheckpointSaved():
                 c.print(f"  [magenta]{event.address:>8} ◆ checkpoint {event.name}[/]")
             case Emitted():

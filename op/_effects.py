@@ -262,6 +262,7 @@ AnyEffect: TypeAlias = LeafEffect | ScopeEffect | StateEffect
 Op: TypeAlias = Generator[AnyEffect, Any, T]
 """A program that returns ``T``: a generator of effects."""
 
+
 def _classes(union: Any) -> tuple[type[Effect[Any]], ...]:
     return tuple(get_origin(t) or t for t in get_args(union))
 
@@ -359,9 +360,7 @@ def timeout(seconds: float, body: Op[T]) -> Op[Result[T, TimedOut]]:
 
 
 @overload
-def par(
-    b1: Op[A], /, *, on_conflict: Literal["merge", "raise"] = "merge"
-) -> Op[tuple[A]]: ...
+def par(b1: Op[A], /, *, on_conflict: Literal["merge", "raise"] = "merge") -> Op[tuple[A]]: ...
 @overload
 def par(
     b1: Op[A], b2: Op[B], /, *, on_conflict: Literal["merge", "raise"] = "merge"
@@ -381,9 +380,7 @@ def par(
     on_conflict: Literal["merge", "raise"] = "merge",
 ) -> Op[tuple[A, B, C, D]]: ...
 @overload
-def par(
-    *bodies: Op[T], on_conflict: Literal["merge", "raise"] = "merge"
-) -> Op[tuple[T, ...]]: ...
+def par(*bodies: Op[T], on_conflict: Literal["merge", "raise"] = "merge") -> Op[tuple[T, ...]]: ...
 def par(*bodies: Op[Any], on_conflict: Literal["merge", "raise"] = "merge") -> Op[tuple[Any, ...]]:
     """Run programs concurrently like a task group; results come back in argument order.
 
@@ -393,7 +390,9 @@ def par(*bodies: Op[Any], on_conflict: Literal["merge", "raise"] = "merge") -> O
     """
     for b in bodies:
         _body("par", b)
-    result: tuple[Any, ...] = yield Par(bodies=bodies, on_conflict=on_conflict, branches=len(bodies))
+    result: tuple[Any, ...] = yield Par(
+        bodies=bodies, on_conflict=on_conflict, branches=len(bodies)
+    )
     return result
 
 

@@ -10,7 +10,6 @@ from the same state without being told::
 A state passed explicitly (``run(..., state=...)``, ``--state``) still wins.
 """
 
-
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,7 +23,9 @@ WorkspaceOf = Callable[[tuple[Any, ...], dict[str, Any]], "str | None"]
 """Finds a program's workspace folder among its arguments (``args``, ``kwargs``)."""
 
 
-def program(*, state: type[CRDTModel] | None = None, workspace: WorkspaceOf | None = None) -> Callable[[F], F]:
+def program(
+    *, state: type[CRDTModel] | None = None, workspace: WorkspaceOf | None = None
+) -> Callable[[F], F]:
     """Declare a program's default state type and how its workspace is found.
 
     Example:
@@ -42,7 +43,9 @@ def program(*, state: type[CRDTModel] | None = None, workspace: WorkspaceOf | No
     if state is not None and not (isinstance(state, type) and issubclass(state, CRDTModel)):
         raise TypeError(f"program(state=...) takes a CRDTModel class, not {state!r}")
     if workspace is not None and not callable(workspace):
-        raise TypeError(f"program(workspace=...) takes a function of (args, kwargs), not {workspace!r}")
+        raise TypeError(
+            f"program(workspace=...) takes a function of (args, kwargs), not {workspace!r}"
+        )
 
     def declare(fn: F) -> F:
         if state is not None:

@@ -208,4 +208,3 @@ def usage_of(value: object) -> Usage | None:
     if isinstance(value, Response | TurnRecord):
         return value.usage
     return None
-

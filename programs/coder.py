@@ -55,7 +55,17 @@ from state import CRDTModel, GCounter, GSet, Log, LWWRegister
 
 __all__ = ["CodeState", "CoderConfig", "CoderResult", "coder"]
 
-WORK_TOOLS = ["read_file", "write_file", "edit_file", "list_files", "search", "delete_path", "run", "git_status", "git_diff"]
+WORK_TOOLS = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "search",
+    "delete_path",
+    "run",
+    "git_status",
+    "git_diff",
+]
 WRITES = {"write_file", "edit_file", "delete_path"}
 
 
@@ -127,7 +137,11 @@ def _repository(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
 @program(state=CodeState, workspace=_repository)
 def coder(config: CoderConfig | dict[str, Any] | None = None, **fields: Any) -> Op[CoderResult]:
     """Make ``config.task`` true in ``config.repo``, verified and committed, or leave it as it was."""
-    cfg = config if isinstance(config, CoderConfig) else CoderConfig.model_validate({**(config or {}), **fields})
+    cfg = (
+        config
+        if isinstance(config, CoderConfig)
+        else CoderConfig.model_validate({**(config or {}), **fields})
+    )
     yield from emit("coder_start", {"task": cfg.task, "repo": cfg.repo})
     yield from checkpoint("before-init")
     baseline = ""
@@ -189,11 +203,16 @@ def _init(cfg: CoderConfig) -> Op[tuple[dict[str, list[str] | None], str]]:
     branch = _ok((yield from tool("current_branch")), "init", "cannot read the branch")
     yield from update(branch=AssignOp(branch))
     commands = yield from _commands(cfg)
-    baseline = _ok((yield from tool("snapshot_files", {"name": "coder/baseline"})), "init", "cannot snapshot")
+    baseline = _ok(
+        (yield from tool("snapshot_files", {"name": "coder/baseline"})), "init", "cannot snapshot"
+    )
     if commands["build"]:
         built = yield from tool("run", {"command": commands["build"], "timeout": cfg.build_timeout})
         if not built.ok:
-            raise _Failed("init", f"the repository does not build before any change ({built.error}): {built.output[-2000:]}")
+            raise _Failed(
+                "init",
+                f"the repository does not build before any change ({built.error}): {built.output[-2000:]}",
+            )
     return commands, baseline
 
 
@@ -219,15 +238,23 @@ def _commands(cfg: CoderConfig) -> Op[dict[str, list[str] | None]]:
     listing = (yield from tool("list_files", {"path": "."})).output.splitlines()
     found: dict[str, list[str] | None]
     if "pyproject.toml" in listing:
-        found = {"lint": ["python", "-m", "ruff", "check", "--fix", "."],
-                 "build": ["python", "-c", _SYNTAX_CHECK],
-                 "test": ["python", "-m", "pytest", "-q"]}  # fmt: skip
+        found = {
+            "lint": ["python", "-m", "ruff", "check", "--fix", "."],
+            "build": ["python", "-c", _SYNTAX_CHECK],
+            "test": ["python", "-m", "pytest", "-q"],
+        }
     elif "package.json" in listing:
         found = {"lint": None, "build": None, "test": ["npm", "test"]}
-    elif "Makefile" in listing and "test:" in (yield from tool("read_file", {"path": "Makefile"})).output:
+    elif (
+        "Makefile" in listing
+        and "test:" in (yield from tool("read_file", {"path": "Makefile"})).output
+    ):
         found = {"lint": None, "build": None, "test": ["make", "test"]}
     else:
-        raise _Failed("init", "no test command given and none found (no pyproject.toml, package.json or Makefile with a test target)")
+        raise _Failed(
+            "init",
+            "no test command given and none found (no pyproject.toml, package.json or Makefile with a test target)",
+        )
     return {
         "lint": cfg.lint if cfg.lint is not None else found["lint"],
         "build": cfg.build if cfg.build is not None else found["build"],
@@ -268,9 +295,14 @@ def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations:
             failed = failed or not result.ok
             if call.name in WRITES and result.ok and isinstance(call.arguments.get("path"), str):
                 yield from update(files_modified=Add(call.arguments["path"]))
-            last.append(f"{call.name} {sorted(call.arguments.items())} -> {result.ok} {result.output[:200]} {result.error}")
+            last.append(
+                f"{call.name} {sorted(call.arguments.items())} -> {result.ok} {result.output[:200]} {result.error}"
+            )
         if len(last) >= cfg.stuck_repeats and len(set(last[-cfg.stuck_repeats :])) == 1:
-            raise _Failed(phase, f"stuck: the same tool call with the same result {cfg.stuck_repeats} times in a row")
+            raise _Failed(
+                phase,
+                f"stuck: the same tool call with the same result {cfg.stuck_repeats} times in a row",
+            )
         if failed and phase == "work":
             yield from checkpoint(f"work-blocked-{step}")
     raise _Failed(phase, f"the model was still calling tools after {iterations} turns")
@@ -285,25 +317,39 @@ def _work(cfg: CoderConfig) -> Op[str]:
 
 
 def _verify(cfg: CoderConfig, commands: dict[str, list[str] | None]) -> Op[None]:
-    steps = [("lint", commands["lint"], cfg.lint_timeout), ("build", commands["build"], cfg.build_timeout),
-             ("test", commands["test"], cfg.test_timeout)]  # fmt: skip
+    steps = [
+        ("lint", commands["lint"], cfg.lint_timeout),
+        ("build", commands["build"], cfg.build_timeout),
+        ("test", commands["test"], cfg.test_timeout),
+    ]
     for attempt in range(1, cfg.verify_retries + 1):
         failure = None
         for name, command, seconds in steps:
             if not command:
                 continue
-            outcome = yield from timeout(seconds + 5, tool("run", {"command": command, "timeout": seconds}))
+            outcome = yield from timeout(
+                seconds + 5, tool("run", {"command": command, "timeout": seconds})
+            )
             if isinstance(outcome, Failure):
                 failure = (name, f"{name} timed out after {seconds:g}s", "")
                 break
             result = outcome.unwrap()
-            if not result.ok and ("not an allowed command" in (result.error or "") or "No module named" in result.output):
+            if not result.ok and (
+                "not an allowed command" in (result.error or "")
+                or "No module named" in result.output
+            ):
                 if name == "lint" and cfg.lint is None:
                     # a lint step the Coder chose itself is optional: skip it, and say so
-                    yield from emit("warning", {"lint_skipped": f"{result.error} {result.output[-300:]}".strip()})
+                    yield from emit(
+                        "warning",
+                        {"lint_skipped": f"{result.error} {result.output[-300:]}".strip()},
+                    )
                     steps = [s for s in steps if s[0] != "lint"]
                     continue
-                raise _Failed("verify", f"the {name} runner cannot run: {result.error} {result.output[-500:]}".strip())
+                raise _Failed(
+                    "verify",
+                    f"the {name} runner cannot run: {result.error} {result.output[-500:]}".strip(),
+                )
             if not result.ok:
                 failure = (name, f"{name} failed ({result.error})", result.output[-4000:])
                 break
@@ -315,8 +361,12 @@ def _verify(cfg: CoderConfig, commands: dict[str, list[str] | None]) -> Op[None]
         yield from emit("verify_failed", {"attempt": attempt, "step": name})
         if attempt == cfg.verify_retries:
             raise _Failed("verify", f"{summary} after {attempt} attempts")
-        history = [Message.system(SYSTEM), Message.user(
-            f"Task: {cfg.task}\nThe {name} step failed:\n{summary}\n{output}\nFix it with the tools, then answer with one line.")]  # fmt: skip
+        history = [
+            Message.system(SYSTEM),
+            Message.user(
+                f"Task: {cfg.task}\nThe {name} step failed:\n{summary}\n{output}\nFix it with the tools, then answer with one line."
+            ),
+        ]
         yield from _tool_loop(cfg, history, "verify", cfg.max_work_iterations)
 
 
@@ -329,10 +379,14 @@ def _commit(cfg: CoderConfig) -> Op[tuple[str, str]]:
     if diff.strip() == "(no changes)":
         raise _Failed("commit", "nothing to commit: the work changed no file")
     reply = yield from infer(
-        [Message.system("Write a git commit message: a subject line under 72 characters, a blank line, then why."),
-         Message.user(f"Task: {cfg.task}\n\nDiff:\n{diff[:20000]}")],
+        [
+            Message.system(
+                "Write a git commit message: a subject line under 72 characters, a blank line, then why."
+            ),
+            Message.user(f"Task: {cfg.task}\n\nDiff:\n{diff[:20000]}"),
+        ],
         model=cfg.model,
-    )  # fmt: skip
+    )
     yield from _charge(reply)
     message = reply.text.strip() or f"opdsl coder: {cfg.task[:60]}"
     sha = _ok((yield from tool("git_commit", {"message": message})), "commit", "the commit failed")

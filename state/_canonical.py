@@ -51,9 +51,10 @@ def _omitted(cls: type[BaseModel]) -> tuple[str, ...]:
     names = _OMIT.get(cls)
     if names is None:
         names = tuple(
-            n for n, f in cls.model_fields.items()
+            n
+            for n, f in cls.model_fields.items()
             if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("omit_if_none")
-        )  # fmt: skip
+        )
         _OMIT[cls] = names
     return names
 
@@ -90,7 +91,9 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         return out
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = getattr(value, "kind", None)
-        return _fields(value, _dataclass_fields(cls), path, {"kind": kind} if isinstance(kind, str) else {})
+        return _fields(
+            value, _dataclass_fields(cls), path, {"kind": kind} if isinstance(kind, str) else {}
+        )
     if isinstance(value, str | int):  # subclasses (IntEnum, StrEnum, ...)
         return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, float):
@@ -139,7 +142,9 @@ def _mapping(value: Mapping[Any, Any], path: str) -> dict[str, Any]:
     return out
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def _dump(data: Any) -> str:

@@ -87,9 +87,7 @@ class CRDT(BaseModel):
 
     def _check_same(self, other: object) -> None:
         if not isinstance(other, _origin(type(self))):
-            raise TypeError(
-                f"cannot merge a {type(other).__name__} into a {type(self).__name__}"
-            )
+            raise TypeError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}")
 
 
 def _origin(cls: type[BaseModel]) -> type[BaseModel]:
@@ -409,10 +407,15 @@ class ORMap(CRDT, Generic[V]):
 
     def update(self, key: str, change: Callable[[V], V], stamp: Stamp) -> Self:
         n = self.clock.get(stamp.replica, 0) + 1
-        entry = ORMapEntry[Any](key=key, replica=stamp.replica, counter=n, value=change(self.get(key)))
+        entry = ORMapEntry[Any](
+            key=key, replica=stamp.replica, counter=n, value=change(self.get(key))
+        )
         kept = tuple(e for e in self.entries if e.key != key)
         return self.model_copy(
-            update={"entries": _sorted_map((*kept, entry)), "clock": {**self.clock, stamp.replica: n}}
+            update={
+                "entries": _sorted_map((*kept, entry)),
+                "clock": {**self.clock, stamp.replica: n},
+            }
         )
 
     def remove(self, key: str) -> Self:
@@ -480,7 +483,9 @@ class Log(CRDT, Generic[T]):
 
     def append(self, payload: T, stamp: Stamp) -> Self:
         seq = 1 + max((e.seq for e in self.entries if e.replica == stamp.replica), default=0)
-        entry = LogEntry[Any](lamport=stamp.lamport, replica=stamp.replica, seq=seq, payload=payload)
+        entry = LogEntry[Any](
+            lamport=stamp.lamport, replica=stamp.replica, seq=seq, payload=payload
+        )
         return self.model_copy(update={"entries": _sorted_log((*self.entries, entry))})
 
     def merge(self, other: Self) -> Self:

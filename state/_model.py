@@ -137,7 +137,9 @@ def apply_op(value: CRDT, op: FieldOp, stamp: Stamp, *, where: str = "value") ->
         case Log(), Append(item):
             return value.append(item, stamp)
         case ORMap(), At(key, inner):
-            return value.update(key, lambda v: apply_op(v, inner, stamp, where=f"{where}[{key!r}]"), stamp)
+            return value.update(
+                key, lambda v: apply_op(v, inner, stamp, where=f"{where}[{key!r}]"), stamp
+            )
         case ORMap(), Remove(key):
             return value.remove(key)
         case CRDTModel(), At(key, inner):
@@ -197,7 +199,8 @@ class CRDTModel(CRDT):
         if type(other) is not type(self):
             raise TypeError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}")
         fields = {
-            name: getattr(self, name).merge(getattr(other, name)) for name in type(self).model_fields
+            name: getattr(self, name).merge(getattr(other, name))
+            for name in type(self).model_fields
         }
         return type(self).model_construct(**fields)
 
@@ -209,7 +212,9 @@ class CRDTModel(CRDT):
             if name not in fields:
                 known = ", ".join(fields) or "none"
                 raise StateError(f"{type(self).__name__} has no field {name!r} (fields: {known})")
-            changed[name] = apply_op(getattr(self, name), op, stamp, where=f"{type(self).__name__}.{name}")
+            changed[name] = apply_op(
+                getattr(self, name), op, stamp, where=f"{type(self).__name__}.{name}"
+            )
         return self.model_copy(update=changed)
 
     def max_lamport(self) -> int:
@@ -235,7 +240,9 @@ class CRDTModel(CRDT):
             return False
         now = json.loads(self.canonical())
         for name, info in type(self).model_fields.items():
-            if name not in recorded and getattr(self, name) == info.get_default(call_default_factory=True):
+            if name not in recorded and getattr(self, name) == info.get_default(
+                call_default_factory=True
+            ):
                 now.pop(name, None)
         return bool(now == recorded)
 
@@ -258,4 +265,3 @@ class CRDTModel(CRDT):
             if both:
                 out[name] = [values[k] for k in both]
         return out
-

@@ -13,4 +13,5 @@ def _own_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPDSL_DB", raising=False)
 
+
 pytest_plugins = ["pytester"]

@@ -31,8 +31,12 @@ class Recorder:
         ends = Counter(e.run_id for e in self.events if isinstance(e, RunFinished))
         assert runs == ends and all(n == 1 for n in runs.values()), (runs, ends)
         starts = Counter((e.run_id, e.address) for e in self.events if isinstance(e, EffectStarted))
-        closes = Counter((e.run_id, e.address) for e in self.events if isinstance(e, EffectFinished))
-        assert starts == closes, f"unclosed or doubly closed effects: {starts - closes} {closes - starts}"
+        closes = Counter(
+            (e.run_id, e.address) for e in self.events if isinstance(e, EffectFinished)
+        )
+        assert starts == closes, (
+            f"unclosed or doubly closed effects: {starts - closes} {closes - starts}"
+        )
         assert isinstance(self.events[0], RunStarted) and isinstance(self.events[-1], RunFinished)
 
     def finished(self) -> dict[str, str]:
@@ -44,7 +48,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "interpreters" / "cli" / "demo" /
 
 def sh(cwd: Path, *args: str) -> str:
     """Run git in ``cwd`` and return what it printed."""
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def sample_repo(tmp_path: Path) -> Path:

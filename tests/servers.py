@@ -59,7 +59,12 @@ class ScriptedServer:
                 server.requests.append(request)
                 server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if not server.answers:
-                    self._send(Reply(status=500, body={"error": {"message": "the test script has no answer left"}}))
+                    self._send(
+                        Reply(
+                            status=500,
+                            body={"error": {"message": "the test script has no answer left"}},
+                        )
+                    )
                     return
                 self._send(server.answers.popleft()(request))
 
@@ -114,8 +119,12 @@ class ScriptedServer:
         self.close()
 
 
-def status(code: int, message: str, headers: dict[str, str] | None = None, kind: str = "error") -> Answer:
-    return lambda req: Reply(status=code, body={"error": {"type": kind, "message": message}}, headers=headers or {})
+def status(
+    code: int, message: str, headers: dict[str, str] | None = None, kind: str = "error"
+) -> Answer:
+    return lambda req: Reply(
+        status=code, body={"error": {"type": kind, "message": message}}, headers=headers or {}
+    )
 
 
 def hang() -> Answer:
@@ -137,42 +146,98 @@ def openai(
     """An answer with ``text`` and ``tool_calls`` (id, name, arguments as a JSON *string*)."""
     calls = tool_calls or []
     finish = "tool_calls" if calls else "stop"
-    usage_obj = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[0] + usage[1],
-                 "prompt_tokens_details": {"cached_tokens": usage[2]}}  # fmt: skip
+    usage_obj = {
+        "prompt_tokens": usage[0],
+        "completion_tokens": usage[1],
+        "total_tokens": usage[0] + usage[1],
+        "prompt_tokens_details": {"cached_tokens": usage[2]},
+    }
 
     def answer(req: Request) -> Reply:
         if not req.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 message["tool_calls"] = [
-                    {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
+                    {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                    for i, n, a in calls
                 ]
-            body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}] if choices else [],
-                    "usage": usage_obj}  # fmt: skip
+            body = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}]
+                if choices
+                else [],
+                "usage": usage_obj,
+            }
             return Reply(body=body)
-        return Reply(chunks=list(_openai_chunks(text, calls, finish, usage_obj, model, choices)),
-                     content_type="text/event-stream", cut=cut)  # fmt: skip
+        return Reply(
+            chunks=list(_openai_chunks(text, calls, finish, usage_obj, model, choices)),
+            content_type="text/event-stream",
+            cut=cut,
+        )
 
     return answer
 
 
-def _openai_chunks(text: str, calls: list[tuple[str, str, str]], finish: str, usage: Any, model: str, choices: bool) -> Iterator[str]:
+def _openai_chunks(
+    text: str, calls: list[tuple[str, str, str]], finish: str, usage: Any, model: str, choices: bool
+) -> Iterator[str]:
     def chunk(choices_: list[Any], usage_: Any = None) -> str:
-        return "data: " + json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                                      "model": model, "choices": choices_, "usage": usage_}) + "\n\n"  # fmt: skip
+        return (
+            "data: "
+            + json.dumps(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": model,
+                    "choices": choices_,
+                    "usage": usage_,
+                }
+            )
+            + "\n\n"
+        )
 
     if choices:
-        yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        yield chunk(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
+        )
         for piece in [text[i : i + 4] for i in range(0, len(text), 4)]:
             yield chunk([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
         for n, (cid, name, args) in enumerate(calls):
             # the id and name come only in the first fragment; the arguments arrive in pieces
-            yield chunk([{"index": 0, "delta": {"tool_calls": [{"index": n, "id": cid, "type": "function",
-                         "function": {"name": name, "arguments": ""}}]}, "finish_reason": None}])  # fmt: skip
+            yield chunk(
+                [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": n,
+                                    "id": cid,
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""},
+                                }
+                            ]
+                        },
+                        "finish_reason": None,
+                    }
+                ]
+            )
             for piece in [args[i : i + 5] for i in range(0, len(args), 5)]:
-                yield chunk([{"index": 0, "delta": {"tool_calls": [{"index": n, "function": {"arguments": piece}}]},
-                              "finish_reason": None}])  # fmt: skip
+                yield chunk(
+                    [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [{"index": n, "function": {"arguments": piece}}]
+                            },
+                            "finish_reason": None,
+                        }
+                    ]
+                )
         yield chunk([{"index": 0, "delta": {}, "finish_reason": finish}])
     yield chunk([], usage)
     yield "data: [DONE]\n\n"
@@ -201,15 +266,36 @@ def anthropic(
     def answer(req: Request) -> Reply:
         if not req.get("stream"):
             content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-            content += [{"type": "tool_use", "id": i, "name": n, "input": inp} for i, n, inp in uses]
-            body = {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
-                    "stop_reason": stop, "stop_sequence": None,
-                    "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "cache_read_input_tokens": usage[2],
-                              "cache_creation_input_tokens": 0}}  # fmt: skip
+            content += [
+                {"type": "tool_use", "id": i, "name": n, "input": inp} for i, n, inp in uses
+            ]
+            body = {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": usage[0],
+                    "output_tokens": usage[1],
+                    "cache_read_input_tokens": usage[2],
+                    "cache_creation_input_tokens": 0,
+                },
+            }
             return Reply(body=body)
         events = list(_anthropic_events(text, uses, stop, usage, model, msg_id))
         if error_at_end:
-            events = events[:2] + [_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": error_at_end}})]
+            events = events[:2] + [
+                _event(
+                    "error",
+                    {
+                        "type": "error",
+                        "error": {"type": "overloaded_error", "message": error_at_end},
+                    },
+                )
+            ]
         return Reply(chunks=events, content_type="text/event-stream", cut=cut)
 
     return answer
@@ -219,30 +305,86 @@ def _event(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
-def _anthropic_events(text: str, uses: list[tuple[str, str, dict[str, Any]]], stop: str, usage: tuple[int, int, int], model: str, msg_id: str) -> Iterator[str]:
-    yield _event("message_start", {"type": "message_start", "message": {
-        "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
-        "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1, "cache_read_input_tokens": usage[2],
-                                         "cache_creation_input_tokens": 0}}})  # fmt: skip
+def _anthropic_events(
+    text: str,
+    uses: list[tuple[str, str, dict[str, Any]]],
+    stop: str,
+    usage: tuple[int, int, int],
+    model: str,
+    msg_id: str,
+) -> Iterator[str]:
+    yield _event(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": usage[0],
+                    "output_tokens": 1,
+                    "cache_read_input_tokens": usage[2],
+                    "cache_creation_input_tokens": 0,
+                },
+            },
+        },
+    )
     yield _event("ping", {"type": "ping"})
     index = 0
     if text:
-        yield _event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        yield _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
         for piece in [text[i : i + 4] for i in range(0, len(text), 4)]:
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}})
+            yield _event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
+            )
         yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
         index = 1
     for k, (uid, name, inp) in enumerate(uses):
         i = index + k
-        yield _event("content_block_start", {"type": "content_block_start", "index": i,
-                                             "content_block": {"type": "tool_use", "id": uid, "name": name, "input": {}}})  # fmt: skip
+        yield _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": i,
+                "content_block": {"type": "tool_use", "id": uid, "name": name, "input": {}},
+            },
+        )
         raw = json.dumps(inp)
         for piece in [raw[j : j + 6] for j in range(0, len(raw), 6)]:
-            yield _event("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                 "delta": {"type": "input_json_delta", "partial_json": piece}})  # fmt: skip
+            yield _event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
         yield _event("content_block_stop", {"type": "content_block_stop", "index": i})
-    yield _event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                   "usage": {"output_tokens": usage[1]}})  # fmt: skip
+    yield _event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": usage[1]},
+        },
+    )
     yield _event("message_stop", {"type": "message_stop"})
 
 
@@ -262,8 +404,15 @@ def ollama(
     calls = tool_calls or []
 
     def final() -> dict[str, Any]:
-        return {"model": model, "created_at": "2026-01-01T00:00:00Z", "message": {"role": "assistant", "content": ""},
-                "done": True, "done_reason": "stop", "prompt_eval_count": usage[0], "eval_count": usage[1]}  # fmt: skip
+        return {
+            "model": model,
+            "created_at": "2026-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": usage[0],
+            "eval_count": usage[1],
+        }
 
     def answer(req: Request) -> Reply:
         message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -271,15 +420,38 @@ def ollama(
             message["tool_calls"] = [{"function": {"name": n, "arguments": a}} for n, a in calls]
         if req.get("stream") is False:
             return Reply(body={**final(), "message": message})
-        lines = [json.dumps({"model": model, "message": {"role": "assistant", "content": text[i : i + 4]}, "done": False})
-                 for i in range(0, len(text), 4)]  # fmt: skip
+        lines = [
+            json.dumps(
+                {
+                    "model": model,
+                    "message": {"role": "assistant", "content": text[i : i + 4]},
+                    "done": False,
+                }
+            )
+            for i in range(0, len(text), 4)
+        ]
         if calls:
-            lines.append(json.dumps({"model": model, "message": {"role": "assistant", "content": "",
-                                     "tool_calls": message["tool_calls"]}, "done": False}))  # fmt: skip
+            lines.append(
+                json.dumps(
+                    {
+                        "model": model,
+                        "message": {
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": message["tool_calls"],
+                        },
+                        "done": False,
+                    }
+                )
+            )
         lines.append(json.dumps(final()))
         if error_after is not None:
-            lines = lines[:error_after] + [json.dumps({"error": "model runner has unexpectedly stopped"})]
-        return Reply(chunks=[line + "\n" for line in lines], content_type="application/x-ndjson", cut=cut)
+            lines = lines[:error_after] + [
+                json.dumps({"error": "model runner has unexpectedly stopped"})
+            ]
+        return Reply(
+            chunks=[line + "\n" for line in lines], content_type="application/x-ndjson", cut=cut
+        )
 
     return answer
 
@@ -287,7 +459,11 @@ def ollama(
 # -- OpenAI Responses (what Codex speaks) ----------------------------------------------------------
 
 
-def responses(text: str = "", calls: list[tuple[str, str, dict[str, Any]]] | None = None, usage: tuple[int, int] = (10, 5)) -> Answer:
+def responses(
+    text: str = "",
+    calls: list[tuple[str, str, dict[str, Any]]] | None = None,
+    usage: tuple[int, int] = (10, 5),
+) -> Answer:
     """A streamed Responses API answer: a message with ``text``, or function calls
     (call id, name, arguments)."""
     rid = f"resp_{next(_ids)}"
@@ -295,24 +471,94 @@ def responses(text: str = "", calls: list[tuple[str, str, dict[str, Any]]] | Non
     def answer(req: Request) -> Reply:
         items: list[dict[str, Any]] = []
         for n, (call_id, name, args) in enumerate(calls or []):
-            items.append({"id": f"fc_{rid}_{n}", "type": "function_call", "status": "completed",
-                          "call_id": call_id, "name": name, "arguments": json.dumps(args)})  # fmt: skip
+            items.append(
+                {
+                    "id": f"fc_{rid}_{n}",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": call_id,
+                    "name": name,
+                    "arguments": json.dumps(args),
+                }
+            )
         if text or not items:
-            items.append({"id": f"msg_{rid}", "type": "message", "role": "assistant", "status": "completed",
-                          "content": [{"type": "output_text", "text": text, "annotations": []}]})  # fmt: skip
-        u = {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0}, "output_tokens": usage[1],
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": usage[0] + usage[1]}  # fmt: skip
-        chunks = [_event("response.created", {"type": "response.created", "response": {
-            "id": rid, "object": "response", "status": "in_progress", "model": "test", "output": []}})]  # fmt: skip
+            items.append(
+                {
+                    "id": f"msg_{rid}",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            )
+        u = {
+            "input_tokens": usage[0],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage[1],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage[0] + usage[1],
+        }
+        chunks = [
+            _event(
+                "response.created",
+                {
+                    "type": "response.created",
+                    "response": {
+                        "id": rid,
+                        "object": "response",
+                        "status": "in_progress",
+                        "model": "test",
+                        "output": [],
+                    },
+                },
+            )
+        ]
         for i, item in enumerate(items):
-            chunks.append(_event("response.output_item.added", {"type": "response.output_item.added", "output_index": i,
-                                                                 "item": {**item, "status": "in_progress"}}))  # fmt: skip
+            chunks.append(
+                _event(
+                    "response.output_item.added",
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": i,
+                        "item": {**item, "status": "in_progress"},
+                    },
+                )
+            )
             if item["type"] == "message":
-                chunks.append(_event("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"],
-                                                                     "output_index": i, "content_index": 0, "delta": text}))  # fmt: skip
-            chunks.append(_event("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item}))
-        chunks.append(_event("response.completed", {"type": "response.completed", "response": {
-            "id": rid, "object": "response", "status": "completed", "model": "test", "output": items, "usage": u}}))  # fmt: skip
+                chunks.append(
+                    _event(
+                        "response.output_text.delta",
+                        {
+                            "type": "response.output_text.delta",
+                            "item_id": item["id"],
+                            "output_index": i,
+                            "content_index": 0,
+                            "delta": text,
+                        },
+                    )
+                )
+            chunks.append(
+                _event(
+                    "response.output_item.done",
+                    {"type": "response.output_item.done", "output_index": i, "item": item},
+                )
+            )
+        chunks.append(
+            _event(
+                "response.completed",
+                {
+                    "type": "response.completed",
+                    "response": {
+                        "id": rid,
+                        "object": "response",
+                        "status": "completed",
+                        "model": "test",
+                        "output": items,
+                        "usage": u,
+                    },
+                },
+            )
+        )
         return Reply(chunks=chunks, content_type="text/event-stream")
 
     return answer

@@ -26,5 +26,10 @@ def test_the_demo_runs_offline_and_shows_every_step() -> None:
         assert line in text
     repo = re.search(r"the repository:\s+(\S+)", text)
     assert repo is not None
-    tests = subprocess.run(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo.group(1), capture_output=True, text=True)
+    tests = subprocess.run(
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=repo.group(1),
+        capture_output=True,
+        text=True,
+    )
     assert tests.returncode == 0, tests.stdout

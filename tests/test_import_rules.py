@@ -13,11 +13,36 @@ ROOT = Path(__file__).resolve().parent.parent
 PURE = ["op", "state", "programs"]
 # modules that reach the world: network, files, processes, threads, event loops, git, SQL
 IO_MODULES = {
-    "anyio", "asyncio", "trio", "httpx", "httpcore", "socket", "ssl", "sqlite3", "subprocess",
-    "git", "threading", "multiprocessing", "urllib", "http", "requests", "shutil", "tempfile",
-    "io", "os", "pathlib", "glob", "time", "random", "uuid", "datetime", "signal", "select",
-    "interpreters", "rich",
-}  # fmt: skip
+    "anyio",
+    "asyncio",
+    "trio",
+    "httpx",
+    "httpcore",
+    "socket",
+    "ssl",
+    "sqlite3",
+    "subprocess",
+    "git",
+    "threading",
+    "multiprocessing",
+    "urllib",
+    "http",
+    "requests",
+    "shutil",
+    "tempfile",
+    "io",
+    "os",
+    "pathlib",
+    "glob",
+    "time",
+    "random",
+    "uuid",
+    "datetime",
+    "signal",
+    "select",
+    "interpreters",
+    "rich",
+}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -51,7 +76,9 @@ def test_importing_pure_packages_loads_no_io_library() -> None:
         "import sys, op, state, programs, programs.examples, programs.loop\n"
         "print(' '.join(sorted(m for m in ('anyio', 'httpx', 'sqlite3', 'git', 'interpreters', 'trio') if m in sys.modules)))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.strip() == ""
 
 
@@ -68,17 +95,28 @@ def test_the_runtime_imports_no_http_git_sqlite_or_console_library() -> None:
     bad = []
     for path in sorted((ROOT / "interpreters" / "runtime").rglob("*.py")):
         for line, module in _imports(path):
-            if module.split(".")[0] in HEAVY or module.startswith(("interpreters.models._http", "interpreters.tools._workspace",
-                                                                    "interpreters.journal._sqlite", "interpreters._sinks")):  # fmt: skip
+            if module.split(".")[0] in HEAVY or module.startswith(
+                (
+                    "interpreters.models._http",
+                    "interpreters.tools._workspace",
+                    "interpreters.journal._sqlite",
+                    "interpreters._sinks",
+                )
+            ):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize(
     "statement",
-    ["import interpreters.runtime", "from interpreters import ScriptedInterpreter, VirtualClock, MemoryJournal, expect"],
+    [
+        "import interpreters.runtime",
+        "from interpreters import ScriptedInterpreter, VirtualClock, MemoryJournal, expect",
+    ],
 )
 def test_the_light_parts_load_no_heavy_library(statement: str) -> None:
     code = f"import sys\n{statement}\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.strip() == ""

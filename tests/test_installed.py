@@ -22,9 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)  # type: ignore[union-attr]
 
 
-def sh(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, f"{' '.join(map(str, argv))} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+def sh(
+    *argv: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, (
+        f"{' '.join(map(str, argv))} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    )
     return out
 
 
@@ -39,12 +45,16 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def user(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def user(
+    dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, str]]:
     """A fresh virtualenv with the wheel (and pytest), and a folder outside the checkout."""
     home = tmp_path_factory.mktemp("user")
     sh(sys.executable, "-m", "venv", home / "venv", cwd=home)
     sh(home / "venv" / "bin" / "pip", "install", "-q", dists[0], "pytest", "mypy", cwd=home)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "OPDSL_DB")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "OPDSL_DB")
+    }
     env["PATH"] = f"{home / 'venv' / 'bin'}:{env['PATH']}"
     return home, env
 
@@ -66,8 +76,16 @@ def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None
     assert all(f"{pkg}/py.typed" in names for pkg in ("op", "state", "interpreters", "programs"))
     with tarfile.open(sdist) as tarred:
         members = {n.split("/", 1)[1] for n in tarred.getnames() if "/" in n}
-    for want in ("LICENSE", "CHANGELOG.md", "Makefile", "pyproject.toml", "tests/test_installed.py",
-                 "tests/fixtures/journals/v0.1.0.db", "tests/fixtures/fake_cli/claude", "interpreters/cli/demo/session.json"):  # fmt: skip
+    for want in (
+        "LICENSE",
+        "CHANGELOG.md",
+        "Makefile",
+        "pyproject.toml",
+        "tests/test_installed.py",
+        "tests/fixtures/journals/v0.1.0.db",
+        "tests/fixtures/fake_cli/claude",
+        "interpreters/cli/demo/session.json",
+    ):
         assert want in members, want
 
 
@@ -78,7 +96,9 @@ def test_the_installed_command_and_the_demo(user: tuple[Path, dict[str, str]]) -
     assert "identical" in demo.stdout and "DIFFERENT" not in demo.stdout
 
 
-def test_the_readme_quickstart_and_the_coder_installed(user: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_the_readme_quickstart_and_the_coder_installed(
+    user: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     home, env = user
     quickstart = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
     (tmp_path / "quickstart.py").write_text(quickstart)
@@ -92,12 +112,26 @@ def test_the_readme_quickstart_and_the_coder_installed(user: tuple[Path, dict[st
         "Fix add()\n\nIt subtracted.",
     ]
     (tmp_path / "answers.json").write_text(json.dumps(answers))
-    ran = sh("opdsl", "run", "programs.coder:coder", "--arg", f"repo={repo}", "--arg", "task=Make the tests pass",
-             "--model", "scripted:answers.json", "--quiet", cwd=tmp_path, env=env)  # fmt: skip
+    ran = sh(
+        "opdsl",
+        "run",
+        "programs.coder:coder",
+        "--arg",
+        f"repo={repo}",
+        "--arg",
+        "task=Make the tests pass",
+        "--model",
+        "scripted:answers.json",
+        "--quiet",
+        cwd=tmp_path,
+        env=env,
+    )
     assert json.loads(ran.stdout.splitlines()[-1])["ok"] is True
 
 
-def test_a_users_own_tests_with_the_plugin_and_opdsl_new(user: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_a_users_own_tests_with_the_plugin_and_opdsl_new(
+    user: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     home, env = user
     (tmp_path / "test_mine.py").write_text(
         "from op import Op, infer, tool\n"
@@ -110,7 +144,17 @@ def test_a_users_own_tests_with_the_plugin_and_opdsl_new(user: tuple[Path, dict[
         "def test_cassette(opdsl_cassette):\n"
         "    assert opdsl_cassette.run(plan, 'ship', model=ScriptedModel(['shipped'])).value == 'shipped'\n"
     )
-    sh("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--opdsl-record", cwd=tmp_path, env=env)
+    sh(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--opdsl-record",
+        cwd=tmp_path,
+        env=env,
+    )
     assert (tmp_path / "cassettes" / "test_cassette.jsonl").exists()
     sh("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tmp_path, env=env)
     # opdsl new: the generated project passes its tests and mypy --strict, offline

@@ -90,19 +90,35 @@ def test_the_readme_command_runs_the_coder_as_written(repo: Path, tmp_path: Path
     assert "--state" not in command  # the program names its own state
     command = command.replace("/path/to/repo", str(repo))
     with ScriptedServer(work_answers()) as srv:
-        env = {**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"{srv.url}/v1",
-               "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}  # fmt: skip
-        out = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)  # fmt: skip
+        env = {
+            **os.environ,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": f"{srv.url}/v1",
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT),
+        }
+        out = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha
     # the demo prints the same command to try next
     demo = (ROOT / "interpreters" / "cli" / "_demo.py").read_text(encoding="utf-8")
-    assert "opdsl run programs.coder:coder --arg repo=PATH --arg task=" in demo and "--state" not in demo
+    assert (
+        "opdsl run programs.coder:coder --arg repo=PATH --arg task=" in demo
+        and "--state" not in demo
+    )
 
 
-def test_a_declared_state_reaches_every_way_of_running(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_declared_state_reaches_every_way_of_running(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     db = str(tmp_path / "runs.db")
     first = run(progs.noted, "hi", db=db)
     assert first.value == ["hi", "HI"]
@@ -110,8 +126,16 @@ def test_a_declared_state_reaches_every_way_of_running(capsys: pytest.CaptureFix
     assert resume(first.run_id, from_checkpoint="noted", db=db).value == ["hi", "HI"]
     assert dry_run(progs.noted, "x").value == ["x", "X"]
     assert ScriptedInterpreter([]).run(progs.noted, "s").value == ["s", "S"]
-    code, out, err = opdsl(capsys, "run", "tests.fixtures.new_user_programs:noted", "--arg", "text=cli",
-                           "--db", db, "--quiet")  # fmt: skip
+    code, out, err = opdsl(
+        capsys,
+        "run",
+        "tests.fixtures.new_user_programs:noted",
+        "--arg",
+        "text=cli",
+        "--db",
+        db,
+        "--quiet",
+    )
     assert code == 0, err
     assert json.loads(out.splitlines()[-1]) == ["cli", "CLI"]
 
@@ -119,7 +143,9 @@ def test_a_declared_state_reaches_every_way_of_running(capsys: pytest.CaptureFix
 # -- 2. agents work in the workspace -----------------------------------------------------------
 
 
-def test_an_agent_works_in_the_runs_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_agent_works_in_the_runs_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     elsewhere = tmp_path / "elsewhere"
@@ -141,8 +167,12 @@ def test_an_agent_works_in_the_runs_workspace(tmp_path: Path, monkeypatch: pytes
         record = yield from agent("claude-code", "write hello.txt")
         return record.text
 
-    result = run(program, agents={"claude-code": ClaudeCodeBackend(executable=str(fake))}, workspace=ws,
-                 db=MemoryJournal())  # fmt: skip
+    result = run(
+        program,
+        agents={"claude-code": ClaudeCodeBackend(executable=str(fake))},
+        workspace=ws,
+        db=MemoryJournal(),
+    )
     assert result.value == "wrote it", result.describe()
     assert (ws / "hello.txt").read_text() == "hi"
     assert not (elsewhere / "hello.txt").exists()
@@ -159,11 +189,19 @@ def test_a_model_failing_mid_run_leaves_the_repository_as_it_was(repo: Path, fai
     edit = Response(tool_calls=(ToolCall(id="c1", name="edit_file", arguments=FIX),))
     if failure == "script runs out":
         model: Any = ScriptedModel([edit])
-        result = run(coder, CoderConfig(task="Fix it.", repo=str(repo)), model=model, db=MemoryJournal())
+        result = run(
+            coder, CoderConfig(task="Fix it.", repo=str(repo)), model=model, db=MemoryJournal()
+        )
     else:
-        with ScriptedServer([openai("", [("c1", "edit_file", json.dumps(FIX))]), status(400, "bad request")]) as srv:
-            result = run(coder, CoderConfig(task="Fix it.", repo=str(repo)), db=MemoryJournal(),
-                         model=f"openai-compatible:local@{srv.url}/v1")  # fmt: skip
+        with ScriptedServer(
+            [openai("", [("c1", "edit_file", json.dumps(FIX))]), status(400, "bad request")]
+        ) as srv:
+            result = run(
+                coder,
+                CoderConfig(task="Fix it.", repo=str(repo)),
+                db=MemoryJournal(),
+                model=f"openai-compatible:local@{srv.url}/v1",
+            )
     out = result.value
     assert not out.ok and out.phase == "work", out
     assert ("Error" in (out.reason or "")) or ("Exhausted" in (out.reason or ""))
@@ -178,25 +216,50 @@ def test_the_coders_cost_is_unknown_when_a_price_is_unknown(repo: Path) -> None:
         Response(text="Fixed.", usage=Usage(input_tokens=10, output_tokens=5)),  # no price
         Response(text="Fix add\n\nIt subtracted.", usage=priced),
     ]
-    out = run(coder, CoderConfig(task="Fix it.", repo=str(repo)), model=ScriptedModel(session), db=MemoryJournal()).value
+    out = run(
+        coder,
+        CoderConfig(task="Fix it.", repo=str(repo)),
+        model=ScriptedModel(session),
+        db=MemoryJournal(),
+    ).value
     assert out.ok and out.cost_usd is None
     known = [Response(text=r.text, tool_calls=r.tool_calls, usage=priced) for r in session]
     sh(repo, "reset", "-q", "--hard", "HEAD~1")
-    out = run(coder, CoderConfig(task="Fix it.", repo=str(repo)), model=ScriptedModel(known), db=MemoryJournal()).value
+    out = run(
+        coder,
+        CoderConfig(task="Fix it.", repo=str(repo)),
+        model=ScriptedModel(known),
+        db=MemoryJournal(),
+    ).value
     assert out.ok and out.cost_usd == pytest.approx(0.003)
 
 
 # -- 5, 6, 7. reading commands, --json, failed tools --------------------------------------------
 
 
-@pytest.mark.parametrize("verb", [["runs"], ["show", "r1"], ["checkpoints", "r1"], ["replay", "r1"],
-                                  ["export", "r1"], ["resume", "r1"], ["answer", "r1", "yes"], ["gc", "r1"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["runs"],
+        ["show", "r1"],
+        ["checkpoints", "r1"],
+        ["replay", "r1"],
+        ["export", "r1"],
+        ["resume", "r1"],
+        ["answer", "r1", "yes"],
+        ["gc", "r1"],
+    ],
+)
 def test_a_missing_journal_is_one_line_and_nothing_is_created(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, verb: list[str]
 ) -> None:
     db = tmp_path / "typo.db"
     code, _, err = opdsl(capsys, *verb, "--db", str(db))
-    assert code == 2 and err.strip() == f"opdsl: error: no journal at {db} (give --db or $OPDSL_DB the file runs were written to)"
+    assert (
+        code == 2
+        and err.strip()
+        == f"opdsl: error: no journal at {db} (give --db or $OPDSL_DB the file runs were written to)"
+    )
     assert not db.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -211,7 +274,9 @@ def uses_a_failing_tool() -> Op[str]:
     return result.error or ""
 
 
-def test_json_output_and_failed_tools_are_marked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_json_output_and_failed_tools_are_marked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from rich.console import Console
 
     from interpreters import ConsoleSink
@@ -242,14 +307,23 @@ def test_json_output_and_failed_tools_are_marked(capsys: pytest.CaptureFixture[s
 # -- 8, 9. answers: which question, and a divergence changes nothing ------------------------------
 
 
-def test_two_open_questions_need_an_address(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_two_open_questions_need_an_address(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     db = str(tmp_path / "runs.db")
     first = run(progs.two_questions, db=db)
     assert first.status == "waiting"
     code, _, err = opdsl(capsys, "answer", first.run_id, "blue", "--db", db, "--quiet")
-    assert code == 2 and "waits on 2 questions" in err and "Which colour?" in err and "Which size?" in err
+    assert (
+        code == 2
+        and "waits on 2 questions" in err
+        and "Which colour?" in err
+        and "Which size?" in err
+    )
     assert "--at" in err
-    code, _, err = opdsl(capsys, "answer", first.run_id, "blue", "--at", "1.1.1", "--db", db, "--quiet")
+    code, _, err = opdsl(
+        capsys, "answer", first.run_id, "blue", "--at", "1.1.1", "--db", db, "--quiet"
+    )
     assert code == 0 and "Which size?" in err  # still waiting, on the other one
     code, out, err = opdsl(capsys, "answer", first.run_id, "large", "--db", db, "--quiet")
     assert code == 0, err
@@ -277,7 +351,10 @@ def test_an_answer_that_meets_a_divergence_leaves_the_run_waiting(tmp_path: Path
         yield from checkpoint("begin")  # renamed: the record says "start"
         return (yield from ask_(topic))
 
-    changed.__module__, changed.__qualname__ = asks_then_works.__module__, asks_then_works.__qualname__
+    changed.__module__, changed.__qualname__ = (
+        asks_then_works.__module__,
+        asks_then_works.__qualname__,
+    )
     diverged = resume(first.run_id, db=db, answer="me", program=changed)
     assert diverged.status == "failed" and isinstance(diverged.error, Divergence)
     journal = SqliteJournal(db)
@@ -304,23 +381,69 @@ def test_bad_inputs_are_one_line_and_exit_2(
         base.append("--dry-run")
     cases: list[tuple[list[str], str]] = [
         ([*base, "--arg", "deep=" + "[" * 100_000 + "]" * 100_000], "nested too deeply"),
-        (["run", "raises_at_import:f", "--db", db], "importing raises_at_import raised RuntimeError: boom at import"),
+        (
+            ["run", "raises_at_import:f", "--db", db],
+            "importing raises_at_import raised RuntimeError: boom at import",
+        ),
         (["run", "bad_syntax:f", "--db", db], "a syntax error in"),
-        ([*base, "--tools", "tests.fixtures.new_user_programs:NOT_A_TOOL"], "is not a function or Tool"),
+        (
+            [*base, "--tools", "tests.fixtures.new_user_programs:NOT_A_TOOL"],
+            "is not a function or Tool",
+        ),
         ([*base, "--workspace", str(tmp_path / "missing")], "does not exist"),
         ([*base, "--workspace", str(tmp_path / "a_file")], "is not a folder"),
     ]
     if verb == "resume":
         done = run(progs.noted, "x", db=db)
         cases = [
-            (["resume", done.run_id, "--from", "start", "--db", db, "--workspace", str(tmp_path / "missing")], "does not exist"),
-            (["resume", done.run_id, "--from", "start", "--db", db, "--workspace", str(tmp_path / "a_file")], "is not a folder"),
-            (["resume", done.run_id, "--from", "start", "--db", db, "--tools", "tests.fixtures.new_user_programs:NOT_A_TOOL"], "is not a function or Tool"),
-        ]  # fmt: skip
+            (
+                [
+                    "resume",
+                    done.run_id,
+                    "--from",
+                    "start",
+                    "--db",
+                    db,
+                    "--workspace",
+                    str(tmp_path / "missing"),
+                ],
+                "does not exist",
+            ),
+            (
+                [
+                    "resume",
+                    done.run_id,
+                    "--from",
+                    "start",
+                    "--db",
+                    db,
+                    "--workspace",
+                    str(tmp_path / "a_file"),
+                ],
+                "is not a folder",
+            ),
+            (
+                [
+                    "resume",
+                    done.run_id,
+                    "--from",
+                    "start",
+                    "--db",
+                    db,
+                    "--tools",
+                    "tests.fixtures.new_user_programs:NOT_A_TOOL",
+                ],
+                "is not a function or Tool",
+            ),
+        ]
     for argv, message in cases:
         code, _, err = opdsl(capsys, *argv)
         assert code == 2, (argv[:3], err)
-        assert err.startswith("opdsl: error: ") and message in err and len(err.strip().splitlines()) == 1, err
+        assert (
+            err.startswith("opdsl: error: ")
+            and message in err
+            and len(err.strip().splitlines()) == 1
+        ), err
 
 
 # -- 11. divergence messages name the checkpoint and the effect ------------------------------------
@@ -389,10 +512,16 @@ def test_a_usd_budget_refuses_a_model_without_a_price() -> None:
         return (yield from limit(Budget(usd=0.05), spends()))
 
     with ScriptedServer([openai("x")] * 3) as srv:
-        result = run(program, model=f"openai-compatible:no-such-model@{srv.url}/v1", db=MemoryJournal())
+        result = run(
+            program, model=f"openai-compatible:no-such-model@{srv.url}/v1", db=MemoryJournal()
+        )
         assert srv.requests == []  # stopped before the call
     ex = result.value.failure()
-    assert ex.exceeded == "usd" and "no-such-model" in (ex.reason or "") and "OPDSL_PRICES" in (ex.reason or "")
+    assert (
+        ex.exceeded == "usd"
+        and "no-such-model" in (ex.reason or "")
+        and "OPDSL_PRICES" in (ex.reason or "")
+    )
 
 
 # -- 14. resume after a deadline agrees with replay ------------------------------------------------
@@ -402,7 +531,13 @@ def test_a_resume_after_the_deadline_agrees_with_replay(tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
     marker = str(tmp_path / "crashed")
     with pytest.raises(KeyboardInterrupt):
-        run(progs.timed_steps, marker, tools=[progs.step], db=db, tool_refs=["tests.fixtures.new_user_programs:step"])
+        run(
+            progs.timed_steps,
+            marker,
+            tools=[progs.step],
+            db=db,
+            tool_refs=["tests.fixtures.new_user_programs:step"],
+        )
     run_id = SqliteJournal(db).runs()[0].run_id
     later = VirtualClock(start=time.time() + 60)  # resumed a minute later: the deadline passed
     resumed = resume(run_id, db=db, clock=later)
@@ -442,8 +577,14 @@ def test_cassettes_replay_the_tests_arguments_and_record_again(tmp_path: Path) -
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def pytest_(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                              cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+            cwd=tmp_path,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     recorded = pytest_("--opdsl-record")
     assert recorded.returncode == 0, recorded.stdout
@@ -451,7 +592,9 @@ def test_cassettes_replay_the_tests_arguments_and_record_again(tmp_path: Path) -
     assert cassette.exists() and f"wrote {cassette}" in recorded.stdout
     assert pytest_().returncode == 0
     changed = pytest_(GOAL="delete prod")
-    assert changed.returncode == 1 and "diverged" in changed.stdout and "delete prod" in changed.stdout
+    assert (
+        changed.returncode == 1 and "diverged" in changed.stdout and "delete prod" in changed.stdout
+    )
     again = pytest_("--opdsl-record", ANSWER="two")
     assert again.returncode == 0 and f"wrote {cassette}" in again.stdout
     assert '"two"' in cassette.read_text() or "two" in cassette.read_text()
@@ -467,7 +610,9 @@ def test_scripted_sleep_runs_on_the_virtual_clock() -> None:
 
     assert ScriptedInterpreter([]).run(program).value.failure() == TimedOut(seconds=3600)
     # a script may still expect the sleep; the clock still runs it
-    assert ScriptedInterpreter([(expect("sleep"), None)]).run(program).value.failure() == TimedOut(seconds=3600)
+    assert ScriptedInterpreter([(expect("sleep"), None)]).run(program).value.failure() == TimedOut(
+        seconds=3600
+    )
 
 
 def test_openai_compatible_never_sends_openais_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -498,9 +643,22 @@ def test_ctrl_c_stops_at_the_next_effect_and_names_the_run(tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     db = str(tmp_path / "runs.db")
     marker = str(tmp_path / "m")
-    argv = [sys.executable, "-m", "interpreters", "run", "tests.fixtures.new_user_programs:two_blocking_steps",
-            "--arg", f"marker={marker}", "--tools", "tests.fixtures.new_user_programs:blocking_step", "--db", db]  # fmt: skip
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "interpreters",
+        "run",
+        "tests.fixtures.new_user_programs:two_blocking_steps",
+        "--arg",
+        f"marker={marker}",
+        "--tools",
+        "tests.fixtures.new_user_programs:blocking_step",
+        "--db",
+        db,
+    ]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not Path(f"{marker}.1").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -508,9 +666,18 @@ def test_ctrl_c_stops_at_the_next_effect_and_names_the_run(tmp_path: Path) -> No
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     run_id = SqliteJournal(db).runs()[0].run_id
-    assert err.strip().splitlines()[-1] == f"opdsl: stopped; continue with: opdsl resume {run_id} --db {db}"
+    assert (
+        err.strip().splitlines()[-1]
+        == f"opdsl: stopped; continue with: opdsl resume {run_id} --db {db}"
+    )
     assert "Traceback" not in err
-    done = subprocess.run([sys.executable, "-m", "interpreters", "resume", run_id, "--db", db, "--quiet"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "interpreters", "resume", run_id, "--db", db, "--quiet"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("step 2 done")

@@ -7,4 +7,12 @@ from interpreters.agents.claude_code import ClaudeCodeBackend
 from interpreters.agents.codex import CodexBackend
 from interpreters.agents.noop import NoopBackend
 
-__all__ = ["AgentError", "ClaudeCodeBackend", "CliBackend", "CodexBackend", "NoopBackend", "backends", "register_backend"]
+__all__ = [
+    "AgentError",
+    "ClaudeCodeBackend",
+    "CliBackend",
+    "CodexBackend",
+    "NoopBackend",
+    "backends",
+    "register_backend",
+]

@@ -57,7 +57,9 @@ MAX_REASON = 2000
 class AgentError(ModelError):
     """An agent turn failed; ``record`` is what it did before, ``kind`` why it ended."""
 
-    def __init__(self, kind: Literal["timeout", "crash", "refused", "error", "stopped"], record: TurnRecord) -> None:
+    def __init__(
+        self, kind: Literal["timeout", "crash", "refused", "error", "stopped"], record: TurnRecord
+    ) -> None:
         super().__init__(f"agent {record.backend} {kind}: {record.crash_reason}")
         self.kind = kind
         self.record = record
@@ -86,7 +88,11 @@ class _Turn:
             self.call.bus.emit(event)
 
     def base(self) -> dict[str, Any]:
-        return {"run_id": self.call.run_id, "at": self.call.clock.now(), "address": self.call.address}
+        return {
+            "run_id": self.call.run_id,
+            "at": self.call.clock.now(),
+            "address": self.call.address,
+        }
 
     def open_turn(self) -> None:
         if not self.turn_open:
@@ -102,7 +108,13 @@ class _Turn:
     def tool_start(self, tool_id: str, name: str, arguments: Any) -> None:
         if tool_id in self.tools:
             return
-        self.tools[tool_id] = {"id": tool_id, "name": name, "input": arguments, "status": "open", "output": ""}
+        self.tools[tool_id] = {
+            "id": tool_id,
+            "name": name,
+            "input": arguments,
+            "status": "open",
+            "output": "",
+        }
         self.open_tools.append(tool_id)
         self.emit(ToolStart(**self.base(), tool_id=tool_id, name=name, input=arguments))
 
@@ -191,8 +203,9 @@ class CliBackend(ABC):
         homes = {Path(env[v]).resolve() for v in self.homes if env.get(v)}
         homes = {h for h in homes if h.is_dir() and h != cwd}
         exe = Path(argv[0]).resolve()
-        return bwrap_argv(argv, root=cwd, cwd=cwd, network=True, writable=tuple(sorted(homes)),
-                          readable=(exe,))  # fmt: skip
+        return bwrap_argv(
+            argv, root=cwd, cwd=cwd, network=True, writable=tuple(sorted(homes)), readable=(exe,)
+        )
 
     #: environment variables naming folders the CLI keeps its own state in
     homes: ClassVar[tuple[str, ...]] = ("HOME",)
@@ -201,13 +214,22 @@ class CliBackend(ABC):
     def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
         """Take one JSON line; raise :class:`_Refused` to fail closed."""
 
-    def _record(self, turn: _Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None) -> TurnRecord:
+    def _record(
+        self, turn: _Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None
+    ) -> TurnRecord:
         tools = tuple(turn.tools.values())
         return TurnRecord(
-            backend=self.name, text=turn.text, tool_calls=tools, turns=turn.turns, usage=turn.usage(),
-            duration_s=time.monotonic() - started, session_id=turn.session_id, exit_code=exit_code,
-            crashed=crashed, crash_reason=None if reason is None else reason[:MAX_REASON],
-        )  # fmt: skip
+            backend=self.name,
+            text=turn.text,
+            tool_calls=tools,
+            turns=turn.turns,
+            usage=turn.usage(),
+            duration_s=time.monotonic() - started,
+            session_id=turn.session_id,
+            exit_code=exit_code,
+            crashed=crashed,
+            crash_reason=None if reason is None else reason[:MAX_REASON],
+        )
 
     async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
         exe = self.find()
@@ -226,15 +248,23 @@ class CliBackend(ABC):
                 argv = self._confine(argv, effect, env)
             # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
             process = await anyio.open_process(
-                argv, stdin=-3, stderr=-3, env=env, cwd=effect.options.get("cwd"), start_new_session=True,
-            )  # fmt: skip
+                argv,
+                stdin=-3,
+                stderr=-3,
+                env=env,
+                cwd=effect.options.get("cwd"),
+                start_new_session=True,
+            )
             kind, reason = await self._read(process, turn, effect)
             if kind is None:
                 with anyio.move_on_after(self.grace):
                     await process.wait()
             exit_code = process.returncode
             if kind is None and not turn.finished:
-                kind, reason = "crash", f"the process exited (status {exit_code}) without a final event"
+                kind, reason = (
+                    "crash",
+                    f"the process exited (status {exit_code}) without a final event",
+                )
             if kind is None and turn.error is not None:
                 kind, reason = "error", turn.error
         finally:
@@ -246,8 +276,14 @@ class CliBackend(ABC):
                     with anyio.move_on_after(5):
                         await process.aclose()
             turn.close_all()
-            status = {None: "completed", "timeout": "timeout", "crash": "crashed", "refused": "refused",
-                      "error": "failed", "stopped": "stopped"}[kind]  # fmt: skip
+            status = {
+                None: "completed",
+                "timeout": "timeout",
+                "crash": "crashed",
+                "refused": "refused",
+                "error": "failed",
+                "stopped": "stopped",
+            }[kind]
             turn.emit(AgentEnd(**turn.base(), backend=self.name, status=status, reason=reason))  # type: ignore[arg-type]
         record = self._record(turn, started, exit_code, kind is not None, reason)
         if kind is not None:
@@ -280,7 +316,9 @@ class CliBackend(ABC):
                     return verdict
                 if turn.finished:
                     return None, None
-                if self.stop is not None and self.stop(self._record(turn, time.monotonic(), None, False, None)):
+                if self.stop is not None and self.stop(
+                    self._record(turn, time.monotonic(), None, False, None)
+                ):
                     return "stopped", "stopped by the program's stop predicate"
             if len(buffer) > MAX_LINE:
                 return "crash", f"a line longer than {MAX_LINE} bytes"
@@ -306,7 +344,9 @@ class _Refused(Exception):
     """The agent's init broke the rules it was started with."""
 
 
-def _check_init(backend: str, effect: Agent, model: str | None, tools: list[str], mcp: list[Any]) -> None:
+def _check_init(
+    backend: str, effect: Agent, model: str | None, tools: list[str], mcp: list[Any]
+) -> None:
     want = effect.options.get("model")
     if want and model and not (model == want or model.startswith(want)):
         raise _Refused(f"{backend} reported model {model!r}, not the {want!r} asked for")
@@ -321,7 +361,6 @@ def _check_init(backend: str, effect: Agent, model: str | None, tools: list[str]
         name = server.get("name") if isinstance(server, dict) else str(server)
         if name not in allowed_mcp:
             raise _Refused(f"{backend} connected MCP server {name!r}, which was not allowed")
-
 
 
 _REGISTRY: dict[str, Callable[[], Any]] = {}

@@ -32,9 +32,17 @@ class ClaudeCodeBackend(CliBackend):
             base = sorted({t.split("(", 1)[0] for t in allowed})
             argv += ["--tools", ",".join(base), "--allowedTools", ",".join(allowed)]
         if o.get("mcp_config"):
-            argv += ["--mcp-config", json.dumps(o["mcp_config"]) if not isinstance(o["mcp_config"], str) else o["mcp_config"], "--strict-mcp-config"]
+            argv += [
+                "--mcp-config",
+                json.dumps(o["mcp_config"])
+                if not isinstance(o["mcp_config"], str)
+                else o["mcp_config"],
+                "--strict-mcp-config",
+            ]
         if o.get("resume"):
-            argv.append(f"--resume={o['resume']}")  # one token: a value starting with '-' stays a value
+            argv.append(
+                f"--resume={o['resume']}"
+            )  # one token: a value starting with '-' stays a value
         if o.get("permission_mode"):
             argv += ["--permission-mode", str(o["permission_mode"])]
         return [*argv, *self.extra_args]
@@ -46,7 +54,13 @@ class ClaudeCodeBackend(CliBackend):
         if kind == "system" and line.get("subtype") == "init":
             turn.__dict__["init_seen"] = True
             turn.session_id = line.get("session_id")
-            _check_init(self.name, effect, line.get("model"), [str(t) for t in line.get("tools") or []], line.get("mcp_servers") or [])
+            _check_init(
+                self.name,
+                effect,
+                line.get("model"),
+                [str(t) for t in line.get("tools") or []],
+                line.get("mcp_servers") or [],
+            )
         elif kind == "assistant":
             message = line.get("message") or {}
             turn.open_turn()
@@ -55,15 +69,19 @@ class ClaudeCodeBackend(CliBackend):
             prev = turn.usage_by_id.get(mid)
             out_tokens = max(int(u.get("output_tokens") or 0), prev.output_tokens if prev else 0)
             turn.usage_by_id[mid] = Usage(
-                input_tokens=int(u.get("input_tokens") or 0) + int(u.get("cache_read_input_tokens") or 0)
+                input_tokens=int(u.get("input_tokens") or 0)
+                + int(u.get("cache_read_input_tokens") or 0)
                 + int(u.get("cache_creation_input_tokens") or 0),
-                output_tokens=out_tokens, cached_tokens=int(u.get("cache_read_input_tokens") or 0),
-            )  # fmt: skip
+                output_tokens=out_tokens,
+                cached_tokens=int(u.get("cache_read_input_tokens") or 0),
+            )
             for block in message.get("content") or []:
                 if block.get("type") == "text":
                     turn.text = block.get("text", "")
                 elif block.get("type") == "tool_use":
-                    turn.tool_start(str(block.get("id")), str(block.get("name")), block.get("input"))
+                    turn.tool_start(
+                        str(block.get("id")), str(block.get("name")), block.get("input")
+                    )
         elif kind == "user":
             for block in (line.get("message") or {}).get("content") or []:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
@@ -81,14 +99,16 @@ class ClaudeCodeBackend(CliBackend):
             if u:
                 cached = int(u.get("cache_read_input_tokens") or 0)
                 turn.usage_total = Usage(
-                    input_tokens=int(u.get("input_tokens") or 0) + cached + int(u.get("cache_creation_input_tokens") or 0),
-                    output_tokens=int(u.get("output_tokens") or 0), cached_tokens=cached,
-                )  # fmt: skip
+                    input_tokens=int(u.get("input_tokens") or 0)
+                    + cached
+                    + int(u.get("cache_creation_input_tokens") or 0),
+                    output_tokens=int(u.get("output_tokens") or 0),
+                    cached_tokens=cached,
+                )
             if line.get("num_turns"):
                 turn.turns = max(turn.turns, int(line["num_turns"]))
             if line.get("is_error") or line.get("subtype") != "success":
                 turn.error = f"{line.get('subtype')}: {line.get('result') or line.get('errors') or ''}".strip()
-
 
 
 register_backend("claude-code", ClaudeCodeBackend)

@@ -53,24 +53,34 @@ class CodexBackend(CliBackend):
             if itype == "agent_message" and kind == "item.completed":
                 turn.text = item.get("text", "")
             elif itype in ("command_execution", "mcp_tool_call", "file_change"):
-                name = {"command_execution": "shell", "file_change": "edit"}.get(itype, str(item.get("tool")))
-                turn.tool_start(iid, name, item.get("command") or item.get("arguments") or item.get("changes"))
+                name = {"command_execution": "shell", "file_change": "edit"}.get(
+                    itype, str(item.get("tool"))
+                )
+                turn.tool_start(
+                    iid, name, item.get("command") or item.get("arguments") or item.get("changes")
+                )
                 if kind == "item.completed":
                     ok = item.get("status") == "completed" and item.get("exit_code", 0) is not None
                     if itype == "command_execution" and item.get("exit_code") is None:
                         return  # an abandoned command: left open, closed as unresolved at the end
-                    turn.tool_end(iid, ok and item.get("status") != "failed", str(item.get("aggregated_output") or ""))
+                    turn.tool_end(
+                        iid,
+                        ok and item.get("status") != "failed",
+                        str(item.get("aggregated_output") or ""),
+                    )
         elif kind == "turn.completed":
             u = line.get("usage") or {}
-            turn.usage_total = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
-                                     cached_tokens=int(u.get("cached_input_tokens") or 0))  # fmt: skip
+            turn.usage_total = Usage(
+                input_tokens=int(u.get("input_tokens") or 0),
+                output_tokens=int(u.get("output_tokens") or 0),
+                cached_tokens=int(u.get("cached_input_tokens") or 0),
+            )
             turn.finished = True
             turn.close_all()
         elif kind == "turn.failed":
             turn.finished = True
             turn.error = str((line.get("error") or {}).get("message"))
             turn.close_all()
-
 
 
 register_backend("codex", CodexBackend)

@@ -31,12 +31,18 @@ __all__ = ["demo", "demo_model"]
 
 def demo_model() -> ScriptedModel:
     """The recorded session as a model: each turn is picked by how far the conversation got."""
-    data = json.loads(resources.files("interpreters.cli").joinpath("demo/session.json").read_text(encoding="utf-8"))
+    data = json.loads(
+        resources.files("interpreters.cli")
+        .joinpath("demo/session.json")
+        .read_text(encoding="utf-8")
+    )
     work = [Response.model_validate(r) for r in data["work"]]
     commit = Response.model_validate(data["commit"])
 
     def answer(request: ModelRequest) -> Response:
-        if request.messages and request.messages[0].content.startswith("Write a git commit message"):
+        if request.messages and request.messages[0].content.startswith(
+            "Write a git commit message"
+        ):
             return commit
         turn = sum(1 for m in request.messages if m.role == "assistant")
         return work[min(turn, len(work) - 1)]
@@ -62,7 +68,9 @@ class _Crash:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _sample(workdir: Path) -> Path:
@@ -73,14 +81,26 @@ def _sample(workdir: Path) -> Path:
     (repo / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "-c", "user.name=You", "-c", "user.email=you@example.com", "add", "-A")
-    _git(repo, "-c", "user.name=You", "-c", "user.email=you@example.com", "commit", "-q", "-m", "calc, with a bug")
+    _git(
+        repo,
+        "-c",
+        "user.name=You",
+        "-c",
+        "user.email=you@example.com",
+        "commit",
+        "-q",
+        "-m",
+        "calc, with a bug",
+    )
     return repo
 
 
 def demo(console: Console | None = None) -> int:
     console = console or Console(highlight=False)
     if importlib.util.find_spec("pytest") is None:
-        console.print("opdsl demo runs the sample's tests with pytest, which is not installed here: pip install pytest")
+        console.print(
+            "opdsl demo runs the sample's tests with pytest, which is not installed here: pip install pytest"
+        )
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="opdsl-demo-"))
     repo = _sample(workdir)
@@ -93,14 +113,26 @@ def demo(console: Console | None = None) -> int:
 
     step(f"1. The Coder works on {repo} (a copy of the bundled sample; its test fails)")
     try:
-        run(coder, config, model=demo_model(), state=CodeState(), db=db, on_event=[sink, _Crash()], run_id="demo")
+        run(
+            coder,
+            config,
+            model=demo_model(),
+            state=CodeState(),
+            db=db,
+            on_event=[sink, _Crash()],
+            run_id="demo",
+        )
     except KeyboardInterrupt:
-        console.print("[red]   ✗ the process stopped in the middle of the work, as a crash would[/]")
+        console.print(
+            "[red]   ✗ the process stopped in the middle of the work, as a crash would[/]"
+        )
 
     step("2. Resume it in place: the journal replays what was done; the work goes on live")
     resumed = resume("demo", db=db, program=coder, model=demo_model(), on_event=sink)
     result: Any = resumed.value
-    console.print(f"   result: ok={result.ok}, commit {result.commit[:12] if result.commit else None}, files {result.files}")
+    console.print(
+        f"   result: ok={result.ok}, commit {result.commit[:12] if result.commit else None}, files {result.files}"
+    )
     if not result.ok:
         console.print(f"[red]   ✗ the Coder did not finish: {result.phase}: {result.reason}[/]")
         return 1
@@ -112,19 +144,36 @@ def demo(console: Console | None = None) -> int:
     )
     console.print(f"   {'identical' if same else 'DIFFERENT'}: the run is deterministic")
 
-    step("4. Fork it from the checkpoint 'before-verify' (after rewinding the repository one commit)")
+    step(
+        "4. Fork it from the checkpoint 'before-verify' (after rewinding the repository one commit)"
+    )
     _git(repo, "reset", "-q", "--hard", "HEAD~1")
-    fork = resume("demo", db=db, program=coder, model=demo_model(), from_checkpoint="before-verify", on_event=sink)
+    fork = resume(
+        "demo",
+        db=db,
+        program=coder,
+        model=demo_model(),
+        from_checkpoint="before-verify",
+        on_event=sink,
+    )
     forked: Any = fork.value
-    console.print(f"   fork {fork.run_id}: ok={forked.ok}; the files came back from the checkpoint's snapshot")
+    console.print(
+        f"   fork {fork.run_id}: ok={forked.ok}; the files came back from the checkpoint's snapshot"
+    )
 
-    tests = subprocess.run(["git", "log", "--oneline", "-3"], cwd=repo, capture_output=True, text=True).stdout
+    tests = subprocess.run(
+        ["git", "log", "--oneline", "-3"], cwd=repo, capture_output=True, text=True
+    ).stdout
     step("Where to look")
     console.print(f"   the repository:   {repo}")
-    console.print("   its history:      " + "\n                     ".join(tests.strip().splitlines()))
+    console.print(
+        "   its history:      " + "\n                     ".join(tests.strip().splitlines())
+    )
     console.print(f"   the timelines:    opdsl show demo --db {db}")
     console.print(f"                     opdsl show {fork.run_id} --db {db}")
     console.print(f"   the checkpoints:  opdsl checkpoints demo --db {db}")
-    console.print("   a real model:     opdsl run programs.coder:coder --arg repo=PATH --arg task='...' "
-                  "--model openai:gpt-4.1-mini (or anthropic:..., ollama:qwen3:8b)")  # fmt: skip
+    console.print(
+        "   a real model:     opdsl run programs.coder:coder --arg repo=PATH --arg task='...' "
+        "--model openai:gpt-4.1-mini (or anthropic:..., ollama:qwen3:8b)"
+    )
     return 0 if (result.ok and forked.ok and same) else 1

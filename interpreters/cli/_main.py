@@ -105,12 +105,24 @@ def cmd_run(a: argparse.Namespace) -> int:
     _check_call(program, a.program, kwargs)
     workspace = _workspace(a.workspace)
     if a.dry_run:
-        plan = dry_run(program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=workspace)
+        plan = dry_run(
+            program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=workspace
+        )
         print(plan.render())
         return 0 if plan.status == "completed" else 1
     sinks = _sinks(a)
-    result = run(program, model=a.model, tools=tools, state=state, db=a.db, on_event=sinks,
-                 kwargs=kwargs, seed=a.seed, tool_refs=a.tools or None, workspace=workspace)  # fmt: skip
+    result = run(
+        program,
+        model=a.model,
+        tools=tools,
+        state=state,
+        db=a.db,
+        on_event=sinks,
+        kwargs=kwargs,
+        seed=a.seed,
+        tool_refs=a.tools or None,
+        workspace=workspace,
+    )
     return _report(result)
 
 
@@ -165,9 +177,14 @@ def cmd_runs(a: argparse.Namespace) -> int:
 
 def _run_json(r: Any) -> dict[str, Any]:
     return {
-        "run": r.run_id, "program": r.program, "status": r.status, "created_at": r.created_at,
-        "finished_at": r.finished_at, "parent": r.parent_run, "fork_checkpoint": r.fork_checkpoint,
-    }  # fmt: skip
+        "run": r.run_id,
+        "program": r.program,
+        "status": r.status,
+        "created_at": r.created_at,
+        "finished_at": r.finished_at,
+        "parent": r.parent_run,
+        "fork_checkpoint": r.fork_checkpoint,
+    }
 
 
 def _loads(text: str | None) -> Any:
@@ -201,17 +218,28 @@ def cmd_show(a: argparse.Namespace) -> int:
                 item[key.removesuffix("_json")] = _loads(item.pop(key))
             item["tool_failed"] = _tool_failure(e)
             entries.append(item)
-        _print_json({**_run_json(r), "args": _loads(r.args_json), "result": _loads(r.result_json),
-                     "error": _loads(r.error_json), "entries": entries})  # fmt: skip
+        _print_json(
+            {
+                **_run_json(r),
+                "args": _loads(r.args_json),
+                "result": _loads(r.result_json),
+                "error": _loads(r.error_json),
+                "entries": entries,
+            }
+        )
         return 0
     c = _console()
-    c.print(f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]")
+    c.print(
+        f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]"
+    )
     c.print(f"arguments: {r.args_json}")
     if r.parent_run:
         c.print(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}")
     if r.error_json:
         err = json.loads(r.error_json)
-        c.print(f"[red]error at address {err.get('address')}: {err.get('type')}: {err.get('message')}[/]")
+        c.print(
+            f"[red]error at address {err.get('address')}: {err.get('type')}: {err.get('message')}[/]"
+        )
     table = Table(title="timeline")
     for col in ("address", "kind", "status", "duration", "tokens", "what"):
         table.add_column(col)
@@ -232,9 +260,18 @@ def cmd_show(a: argparse.Namespace) -> int:
             status, what = "[red]failed[/]", f"{what}: [red]{escape(failure[:80])}[/]"
         elif e.status == "failed":
             err = json.loads(e.error_json or "{}")
-            status, what = "[red]failed[/]", f"{what} [red]{escape(str(err.get('message', ''))[:80])}[/]"
-        table.add_row(e.address, f"[{style}]{e.kind}[/]" if style else e.kind, status, duration,
-                      "" if usage is None else str(usage.total_tokens), str(what))  # fmt: skip
+            status, what = (
+                "[red]failed[/]",
+                f"{what} [red]{escape(str(err.get('message', ''))[:80])}[/]",
+            )
+        table.add_row(
+            e.address,
+            f"[{style}]{e.kind}[/]" if style else e.kind,
+            status,
+            duration,
+            "" if usage is None else str(usage.total_tokens),
+            str(what),
+        )
     c.print(table)
     cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
     c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
@@ -256,10 +293,21 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
             seen[name] = seen.get(name, 0) + 1
             label = name if seen[name] == 1 else f"{name}#{seen[name]}"
             world = json.loads(e.result_json or "{}").get("world") or {}
-            files = f"  files: tree {world['tree'][:12]} in {world['workspace']}" if world.get("tree") else ""
+            files = (
+                f"  files: tree {world['tree'][:12]} in {world['workspace']}"
+                if world.get("tree")
+                else ""
+            )
             rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
-            found.append({"address": e.address, "name": label, "status": e.status,
-                          "tree": world.get("tree"), "workspace": world.get("workspace")})  # fmt: skip
+            found.append(
+                {
+                    "address": e.address,
+                    "name": label,
+                    "status": e.status,
+                    "tree": world.get("tree"),
+                    "workspace": world.get("workspace"),
+                }
+            )
     if a.json:
         _print_json(found)
         return 0
@@ -316,8 +364,10 @@ def cmd_import(a: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from None
     record = import_run(open_journal(a.db), text, source=a.file)
-    print(f"imported run {record.run_id}; it names the program {record.program}, which runs only "
-          f"when you pass --program {record.program} to resume or replay it")  # fmt: skip
+    print(
+        f"imported run {record.run_id}; it names the program {record.program}, which runs only "
+        f"when you pass --program {record.program} to resume or replay it"
+    )
     return 0
 
 
@@ -329,8 +379,14 @@ def cmd_gc(a: argparse.Namespace) -> int:
     for run_id in a.runs:  # check them all before removing any
         record = journal.run(run_id)
         if not can_remove(record.status):
-            what = "is waiting for an answer" if record.status == "waiting" else "is running (or crashed)"
-            raise UsageError(f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)")
+            what = (
+                "is waiting for an answer"
+                if record.status == "waiting"
+                else "is running (or crashed)"
+            )
+            raise UsageError(
+                f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)"
+            )
     gone = set(a.runs)
     # trees that runs kept still name at their checkpoints (a fork copies its parent's): kept
     needed: set[str] = set()
@@ -389,11 +445,15 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opdsl", description="Run, resume and replay agent programs.")
+    parser = argparse.ArgumentParser(
+        prog="opdsl", description="Run, resume and replay agent programs."
+    )
     parser.add_argument("--version", action="version", version=f"opdsl {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, fn: Callable[[argparse.Namespace], int], help: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
         p.set_defaults(fn=fn)
         p.add_argument("--db", help="journal file (default: $OPDSL_DB or .opdsl/runs.db)")
@@ -401,13 +461,24 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add("run", cmd_run, "run a program: opdsl run module:function --arg name=value")
     p.add_argument("program")
-    p.add_argument("--arg", action="append", default=[], help="a program argument, NAME=VALUE (JSON or text)")
+    p.add_argument(
+        "--arg", action="append", default=[], help="a program argument, NAME=VALUE (JSON or text)"
+    )
     p.add_argument("--model", help="a model spec, e.g. scripted:answers.json")
-    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included (default 600)")
-    p.add_argument("--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)")
+    p.add_argument(
+        "--model-timeout",
+        type=float,
+        help="seconds a whole model call may take, retries included (default 600)",
+    )
+    p.add_argument(
+        "--tools", action="append", default=[], help="tools to bind, module:attr (repeatable)"
+    )
     p.add_argument("--state", help="the initial state, a CRDTModel class as module:Class")
     p.add_argument("--seed", help="the seed of random() and uuid()")
-    p.add_argument("--workspace", help="a folder the workspace tools are confined to (snapshotted at checkpoints)")
+    p.add_argument(
+        "--workspace",
+        help="a folder the workspace tools are confined to (snapshotted at checkpoints)",
+    )
     p.add_argument("--dry-run", action="store_true", help="no side effects: print the plan")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     p = add("runs", cmd_runs, "list runs")
@@ -420,10 +491,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("resume", cmd_resume, "continue a run, or fork it from a checkpoint with --from")
     p.add_argument("run")
-    p.add_argument("--from", dest="from_checkpoint", help="fork a new run from this checkpoint (NAME or NAME#k)")
+    p.add_argument(
+        "--from",
+        dest="from_checkpoint",
+        help="fork a new run from this checkpoint (NAME or NAME#k)",
+    )
     p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
     p.add_argument("--model")
-    p.add_argument("--model-timeout", type=float, help="seconds a whole model call may take, retries included")
+    p.add_argument(
+        "--model-timeout", type=float, help="seconds a whole model call may take, retries included"
+    )
     p.add_argument("--tools", action="append", default=[])
     p.add_argument("--program", help="module:function; needed for a run imported from a file")
     p.add_argument("--quiet", action="store_true")
@@ -433,7 +510,9 @@ def _parser() -> argparse.ArgumentParser:
     p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
     p.add_argument("run")
     p.add_argument("text")
-    p.add_argument("--at", help="the address of the question to answer, when the run waits on several")
+    p.add_argument(
+        "--at", help="the address of the question to answer, when the run waits on several"
+    )
     p.add_argument("--quiet", action="store_true")
     p = add("export", cmd_export, "write a run as JSONL")
     p.add_argument("run")
@@ -456,7 +535,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "model_timeout", None) is not None:
         if not args.model_timeout > 0:
-            print("opdsl: error: --model-timeout must be a positive number of seconds", file=sys.stderr)
+            print(
+                "opdsl: error: --model-timeout must be a positive number of seconds",
+                file=sys.stderr,
+            )
             return 2
         os.environ["OPDSL_MODEL_TIMEOUT"] = str(args.model_timeout)
     # programs are named module:function, importable from here as with `python -m`
@@ -468,8 +550,16 @@ def main(argv: list[str] | None = None) -> int:
     except Divergence as exc:
         print(f"opdsl: {exc}", file=sys.stderr)
         return 1
-    except (UsageError, OpdslError, JournalError, NotSerializable, ValueError, TypeError, OSError,
-            RecursionError) as exc:
+    except (
+        UsageError,
+        OpdslError,
+        JournalError,
+        NotSerializable,
+        ValueError,
+        TypeError,
+        OSError,
+        RecursionError,
+    ) as exc:
         from interpreters.runtime._redact import Redactor
 
         message = Redactor.from_env()(" ".join(str(exc).split()))

@@ -17,9 +17,19 @@ def _names(path: Path) -> tuple[str, str]:
     dist = path.name
     module = re.sub(r"[^0-9a-zA-Z_]", "_", dist).lower().strip("_")
     if not dist or not module or module[0].isdigit() or keyword.iskeyword(module):
-        raise ValueError(f"{path.name!r} cannot name a Python package; pick a folder name such as my-agent")
-    if module in sys.stdlib_module_names or module in ("op", "state", "interpreters", "programs", "tests"):
-        raise ValueError(f"{path.name!r} would shadow the module {module!r}; pick another folder name")
+        raise ValueError(
+            f"{path.name!r} cannot name a Python package; pick a folder name such as my-agent"
+        )
+    if module in sys.stdlib_module_names or module in (
+        "op",
+        "state",
+        "interpreters",
+        "programs",
+        "tests",
+    ):
+        raise ValueError(
+            f"{path.name!r} would shadow the module {module!r}; pick another folder name"
+        )
     return dist, module
 
 
@@ -43,8 +53,10 @@ def new_project(path: str | Path, *, version: str) -> list[Path]:
     for name, text in files.items():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text.replace("{dist}", dist).replace("{module}", module).replace("{version}", version),
-                          encoding="utf-8")  # fmt: skip
+        target.write_text(
+            text.replace("{dist}", dist).replace("{module}", module).replace("{version}", version),
+            encoding="utf-8",
+        )
         written.append(target)
     written.append(_record_cassette(root, module))
     return written
@@ -60,7 +72,12 @@ def _record_cassette(root: Path, module: str) -> Path:
     try:
         agent = importlib.import_module(f"{module}.agent")
         journal = MemoryJournal()
-        result = run(agent.research, "What is six times seven?", model=ScriptedModel(list(agent.SESSION)), db=journal)
+        result = run(
+            agent.research,
+            "What is six times seven?",
+            model=ScriptedModel(list(agent.SESSION)),
+            db=journal,
+        )
         if result.status != "completed":
             raise RuntimeError(f"the new program did not run: {result.describe()}")
         cassette = root / "tests" / "cassettes" / "test_the_recorded_session_replays.jsonl"

@@ -27,7 +27,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-__all__ = ["DEFAULT_DB", "Entry", "EntryStatus", "Journal", "JournalError", "RunLocked", "RunRecord", "RunStatus"]
+__all__ = [
+    "DEFAULT_DB",
+    "Entry",
+    "EntryStatus",
+    "Journal",
+    "JournalError",
+    "RunLocked",
+    "RunRecord",
+    "RunStatus",
+]
 
 from interpreters.journal._status import ENTRY_STATUSES, EntryStatus, RunStatus
 
@@ -177,5 +186,3 @@ class Journal(ABC):
 
     def close(self) -> None:  # noqa: B027 - stores without resources need nothing
         """Release what the store holds open."""
-
-

@@ -71,7 +71,12 @@ class MemoryJournal(Journal):
             )
         seq = old.seq if old is not None else len(entries)
         entries[address] = Entry(
-            run_id=run_id, seq=seq, address=address, kind=kind, effect_json=effect_json, started_at=at
+            run_id=run_id,
+            seq=seq,
+            address=address,
+            kind=kind,
+            effect_json=effect_json,
+            started_at=at,
         )
 
     def finish(
@@ -110,7 +115,9 @@ class MemoryJournal(Journal):
         return list(self._runs.values())
 
     def entries(self, run_id: str) -> list[Entry]:
-        return [e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)]
+        return [
+            e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)
+        ]
 
     def delete_run(self, run_id: str) -> None:
         self.run(run_id)
@@ -124,5 +131,3 @@ class MemoryJournal(Journal):
 
     def release(self, run_id: str) -> None:
         self._locks.discard(run_id)
-
-

@@ -42,12 +42,16 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
                 entries.append(Entry.from_dict(data["entry"]))
         except (ValueError, KeyError, ValidationError) as exc:
             what = "a run record" if n == 1 else "an entry"
-            raise JournalError(f"{source}, line {n}: expected {what}: {str(exc).splitlines()[0]}") from None
+            raise JournalError(
+                f"{source}, line {n}: expected {what}: {str(exc).splitlines()[0]}"
+            ) from None
     if run is None:
         raise JournalError(f"{source} is empty: expected a run record on line 1")
     for e in entries:
         if e.run_id != run.run_id:
-            raise JournalError(f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}")
+            raise JournalError(
+                f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}"
+            )
     problems = _entry_problems(entries)
     if problems:
         raise JournalError(f"{source}: {problems[0]}")
@@ -58,8 +62,13 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
         raise JournalError(f"{source}, line 1: the run's config is not JSON") from None
     if not isinstance(config, dict):
         raise JournalError(f"{source}, line 1: the run's config is not a JSON object")
-    run = run.model_copy(update={"config_json": json.dumps({**config, "imported_from": source}, sort_keys=True,
-                                                            separators=(",", ":"))})  # fmt: skip
+    run = run.model_copy(
+        update={
+            "config_json": json.dumps(
+                {**config, "imported_from": source}, sort_keys=True, separators=(",", ":")
+            )
+        }
+    )
     journal.create_run(run)
     journal.add_entries(entries)
     return run
@@ -95,8 +104,11 @@ def check_integrity(journal: Journal, run_id: str) -> list[str]:
     entries = journal.entries(run_id)
     problems = _entry_problems(entries)
     if run.status == "completed":
-        problems += [f"entry {e.address} is still started in a completed run" for e in entries if e.status == "started"]
+        problems += [
+            f"entry {e.address} is still started in a completed run"
+            for e in entries
+            if e.status == "started"
+        ]
         if run.result_json is None:
             problems.append("the run is completed but has no result")
     return problems
-

@@ -92,18 +92,27 @@ class SqliteJournal(Journal):
     """
 
     def __init__(
-        self, path: str | Path, *, busy_timeout: float = 10.0, read_only: bool = False, create: bool = True
+        self,
+        path: str | Path,
+        *,
+        busy_timeout: float = 10.0,
+        read_only: bool = False,
+        create: bool = True,
     ) -> None:
         self.path = Path(path)
         self.read_only = read_only
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a directory, not a journal file")
         if (read_only or not create) and not self.path.is_file():
-            raise JournalError(f"no journal at {self.path} (give --db or $OPDSL_DB the file runs were written to)")
+            raise JournalError(
+                f"no journal at {self.path} (give --db or $OPDSL_DB the file runs were written to)"
+            )
         if self.path.exists() and self.path.stat().st_size > 0:
             with self.path.open("rb") as f:
                 if f.read(16) != b"SQLite format 3\x00":
-                    raise JournalError(f"{self.path} is not an opdsl journal (not a SQLite database)")
+                    raise JournalError(
+                        f"{self.path} is not an opdsl journal (not a SQLite database)"
+                    )
         try:
             if read_only:
                 self._db = self._connect_read_only(busy_timeout)
@@ -127,24 +136,35 @@ class SqliteJournal(Journal):
         """Open for reading only: nothing is created, and a file the user may not write (or a
         WAL journal in a read-only folder) can still be read."""
         uri = self.path.resolve().as_uri()
-        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
-                             timeout=busy_timeout)  # fmt: skip
+        db = sqlite3.connect(
+            f"{uri}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=busy_timeout,
+        )
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return db
         except sqlite3.OperationalError:
             # a WAL file whose -shm cannot be made here: read the file as it stands
             db.close()
-            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+            return sqlite3.connect(
+                f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
 
     def _check_tables(self) -> None:
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         if "meta" not in tables:
             raise JournalError(f"{self.path} is not an opdsl journal (it has no meta table)")
         self._check_version(tables)
         missing = {"runs", "entries", "locks"} - tables
         if missing:
-            raise JournalError(f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are missing")
+            raise JournalError(
+                f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are missing"
+            )
 
     def _check_version(self, tables: set[str]) -> None:
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -158,7 +178,9 @@ class SqliteJournal(Journal):
             )
 
     def _setup(self) -> None:
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         if "meta" in tables:
             self._check_version(tables)
             missing = {"runs", "entries"} - tables
@@ -173,7 +195,8 @@ class SqliteJournal(Journal):
             )
         self._db.executescript(_SCHEMA)
         self._db.execute(
-            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
         )
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
@@ -184,7 +207,9 @@ class SqliteJournal(Journal):
             raise
         except sqlite3.DatabaseError as exc:
             if self.read_only and "readonly" in str(exc).replace("-", "").replace(" ", ""):
-                raise JournalError(f"journal {self.path} was opened read-only; it cannot be written") from None
+                raise JournalError(
+                    f"journal {self.path} was opened read-only; it cannot be written"
+                ) from None
             raise JournalError(f"journal {self.path}: {exc}") from None
 
     def close(self) -> None:
@@ -232,13 +257,17 @@ class SqliteJournal(Journal):
             raise JournalError(f"journal {self.path}: a run record is malformed: {exc}") from None
 
     def run(self, run_id: str) -> RunRecord:
-        row = self._exec(f"SELECT {', '.join(_RUN_COLS)} FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        row = self._exec(
+            f"SELECT {', '.join(_RUN_COLS)} FROM runs WHERE run_id=?", (run_id,)
+        ).fetchone()
         if row is None:
             raise JournalError(f"no run {run_id!r} in {self.path}")
         return self._record(row)
 
     def runs(self) -> list[RunRecord]:
-        rows = self._exec(f"SELECT {', '.join(_RUN_COLS)} FROM runs ORDER BY created_at, run_id").fetchall()
+        rows = self._exec(
+            f"SELECT {', '.join(_RUN_COLS)} FROM runs ORDER BY created_at, run_id"
+        ).fetchall()
         return [self._record(r) for r in rows]
 
     # -- entries ----------------------------------------------------------------------------
@@ -248,7 +277,9 @@ class SqliteJournal(Journal):
         # kept here instead of asked for on every write
         known = self._runs_known.get(run_id)
         if known is None:
-            rows = self._exec("SELECT seq, address FROM entries WHERE run_id=?", (run_id,)).fetchall()
+            rows = self._exec(
+                "SELECT seq, address FROM entries WHERE run_id=?", (run_id,)
+            ).fetchall()
             known = ([max((r[0] for r in rows), default=-1) + 1], {r[1] for r in rows})
             self._runs_known[run_id] = known
         return known
@@ -322,7 +353,9 @@ class SqliteJournal(Journal):
         out = [Entry(*r) for r in rows]
         for e in out:
             if e.status not in _STATUSES or not isinstance(e.effect_json, str):
-                raise JournalError(f"journal {self.path}: entry {e.address} of run {run_id} is malformed")
+                raise JournalError(
+                    f"journal {self.path}: entry {e.address} of run {run_id} is malformed"
+                )
         return out
 
     def delete_run(self, run_id: str) -> None:
@@ -341,7 +374,9 @@ class SqliteJournal(Journal):
     def vacuum(self) -> None:
         """Give the space of removed runs back to the file system."""
         self._exec("VACUUM")
-        self._exec("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL mode: the file shrinks at the checkpoint
+        self._exec(
+            "PRAGMA wal_checkpoint(TRUNCATE)"
+        )  # WAL mode: the file shrinks at the checkpoint
 
     # -- one writer per run -----------------------------------------------------------------
 
@@ -376,14 +411,18 @@ class SqliteJournal(Journal):
                 return self.acquire(run_id)  # someone else took it first: look again
             _HELD.add((str(self.path.resolve()), run_id))
             return None
-        raise RunLocked(f"run {run_id} is being written by {holder}; wait for it or stop that process")
+        raise RunLocked(
+            f"run {run_id} is being written by {holder}; wait for it or stop that process"
+        )
 
     def release(self, run_id: str) -> None:
         _HELD.discard((str(self.path.resolve()), run_id))
         self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
 
 
-def open_journal(db: str | Path | Journal | None, *, read_only: bool = False, create: bool = True) -> Journal:
+def open_journal(
+    db: str | Path | Journal | None, *, read_only: bool = False, create: bool = True
+) -> Journal:
     """A journal from a path, a journal object, or the default (``OPDSL_DB``, else ``.opdsl/runs.db``).
 
     ``read_only``: the file must exist; nothing is created and nothing can be written.
@@ -398,5 +437,3 @@ def open_journal(db: str | Path | Journal | None, *, read_only: bool = False, cr
 
 def _before_takeover(run_id: str) -> None:
     """A hook between reading a dead holder's lock and taking it (tests pause here)."""
-
-

@@ -39,7 +39,9 @@ class CallInfo(Protocol):
     @property
     def clock(self) -> Clock: ...
     @property
-    def off_loop(self) -> bool: ...  # a blocking (sync) tool runs in a worker thread (inside a timeout)
+    def off_loop(
+        self,
+    ) -> bool: ...  # a blocking (sync) tool runs in a worker thread (inside a timeout)
     def token(self, text: str) -> None:
         """Report streamed model text (it reaches the sinks as ``TokenDelta``)."""
 
@@ -170,5 +172,7 @@ def resolve_model(spec: str | Model | None) -> Model | None:
         importlib.import_module(_BUILTIN[provider])
     factory = _PROVIDERS.get(provider)
     if factory is None:
-        raise ValueError(f"unknown model provider {provider!r} in {spec!r} (known: {', '.join(providers())})")
+        raise ValueError(
+            f"unknown model provider {provider!r} in {spec!r} (known: {', '.join(providers())})"
+        )
     return factory(rest, spec)

@@ -126,7 +126,9 @@ class Prices:
                 with open(extra, encoding="utf-8") as f:
                     table.update(json.load(f))
             except (OSError, ValueError) as exc:
-                raise ValueError(f"OPDSL_PRICES={extra}: cannot read the price table: {exc}") from None
+                raise ValueError(
+                    f"OPDSL_PRICES={extra}: cannot read the price table: {exc}"
+                ) from None
         return table
 
     def cost(self, model: str, usage: Usage) -> float | None:
@@ -139,7 +141,11 @@ class Prices:
         rate_in = float(p.get("input", 0.0))
         rate_cached = float(p.get("cached_input", rate_in))
         rate_out = float(p.get("output", 0.0))
-        return (fresh_input * rate_in + usage.cached_tokens * rate_cached + usage.output_tokens * rate_out) / 1_000_000
+        return (
+            fresh_input * rate_in
+            + usage.cached_tokens * rate_cached
+            + usage.output_tokens * rate_out
+        ) / 1_000_000
 
 
 def _parse_arguments(raw: Any) -> dict[str, Any]:
@@ -214,7 +220,9 @@ class HttpModel(ABC):
         #: the whole call, retries included: connect, first byte, every byte of the answer
         self.deadline = timeout
         #: connecting; and the longest wait for the next bytes (the first byte, an idle stream)
-        self.timeout = httpx.Timeout(min(idle_timeout, timeout), connect=min(connect_timeout, timeout))
+        self.timeout = httpx.Timeout(
+            min(idle_timeout, timeout), connect=min(connect_timeout, timeout)
+        )
         #: an answer longer than this is an error, not memory and a huge journal row
         self.max_answer_bytes = max_answer_bytes
         self.retry = retry or RetryPolicy()
@@ -236,7 +244,12 @@ class HttpModel(ABC):
             self._clients = (
                 token,
                 [
-                    httpx.AsyncClient(timeout=self.timeout, limits=self.limits, trust_env=False, verify=_ssl_context())
+                    httpx.AsyncClient(
+                        timeout=self.timeout,
+                        limits=self.limits,
+                        trust_env=False,
+                        verify=_ssl_context(),
+                    )
                     for _ in range(_SHARDS)
                 ],
             )
@@ -248,7 +261,9 @@ class HttpModel(ABC):
             text = text.replace(self.api_key, "***")
         return text
 
-    def error(self, message: str, status: int | None = None, *, retryable: bool = False) -> ProviderError:
+    def error(
+        self, message: str, status: int | None = None, *, retryable: bool = False
+    ) -> ProviderError:
         where = f"{self.provider} model {self.model}"
         head = f"{where}: HTTP {status}" if status is not None else where
         return ProviderError(self._redact(f"{head}: {message}"), status=status, retryable=retryable)
@@ -266,7 +281,9 @@ class HttpModel(ABC):
     def _parse(self, data: Any) -> Response: ...
 
     @abstractmethod
-    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response: ...
+    async def _read_stream(
+        self, response: httpx.Response, call: CallInfo, seen: _Stream
+    ) -> Response: ...
 
     @staticmethod
     def _message_of(body: str) -> str:
@@ -287,7 +304,9 @@ class HttpModel(ABC):
         cost = self.prices.cost(response.model or self.model, response.usage)
         if cost is None:
             return response
-        return response.model_copy(update={"usage": response.usage.model_copy(update={"cost_usd": cost})})
+        return response.model_copy(
+            update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
+        )
 
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
         stream = bool(request.params.get("stream", self.stream))
@@ -304,7 +323,9 @@ class HttpModel(ABC):
                 with anyio.fail_after(left):
                     return self._priced(await self._send(url, body, stream, call, seen))
             except TimeoutError:
-                raise self.error(f"no whole answer within the call's deadline of {self.deadline:g}s") from None
+                raise self.error(
+                    f"no whole answer within the call's deadline of {self.deadline:g}s"
+                ) from None
             except ProviderError as exc:
                 if not exc.retryable or seen.delivered or attempt >= self.retry.max_retries:
                     raise
@@ -319,11 +340,15 @@ class HttpModel(ABC):
             raise self.error("the answer has a tool call without a tool name")
         return response
 
-    async def _send(self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream) -> Response:
+    async def _send(
+        self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream
+    ) -> Response:
         headers = {**self._headers(), "content-type": "application/json"}
         headers.setdefault("idempotency-key", call.idempotency_key)
         try:
-            async with self._http(call.run_id).stream("POST", url, json=body, headers=headers) as response:
+            async with self._http(call.run_id).stream(
+                "POST", url, json=body, headers=headers
+            ) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     err = self.error(
@@ -342,23 +367,39 @@ class HttpModel(ABC):
                     async for chunk in response.aiter_bytes():
                         raw += chunk
                         if len(raw) > self.max_answer_bytes:
-                            raise self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status)
+                            raise self.error(
+                                f"the answer is over {self.max_answer_bytes:,} bytes; refused",
+                                status,
+                            )
                     try:
                         data = json.loads(raw)
                     except ValueError:
-                        raise self.error(f"the answer is not JSON: {bytes(raw[:200])!r}", status) from None
+                        raise self.error(
+                            f"the answer is not JSON: {bytes(raw[:200])!r}", status
+                        ) from None
                     return self._checked(self._parse(data))
                 except AnswerTooLarge:
-                    raise self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status) from None
+                    raise self.error(
+                        f"the answer is over {self.max_answer_bytes:,} bytes; refused", status
+                    ) from None
                 except ProviderError as exc:
                     if exc.status is None:  # from a parser: add the status it came with
                         head = f"{self.provider} model {self.model}: "
                         exc.args = (str(exc).replace(head, f"{head}HTTP {status}: ", 1),)
                         exc.status = status
                     raise
-                except (KeyError, TypeError, AttributeError, IndexError, ValueError, ValidationError) as exc:
+                except (
+                    KeyError,
+                    TypeError,
+                    AttributeError,
+                    IndexError,
+                    ValueError,
+                    ValidationError,
+                ) as exc:
                     # an answer of the wrong shape: say whose, never a bare AttributeError
-                    raise self.error(f"a malformed answer ({type(exc).__name__}: {str(exc)[:200]})", status) from None
+                    raise self.error(
+                        f"a malformed answer ({type(exc).__name__}: {str(exc)[:200]})", status
+                    ) from None
         except httpx.TimeoutException as exc:
             raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
         except httpx.TransportError as exc:
@@ -393,7 +434,6 @@ def _loads(text: str, model: HttpModel) -> Any:
         return json.loads(text)
     except ValueError:
         raise model.error(f"the stream sent a line that is not JSON: {text[:200]!r}") from None
-
 
 
 DEFAULT_MODEL = "ollama:qwen3:8b"

@@ -21,7 +21,6 @@ from op import ModelRequest, Response, ToolCall, Usage
 __all__ = ["AnthropicModel"]
 
 
-
 @final
 class AnthropicModel(HttpModel):
     """Anthropic's Messages API."""
@@ -44,16 +43,29 @@ class AnthropicModel(HttpModel):
             if m.role == "system":
                 continue
             if m.role == "tool":
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id or "",
+                    "content": m.content,
+                }
                 if m.content.startswith("error: "):
                     block["is_error"] = True
-                if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], list):
+                if (
+                    messages
+                    and messages[-1]["role"] == "user"
+                    and isinstance(messages[-1]["content"], list)
+                ):
                     messages[-1]["content"].append(block)
                 else:
                     messages.append({"role": "user", "content": [block]})
             elif m.role == "assistant" and m.tool_calls:
-                blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-                blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": m.content}] if m.content else []
+                )
+                blocks += [
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                    for c in m.tool_calls
+                ]
                 messages.append({"role": "assistant", "content": blocks})
             else:
                 messages.append({"role": m.role, "content": m.content})
@@ -66,7 +78,8 @@ class AnthropicModel(HttpModel):
             body["system"] = system
         if request.tools:
             body["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
             ]
         body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
         if stream:
@@ -81,8 +94,13 @@ class AnthropicModel(HttpModel):
             if block.get("type") == "text":
                 text.append(block.get("text", ""))
             elif block.get("type") == "tool_use":
-                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""),
-                                      arguments=_parse_arguments(block.get("input"))))  # fmt: skip
+                calls.append(
+                    ToolCall(
+                        id=block.get("id", ""),
+                        name=block.get("name", ""),
+                        arguments=_parse_arguments(block.get("input")),
+                    )
+                )
         return Response(
             text="".join(text),
             tool_calls=tuple(calls),
@@ -91,7 +109,9 @@ class AnthropicModel(HttpModel):
             model=data.get("model") or self.model,
         )
 
-    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+    async def _read_stream(
+        self, response: httpx.Response, call: CallInfo, seen: _Stream
+    ) -> Response:
         blocks: dict[int, dict[str, Any]] = {}
         usage_in: dict[str, Any] = {}
         output_tokens = 0
@@ -104,7 +124,9 @@ class AnthropicModel(HttpModel):
             if kind == "error":
                 err = msg.get("error") or {}
                 retry = err.get("type") in ("overloaded_error", "api_error", "rate_limit_error")
-                raise self.error(f"{err.get('type', 'error')}: {err.get('message', '')}", retryable=retry)
+                raise self.error(
+                    f"{err.get('type', 'error')}: {err.get('message', '')}", retryable=retry
+                )
             if kind == "message_start":
                 message = msg.get("message") or {}
                 model = message.get("model") or model
@@ -115,7 +137,9 @@ class AnthropicModel(HttpModel):
                 block["partial"] = ""
                 blocks[int(msg.get("index", len(blocks)))] = block
             elif kind == "content_block_delta":
-                block = blocks.setdefault(int(msg.get("index", 0)), {"type": "text", "text": "", "partial": ""})
+                block = blocks.setdefault(
+                    int(msg.get("index", 0)), {"type": "text", "text": "", "partial": ""}
+                )
                 delta = msg.get("delta") or {}
                 if delta.get("type") == "text_delta":
                     block["text"] = block.get("text", "") + delta.get("text", "")
@@ -127,7 +151,11 @@ class AnthropicModel(HttpModel):
                 stop = (msg.get("delta") or {}).get("stop_reason") or stop
                 usage = msg.get("usage") or {}
                 output_tokens = max(output_tokens, int(usage.get("output_tokens") or 0))
-                for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+                for key in (
+                    "input_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                ):
                     if usage.get(key):
                         usage_in[key] = max(int(usage_in.get(key) or 0), int(usage[key]))
             elif kind == "message_stop":
@@ -142,12 +170,17 @@ class AnthropicModel(HttpModel):
             elif block.get("type") == "tool_use":
                 raw = block.get("partial") or ""
                 args = _parse_arguments(raw) if raw else _parse_arguments(block.get("input") or {})
-                calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=args))
+                calls.append(
+                    ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=args)
+                )
         usage_in["output_tokens"] = output_tokens
         return Response(
-            text="".join(text), tool_calls=tuple(calls), stop_reason=stop or "end_turn",
-            usage=_anthropic_usage(usage_in), model=model,
-        )  # fmt: skip
+            text="".join(text),
+            tool_calls=tuple(calls),
+            stop_reason=stop or "end_turn",
+            usage=_anthropic_usage(usage_in),
+            model=model,
+        )
 
 
 def _anthropic_usage(u: Mapping[str, Any]) -> Usage:
@@ -160,11 +193,12 @@ def _anthropic_usage(u: Mapping[str, Any]) -> Usage:
     )
 
 
-
-
 def _anthropic(name: str, spec: str) -> AnthropicModel:
-    return AnthropicModel(name, base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
-                          api_key=os.environ.get("ANTHROPIC_API_KEY"))  # fmt: skip
+    return AnthropicModel(
+        name,
+        base_url=os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
+        api_key=os.environ.get("ANTHROPIC_API_KEY"),
+    )
 
 
 register_provider("anthropic", _anthropic)

@@ -21,7 +21,6 @@ from op import ModelRequest, Response, ToolCall, Usage
 __all__ = ["OllamaModel"]
 
 
-
 @final
 class OllamaModel(HttpModel):
     """Ollama's native ``/api/chat`` (NDJSON stream; tool calls without ids; errors that can
@@ -41,14 +40,22 @@ class OllamaModel(HttpModel):
         for m in request.messages:
             out: dict[str, Any] = {"role": m.role, "content": m.content}
             if m.tool_calls:
-                out["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
+                out["tool_calls"] = [
+                    {"function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls
+                ]
             if m.role == "tool" and m.tool_call_id in names:
                 out["tool_name"] = names[m.tool_call_id]
             messages.append(out)
-        body: dict[str, Any] = {"model": request.model or self.model, "messages": messages, "stream": stream}
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": messages,
+            "stream": stream,
+        }
         if request.tools:
             body["tools"] = [_openai_tool(t) for t in request.tools]
-        options = {k: v for k, v in request.params.items() if k not in ("stream", "think", "keep_alive")}
+        options = {
+            k: v for k, v in request.params.items() if k not in ("stream", "think", "keep_alive")
+        }
         if options:
             body["options"] = options
         for key in ("think", "keep_alive"):
@@ -60,8 +67,13 @@ class OllamaModel(HttpModel):
         out = []
         for i, c in enumerate(message.get("tool_calls") or []):
             fn = c.get("function") or {}
-            out.append(ToolCall(id=c.get("id") or f"call_{start + i}", name=fn.get("name", ""),
-                                arguments=_parse_arguments(fn.get("arguments"))))  # fmt: skip
+            out.append(
+                ToolCall(
+                    id=c.get("id") or f"call_{start + i}",
+                    name=fn.get("name", ""),
+                    arguments=_parse_arguments(fn.get("arguments")),
+                )
+            )
         return out
 
     def _final(self, text: str, calls: list[ToolCall], last: Mapping[str, Any]) -> Response:
@@ -70,8 +82,10 @@ class OllamaModel(HttpModel):
             text=text,
             tool_calls=tuple(calls),
             stop_reason="tool_use" if calls else _OPENAI_STOP.get(reason, reason),
-            usage=Usage(input_tokens=int(last.get("prompt_eval_count") or 0),
-                        output_tokens=int(last.get("eval_count") or 0)),  # fmt: skip
+            usage=Usage(
+                input_tokens=int(last.get("prompt_eval_count") or 0),
+                output_tokens=int(last.get("eval_count") or 0),
+            ),
             model=last.get("model") or self.model,
         )
 
@@ -83,14 +97,18 @@ class OllamaModel(HttpModel):
         message = data.get("message") or {}
         return self._final(message.get("content") or "", self._calls(message, 0), data)
 
-    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+    async def _read_stream(
+        self, response: httpx.Response, call: CallInfo, seen: _Stream
+    ) -> Response:
         calls: list[ToolCall] = []
         async for line in seen.lines(response):
             if not line.strip():
                 continue
             data = _loads(line, self)
             if "error" in data:
-                raise self.error(str(data["error"]), response.status_code, retryable=not seen.delivered)
+                raise self.error(
+                    str(data["error"]), response.status_code, retryable=not seen.delivered
+                )
             message = data.get("message") or {}
             seen.token(call, message.get("content") or "")
             new = self._calls(message, len(calls))
@@ -100,8 +118,6 @@ class OllamaModel(HttpModel):
             if data.get("done"):
                 return self._final("".join(seen.text), calls, data)
         raise self.error("the stream was cut before done", retryable=not seen.delivered)
-
-
 
 
 def _ollama(name: str, spec: str) -> OllamaModel:

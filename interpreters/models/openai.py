@@ -22,8 +22,12 @@ from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
 __all__ = ["OpenAIModel"]
 
 
-
-_OPENAI_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
+_OPENAI_STOP = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "function_call": "tool_use",
+}
 
 
 @final
@@ -69,12 +73,16 @@ class OpenAIModel(HttpModel):
         return Response(
             text=message.get("content") or "",
             tool_calls=calls,
-            stop_reason=_OPENAI_STOP.get(choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""),
+            stop_reason=_OPENAI_STOP.get(
+                choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""
+            ),
             usage=_openai_usage(data.get("usage")),
             model=data.get("model") or self.model,
         )
 
-    async def _read_stream(self, response: httpx.Response, call: CallInfo, seen: _Stream) -> Response:
+    async def _read_stream(
+        self, response: httpx.Response, call: CallInfo, seen: _Stream
+    ) -> Response:
         calls: dict[int, dict[str, Any]] = {}
         finish = None
         usage = Usage()
@@ -94,7 +102,10 @@ class OpenAIModel(HttpModel):
                 delta = choice.get("delta") or {}
                 seen.token(call, delta.get("content") or "")
                 for frag in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(int(frag.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
+                    slot = calls.setdefault(
+                        int(frag.get("index", len(calls))),
+                        {"id": None, "name": "", "arguments": ""},
+                    )
                     if frag.get("id"):
                         slot["id"] = frag["id"]
                     fn = frag.get("function") or {}
@@ -107,11 +118,17 @@ class OpenAIModel(HttpModel):
             if not any_choice:
                 raise self.error("the stream ended without an answer", retryable=not seen.delivered)
             if finish is None:
-                raise self.error("the stream was cut before it finished", retryable=not seen.delivered)
+                raise self.error(
+                    "the stream was cut before it finished", retryable=not seen.delivered
+                )
         if not any_choice:
             raise self.error("the answer has no choices")
         tool_calls = tuple(
-            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=_parse_arguments(c["arguments"]))
+            ToolCall(
+                id=c["id"] or f"call_{i}",
+                name=c["name"],
+                arguments=_parse_arguments(c["arguments"]),
+            )
             for i, c in sorted(calls.items())
         )
         return Response(
@@ -130,14 +147,21 @@ def _openai_message(m: Message) -> dict[str, Any]:
     if m.tool_calls:
         out["content"] = m.content or None
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
             for c in m.tool_calls
         ]
     return out
 
 
 def _openai_tool(t: ToolSpec) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
 
 
 def _openai_usage(u: Any) -> Usage:
@@ -151,17 +175,20 @@ def _openai_usage(u: Any) -> Usage:
     )
 
 
-
-
 def _openai(name: str, spec: str) -> OpenAIModel:
-    return OpenAIModel(name, base_url=os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
-                       api_key=os.environ.get("OPENAI_API_KEY"))  # fmt: skip
+    return OpenAIModel(
+        name,
+        base_url=os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+        api_key=os.environ.get("OPENAI_API_KEY"),
+    )
 
 
 def _compatible(rest: str, spec: str) -> OpenAIModel:
     name, at, url = rest.rpartition("@")
     if not at or not name or "://" not in url:
-        raise ValueError(f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1")
+        raise ValueError(
+            f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1"
+        )
     # its own variable only: OpenAI's key is never sent to another server
     model = OpenAIModel(name, base_url=url, api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY"))
     model.provider = "openai-compatible"

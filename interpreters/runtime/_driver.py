@@ -236,11 +236,17 @@ class _Scope:
             self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
         ):
             return "tokens"
-        if b.usd is not None and (self.usd > b.usd or (calls_model and (self.usd >= b.usd or self.usd_unknown))):
+        if b.usd is not None and (
+            self.usd > b.usd or (calls_model and (self.usd >= b.usd or self.usd_unknown))
+        ):
             return "usd"
         if b.model_calls is not None and calls_model and self.model_calls >= b.model_calls:
             return "model_calls"
-        if b.tool_calls is not None and isinstance(effect, Tool) and self.tool_calls >= b.tool_calls:
+        if (
+            b.tool_calls is not None
+            and isinstance(effect, Tool)
+            and self.tool_calls >= b.tool_calls
+        ):
             return "tool_calls"
         return None
 
@@ -257,7 +263,12 @@ class _Scope:
                 self.usd += usage.cost_usd
 
     def exhausted(self, measure: str, now: float, reason: str | None = None) -> BudgetExhausted:
-        if reason is None and measure == "usd" and self.usd_unknown and self.usd <= (self.budget.usd or 0.0):
+        if (
+            reason is None
+            and measure == "usd"
+            and self.usd_unknown
+            and self.usd <= (self.budget.usd or 0.0)
+        ):
             reason = (
                 f"{self.usd_unknown} model call(s) in this scope had no known price, so a usd budget "
                 "cannot be kept; give the model's price in a file named by OPDSL_PRICES"
@@ -328,7 +339,11 @@ def _not_an_effect(program: str, address: str, value: object) -> str:
 
 def _is_failure(entry: Entry | None) -> bool:
     """Whether a finished scope entry recorded a ``Failure`` outcome."""
-    return entry is not None and entry.status == "completed" and (entry.result_json or "").startswith('{"error"')
+    return (
+        entry is not None
+        and entry.status == "completed"
+        and (entry.result_json or "").startswith('{"error"')
+    )
 
 
 class _ReplayStop(BaseException):
@@ -428,7 +443,18 @@ class Driver:
                     if why is not None:
                         raise _BudgetStop(scope, scope.exhausted("usd", now, why))
         match effect:
-            case Tool() | Infer() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep() | Ask():
+            case (
+                Tool()
+                | Infer()
+                | Agent()
+                | Emit()
+                | Checkpoint()
+                | Now()
+                | Random()
+                | Uuid()
+                | Sleep()
+                | Ask()
+            ):
                 return await self._recorded(effect, address, frame)
             case Limit():
                 return await self._limit(effect, address, frame)
@@ -480,10 +506,14 @@ class Driver:
             data = self._payload(effect, address)
             now = self.clock.now()
             if self.journal is not None:
-                self.journal.begin(self.run_id, address, effect.kind, self._clean(dump_jsonable(data)), now)
+                self.journal.begin(
+                    self.run_id, address, effect.kind, self._clean(dump_jsonable(data)), now
+                )
             if self.bus.active:
                 self.bus.emit(
-                    EffectStarted(run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data)
+                    EffectStarted(
+                        run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data
+                    )
                 )
         return self.clock.monotonic()
 
@@ -533,7 +563,9 @@ class Driver:
 
     # -- replay -----------------------------------------------------------------------------
 
-    def _diverged(self, frame: Frame, address: str, reason: str, recorded: str | None, now: str | None) -> Divergence:
+    def _diverged(
+        self, frame: Frame, address: str, reason: str, recorded: str | None, now: str | None
+    ) -> Divergence:
         return divergence(
             program=self.program,
             address=address,
@@ -555,23 +587,36 @@ class Driver:
                 raise _ReplayStop()
             if frame.recorded is not None:
                 raise self._diverged(
-                    frame, address,
+                    frame,
+                    address,
                     f"the record finished the scope at {frame.recorded.address} without this effect",
-                    None, dump_jsonable(self._payload(effect, address)),
-                )  # fmt: skip
+                    None,
+                    dump_jsonable(self._payload(effect, address)),
+                )
             if log.strict:
                 raise self._diverged(
-                    frame, address, "the record ends before this effect", None,
+                    frame,
+                    address,
+                    "the record ends before this effect",
+                    None,
                     dump_jsonable(self._payload(effect, address)),
-                )  # fmt: skip
+                )
             return None
         now = self._clean(dump_jsonable(self._payload(effect, address)))
         if now != entry.effect_json:
-            raise self._diverged(frame, address, "the program asks for a different effect here", entry.effect_json, now)
+            raise self._diverged(
+                frame,
+                address,
+                "the program asks for a different effect here",
+                entry.effect_json,
+                now,
+            )
         log.used.add(address)
         return entry
 
-    async def _replayed(self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry) -> Any:
+    async def _replayed(
+        self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry
+    ) -> Any:
         """The recorded outcome of a finished entry, as the program saw it the first time."""
         if entry.status == "completed":
             if isinstance(effect, Checkpoint):
@@ -601,30 +646,42 @@ class Driver:
         if not same:
             now = None if state is None else json.loads(state.canonical())
             raise self._diverged(
-                frame, address, "the state at this checkpoint differs from the recorded snapshot",
-                canonical_json(recorded), canonical_json(now),
-            )  # fmt: skip
+                frame,
+                address,
+                "the state at this checkpoint differs from the recorded snapshot",
+                canonical_json(recorded),
+                canonical_json(now),
+            )
         frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
 
     async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
         if self.log is not None:
             entry = self._lookup(effect, address, frame)
             if entry is not None:
-                reopen = entry.status == "cancelled" and not self.log.strict and not _is_failure(frame.recorded)
+                reopen = (
+                    entry.status == "cancelled"
+                    and not self.log.strict
+                    and not _is_failure(frame.recorded)
+                )
                 if entry.status != "started" and not reopen:
                     return await self._replayed(effect, address, frame, entry)
                 if self.log.strict:
                     if isinstance(effect, Ask):
                         raise WaitingForAnswer(effect.question)
                     raise self._diverged(
-                        frame, address, "the record ends inside this effect (it started and never finished)",
-                        entry.effect_json, entry.effect_json,
-                    )  # fmt: skip
+                        frame,
+                        address,
+                        "the record ends inside this effect (it started and never finished)",
+                        entry.effect_json,
+                        entry.effect_json,
+                    )
                 # a crash or a stop left it unfinished: perform it again (at least once), with
                 # the same idempotency key
         elif not self._record:
             # the fast path: nothing listens, nothing is journaled; budgets still count
-            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline))
+            result = await self.handlers.perform(
+                effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline)
+            )
             if frame.scopes:
                 usage = usage_of(result)
                 for scope in frame.scopes:
@@ -632,16 +689,22 @@ class Driver:
             return result
         t0 = self._begin(effect, address)
         try:
-            result = await self.handlers.perform(effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline))
+            result = await self.handlers.perform(
+                effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline)
+            )
         except WaitingForAnswer:
             # the entry stays ``started``: the question is open until it is answered
             if self.bus.active:
                 self.bus.emit(
                     EffectFinished(
-                        run_id=self.run_id, at=self.clock.now(), address=address, kind=effect.kind,
-                        status="unresolved", error="waiting for an answer",
+                        run_id=self.run_id,
+                        at=self.clock.now(),
+                        address=address,
+                        kind=effect.kind,
+                        status="unresolved",
+                        error="waiting for an answer",
                     )
-                )  # fmt: skip
+                )
             raise
         except BaseException as exc:
             self._end(effect, address, t0, exc=exc)
@@ -663,12 +726,19 @@ class Driver:
         if self.bus.active:
             if isinstance(effect, Emit):
                 self.bus.emit(
-                    Emitted(run_id=self.run_id, at=self.clock.now(), address=address,
-                            name=effect.name, data=to_jsonable(effect.data))
-                )  # fmt: skip
+                    Emitted(
+                        run_id=self.run_id,
+                        at=self.clock.now(),
+                        address=address,
+                        name=effect.name,
+                        data=to_jsonable(effect.data),
+                    )
+                )
             elif isinstance(effect, Checkpoint):
                 self.bus.emit(
-                    CheckpointSaved(run_id=self.run_id, at=self.clock.now(), address=address, name=effect.name)
+                    CheckpointSaved(
+                        run_id=self.run_id, at=self.clock.now(), address=address, name=effect.name
+                    )
                 )
         return result
 
@@ -683,15 +753,23 @@ class Driver:
 
     # -- scopes -----------------------------------------------------------------------------
 
-    def _open_scope(self, effect: AnyEffect, address: str, frame: Frame) -> tuple[Entry | None, bool, float]:
+    def _open_scope(
+        self, effect: AnyEffect, address: str, frame: Frame
+    ) -> tuple[Entry | None, bool, float]:
         """Look the scope up in the record; begin it if it runs live. Returns (entry, live, t0)."""
         entry = self._lookup(effect, address, frame)
         # unfinished in the record (a crash left it started; a stop, cancelled): run it live,
         # as the effects inside it are
-        live = entry is None or entry.status == "started" or (
-            entry.status == "cancelled" and self.log is not None and not self.log.strict
-            and not _is_failure(frame.recorded)
-        )  # fmt: skip
+        live = (
+            entry is None
+            or entry.status == "started"
+            or (
+                entry.status == "cancelled"
+                and self.log is not None
+                and not self.log.strict
+                and not _is_failure(frame.recorded)
+            )
+        )
         t0 = self._begin(effect, address) if live else 0.0
         return entry, live, t0
 
@@ -710,33 +788,52 @@ class Driver:
             if "error" in data:
                 if isinstance(outcome, Success):
                     raise self._diverged(
-                        frame, address, "the record says this scope was cut off, but its body finished now",
-                        entry.result_json, self._json(outcome, "the outcome", address),
-                    )  # fmt: skip
+                        frame,
+                        address,
+                        "the record says this scope was cut off, but its body finished now",
+                        entry.result_json,
+                        self._json(outcome, "the outcome", address),
+                    )
                 return Failure(error_type.model_validate(data["error"]))
             if isinstance(outcome, Failure):
                 raise self._diverged(
-                    frame, address, "the record says this scope finished, but it was cut off now",
-                    entry.result_json, self._json(outcome, "the outcome", address),
-                )  # fmt: skip
+                    frame,
+                    address,
+                    "the record says this scope finished, but it was cut off now",
+                    entry.result_json,
+                    self._json(outcome, "the outcome", address),
+                )
         return outcome
 
-    async def _limit(self, effect: Limit[Any], address: str, frame: Frame) -> Result[Any, BudgetExhausted]:
-        return await self._bounded(effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds)
+    async def _limit(
+        self, effect: Limit[Any], address: str, frame: Frame
+    ) -> Result[Any, BudgetExhausted]:
+        return await self._bounded(
+            effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds
+        )
 
-    async def _timeout(self, effect: Timeout[Any], address: str, frame: Frame) -> Result[Any, TimedOut]:
+    async def _timeout(
+        self, effect: Timeout[Any], address: str, frame: Frame
+    ) -> Result[Any, TimedOut]:
         return await self._bounded(effect, address, frame, budget=None, seconds=effect.seconds)
 
     async def _bounded(
-        self, effect: Limit[Any] | Timeout[Any], address: str, frame: Frame, *, budget: Budget | None,
+        self,
+        effect: Limit[Any] | Timeout[Any],
+        address: str,
+        frame: Frame,
+        *,
+        budget: Budget | None,
         seconds: float | None,
-    ) -> Result[Any, Any]:  # fmt: skip
+    ) -> Result[Any, Any]:
         """One scope helper for ``limit`` and ``timeout``: open the scope (live, or fed from the
         record), run the body under the budget and the deadline, settle the outcome against the
         record, close the scope."""
         entry, live, t0 = self._open_scope(effect, address, frame)
         # resumed inside the scope: its time kept running while the run was down
-        elapsed = max(0.0, self.clock.now() - entry.started_at) if entry is not None and live else 0.0
+        elapsed = (
+            max(0.0, self.clock.now() - entry.started_at) if entry is not None and live else 0.0
+        )
         scope = None
         if budget is not None:
             scope = _Scope(budget, self.clock.monotonic() - elapsed, timed=live)
@@ -748,9 +845,12 @@ class Driver:
 
         done = entry if entry is not None and entry.status == "completed" else frame.recorded
         child = Frame(
-            prefix=address, replica=frame.replica, scopes=frame.scopes if scope is None else (*frame.scopes, scope),
-            recorded=done, deadline=frame.deadline or isinstance(effect, Timeout),
-        )  # fmt: skip
+            prefix=address,
+            replica=frame.replica,
+            scopes=frame.scopes if scope is None else (*frame.scopes, scope),
+            recorded=done,
+            deadline=frame.deadline or isinstance(effect, Timeout),
+        )
         outcome: Result[Any, Any]
         try:
             if seconds is None or not live:
@@ -775,7 +875,9 @@ class Driver:
             raise
         finally:
             _close(effect.body)
-        outcome = self._settle(effect, address, frame, entry, outcome, BudgetExhausted if scope else TimedOut)
+        outcome = self._settle(
+            effect, address, frame, entry, outcome, BudgetExhausted if scope else TimedOut
+        )
         if live:
             self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
         return outcome
@@ -791,7 +893,8 @@ class Driver:
         parent = frame.replica
         base = parent.state
         replicas = [
-            Replica(f"r/{address}.{i}", base, parent.lamport) for i in range(1, len(effect.bodies) + 1)
+            Replica(f"r/{address}.{i}", base, parent.lamport)
+            for i in range(1, len(effect.bodies) + 1)
         ]
         results: list[Any] = [None] * len(effect.bodies)
         errors: list[tuple[int, BaseException]] = []
@@ -799,8 +902,13 @@ class Driver:
 
         async def branch(i: int) -> None:
             try:
-                child = Frame(prefix=f"{address}.{i + 1}", replica=replicas[i], scopes=frame.scopes, recorded=done,
-                              deadline=frame.deadline)  # fmt: skip
+                child = Frame(
+                    prefix=f"{address}.{i + 1}",
+                    replica=replicas[i],
+                    scopes=frame.scopes,
+                    recorded=done,
+                    deadline=frame.deadline,
+                )
                 results[i] = await self.drive(effect.bodies[i], child)
             except BaseException as exc:
                 errors.append((i, exc))
@@ -821,7 +929,11 @@ class Driver:
             # the error that reaches the parent: a real one before a replay cut-off, and
             # among those the first branch's
             ranked = sorted(
-                ((isinstance(e, _ReplayStop), i, e) for i, e in errors if not isinstance(e, cancelled)),
+                (
+                    (isinstance(e, _ReplayStop), i, e)
+                    for i, e in errors
+                    if not isinstance(e, cancelled)
+                ),
                 key=lambda t: (t[0], t[1]),
             )
             chosen = ranked[0][2] if ranked else group
@@ -859,16 +971,24 @@ class Driver:
         values = tuple(results)
         if conflicts and live and self.bus.active:
             self.bus.emit(
-                ConflictDetected(run_id=self.run_id, at=self.clock.now(), address=address,
-                                 conflicts=to_jsonable(conflicts))
-            )  # fmt: skip
+                ConflictDetected(
+                    run_id=self.run_id,
+                    at=self.clock.now(),
+                    address=address,
+                    conflicts=to_jsonable(conflicts),
+                )
+            )
         if conflicts and effect.on_conflict == "raise":
             err2 = MergeConflict(conflicts, values)
             if live:
                 self._end(effect, address, t0, exc=err2)
             raise err2
         if live:
-            result_json = None if self.journal is None else self._json(list(values), "the par results", address)
+            result_json = (
+                None
+                if self.journal is None
+                else self._json(list(values), "the par results", address)
+            )
             self._end(effect, address, t0, result_json=result_json)
         return values
 
@@ -948,11 +1068,15 @@ class RunResult:
             where = f" at address {self.address}" if self.address else ""
             return f"run {self.run_id} of {self.program} failed{where}: {type(self.error).__name__}: {self.error}"
         if self.status == "waiting":
-            return f"run {self.run_id} of {self.program} is waiting for an answer to: {self.question}"
+            return (
+                f"run {self.run_id} of {self.program} is waiting for an answer to: {self.question}"
+            )
         return f"run {self.run_id} of {self.program} {self.status}"
 
 
-def start_program(program: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Generator[AnyEffect, Any, Any]:
+def start_program(
+    program: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Generator[AnyEffect, Any, Any]:
     """Call a program function and check that it gave a generator of effects."""
     name = program_name(program)
     if inspect.isgenerator(program):
@@ -966,7 +1090,9 @@ def start_program(program: Callable[..., Any], args: tuple[Any, ...], kwargs: Ma
         return cast("Generator[AnyEffect, Any, Any]", gen)
     if inspect.iscoroutine(gen):
         gen.close()
-        raise NotAProgram(f"{name} is an async function; a program is a generator function (def + yield from)")
+        raise NotAProgram(
+            f"{name} is an async function; a program is a generator function (def + yield from)"
+        )
     raise NotAProgram(
         f"{name} returned a {type(gen).__name__}, not a generator: a program yields effects "
         "(`x = yield from infer(...)`)"
@@ -1006,11 +1132,21 @@ async def execute(
             _check_arg(name, f"argument {key!r}", arg)
         args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs)})
     gen = start_program(program, args, kwargs)
-    driver = Driver(run_id=run_id, program=name, handlers=handlers, journal=journal, bus=bus, clock=clock, log=log)
+    driver = Driver(
+        run_id=run_id,
+        program=name,
+        handlers=handlers,
+        journal=journal,
+        bus=bus,
+        clock=clock,
+        log=log,
+    )
     locked = False
     prior: RunRecord | None = None  # the run as it was, when it is resumed in place
     if journal is not None:
-        prior = _try_run(journal, run_id) if record is not None and record.run_id == run_id else None
+        prior = (
+            _try_run(journal, run_id) if record is not None and record.run_id == run_id else None
+        )
         existing = prior is not None
         journal.acquire(run_id)
         locked = True
@@ -1037,10 +1173,13 @@ async def execute(
     if bus.active:
         bus.emit(
             RunStarted(
-                run_id=run_id, at=clock.now(), program=name,
-                args=json.loads(args_json), parent_run=None if record is None else record.parent_run,
+                run_id=run_id,
+                at=clock.now(),
+                program=name,
+                args=json.loads(args_json),
+                parent_run=None if record is None else record.parent_run,
             )
-        )  # fmt: skip
+        )
     root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
     status: RunStatus = "failed"
     value: Any = None
@@ -1058,13 +1197,15 @@ async def execute(
             if unused:
                 first = log.entries[unused[0]]
                 raise divergence(
-                    program=name, address=first.address,
+                    program=name,
+                    address=first.address,
                     where=f"the program returned after its effect at address {root.last or '(none)'}",
                     checkpoint=nearest_checkpoint(log.entries.values(), first.seq),
-                    recorded=first.effect_json, now=None,
+                    recorded=first.effect_json,
+                    now=None,
                     reason=f"the program finished, but the record goes on: the {first.kind} effect "
                     f"recorded here is no longer asked for",
-                )  # fmt: skip
+                )
         status = "completed"
     except WaitingForAnswer as wait:
         status, question, address = "waiting", wait.question, root.last or None
@@ -1092,9 +1233,13 @@ async def execute(
                     # a resume that finds the program changed leaves the run as it was, so it
                     # can be resumed again once the program is put right
                     journal.finish_run(
-                        run_id, prior.status, at=prior.finished_at or clock.now(), result_json=prior.result_json,
-                        error_json=prior.error_json, final_state_json=prior.final_state_json,
-                    )  # fmt: skip
+                        run_id,
+                        prior.status,
+                        at=prior.finished_at or clock.now(),
+                        result_json=prior.result_json,
+                        error_json=prior.error_json,
+                        final_state_json=prior.final_state_json,
+                    )
                 else:
                     journal.finish_run(
                         run_id,
@@ -1113,7 +1258,11 @@ async def execute(
                             raise
                         # the journal is failing: the lock is left, and taken over on resume
         if bus.active:
-            bus.emit(RunFinished(run_id=run_id, at=clock.now(), status=status, error=message, address=address))
+            bus.emit(
+                RunFinished(
+                    run_id=run_id, at=clock.now(), status=status, error=message, address=address
+                )
+            )
     return RunResult(
         run_id=run_id,
         program=name,
@@ -1181,4 +1330,6 @@ def _check_arg(program: str, which: str, value: Any) -> None:
     try:
         to_jsonable(value)
     except NotSerializable as exc:
-        raise NotSerializable(f"{program}: {which} cannot be recorded: {exc}", path=exc.path) from None
+        raise NotSerializable(
+            f"{program}: {which} cannot be recorded: {exc}", path=exc.path
+        ) from None

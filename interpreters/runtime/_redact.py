@@ -45,7 +45,9 @@ class Redactor:
         self.secrets += sorted(escaped, key=len, reverse=True)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, extra_names: Iterable[str] = ()) -> Redactor:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, extra_names: Iterable[str] = ()
+    ) -> Redactor:
         env = os.environ if environ is None else environ
         extra = tuple(extra_names)
         secrets = [v for n, v in env.items() if looks_secret(n, extra)]

@@ -34,7 +34,15 @@ from op import (
     Uuid,
 )
 
-__all__ = ["Divergence", "ReplayLog", "ReplayedError", "decode_error", "decode_result", "error_json", "source_line"]
+__all__ = [
+    "Divergence",
+    "ReplayLog",
+    "ReplayedError",
+    "decode_error",
+    "decode_result",
+    "error_json",
+    "source_line",
+]
 
 
 class Divergence(OpdslError):
@@ -158,7 +166,9 @@ def source_line(gen: Generator[Any, Any, Any] | None) -> str:
 
 def _pretty(text: str) -> list[str]:
     try:
-        return json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+        return json.dumps(
+            json.loads(text), indent=2, sort_keys=True, ensure_ascii=False
+        ).splitlines()
     except ValueError:
         return [text]
 
@@ -176,12 +186,16 @@ def divergence(
     """A :class:`Divergence` with everything a person needs to find the change."""
     lines = [f"{program} diverged from its journal at address {address} ({where}): {reason}"]
     if checkpoint is not None:
-        lines.append(f"  nearest checkpoint before it: {checkpoint[0]!r} at address {checkpoint[1]}")
+        lines.append(
+            f"  nearest checkpoint before it: {checkpoint[0]!r} at address {checkpoint[1]}"
+        )
     else:
         lines.append("  no checkpoint before it")
     lines.append(f"  recorded: {recorded if recorded is not None else '(nothing)'}")
     lines.append(f"  now:      {now if now is not None else '(nothing)'}")
     if recorded is not None and now is not None:
-        diff = difflib.unified_diff(_pretty(recorded), _pretty(now), "recorded", "now", lineterm="", n=2)
+        diff = difflib.unified_diff(
+            _pretty(recorded), _pretty(now), "recorded", "now", lineterm="", n=2
+        )
         lines += ["  " + d for d in diff]
     return Divergence("\n".join(lines))

@@ -31,7 +31,13 @@ from interpreters.testing._scripted import Answer, Matcher, ScriptedInterpreter
 from interpreters.tools._bound import ToolLike
 from state import CRDTModel
 
-__all__ = ["Cassette", "opdsl_cassette", "opdsl_scripted", "pytest_addoption", "pytest_terminal_summary"]
+__all__ = [
+    "Cassette",
+    "opdsl_cassette",
+    "opdsl_scripted",
+    "pytest_addoption",
+    "pytest_terminal_summary",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,7 +90,9 @@ class Cassette:
                 pytrace=False,
             )
         journal = MemoryJournal()
-        result = run(program, *args, model=model, tools=tools, state=state, db=journal, kwargs=kwargs)
+        result = run(
+            program, *args, model=model, tools=tools, state=state, db=journal, kwargs=kwargs
+        )
         if result.status == "completed":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(export_run(journal, result.run_id), encoding="utf-8")

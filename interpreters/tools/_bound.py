@@ -113,7 +113,9 @@ class Tool:
                 inject = pname  # the interpreter passes the call (idempotency key, ...)
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"tool {tool_name!r}: *args and **kwargs cannot be described to a model")
+                raise TypeError(
+                    f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"
+                )
             if pname not in hints:
                 raise TypeError(f"tool {tool_name!r}: parameter {pname!r} has no type annotation")
             default = ... if param.default is param.empty else param.default
@@ -150,7 +152,9 @@ class Tool:
             else:
                 # under a deadline: a worker thread, so the timeout fires on time; a thread
                 # cannot be stopped, so one still blocking is left to finish on its own
-                out = await anyio.to_thread.run_sync(functools.partial(self.fn, **kwargs), abandon_on_cancel=True)
+                out = await anyio.to_thread.run_sync(
+                    functools.partial(self.fn, **kwargs), abandon_on_cancel=True
+                )
         except Exception as exc:
             return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         if isinstance(out, ToolResult):
@@ -161,7 +165,9 @@ class Tool:
         try:
             return ToolResult(output=canonical_json(out))
         except NotSerializable as exc:
-            return ToolResult.failure(f"tool {self.name!r} returned a value that is not JSON: {exc}")
+            return ToolResult.failure(
+                f"tool {self.name!r} returned a value that is not JSON: {exc}"
+            )
 
 
 ToolLike = Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]
@@ -216,8 +222,10 @@ class ToolRegistry:
         for n in names:
             t = self._tools.get(n)
             if t is None:
-                raise KeyError(f"infer() offers tool {n!r}, but no tool of that name is bound "
-                               f"(bound: {', '.join(self.names()) or 'none'})")
+                raise KeyError(
+                    f"infer() offers tool {n!r}, but no tool of that name is bound "
+                    f"(bound: {', '.join(self.names()) or 'none'})"
+                )
             out.append(t.spec)
         return tuple(out)
 

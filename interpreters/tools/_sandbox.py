@@ -35,8 +35,10 @@ def sandbox_problem() -> str | None:
     try:
         probe = subprocess.run(
             [exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "true"],
-            capture_output=True, text=True, timeout=10,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap cannot run: {exc}"
     if probe.returncode != 0:
@@ -62,7 +64,11 @@ def bwrap_argv(
     parent = root.parent
     # hide the workspace's siblings (../other-project), unless the parent holds the Python
     # that runs the commands or is a top-level folder the system needs
-    runtime = Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve()
+    runtime = (
+        Path(sys.prefix).resolve(),
+        Path(sys.base_prefix).resolve(),
+        Path(sys.executable).resolve(),
+    )
     if len(parent.parts) > 2 and not any(p == parent or parent in p.parents for p in runtime):
         out += ["--tmpfs", str(parent)]
     # the Python that runs commands stays visible, wherever it lives (a virtualenv in /tmp),

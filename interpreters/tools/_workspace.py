@@ -42,10 +42,39 @@ from op import ToolResult
 
 __all__ = ["SECRET_MARKERS", "Workspace", "WorkspaceError"]
 FORBIDDEN = (".git", ".opdsl")
-PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "SHELL", "TMPDIR",
-            "VIRTUAL_ENV", "PYTHONPATH", "NODE_PATH", "NO_COLOR")
+PASS_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "SHELL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "NODE_PATH",
+    "NO_COLOR",
+)
 """The variables a command gets from opdsl's environment (secret-looking names never)."""
-DEFAULT_ALLOW = ("python", "python3", "pytest", "ruff", "mypy", "make", "npm", "node", "ls", "cat", "echo", "true", "false", "git")
+DEFAULT_ALLOW = (
+    "python",
+    "python3",
+    "pytest",
+    "ruff",
+    "mypy",
+    "make",
+    "npm",
+    "node",
+    "ls",
+    "cat",
+    "echo",
+    "true",
+    "false",
+    "git",
+)
 
 
 _SAID: set[str] = set()
@@ -135,9 +164,13 @@ class Workspace:
             raise WorkspaceError(f"path {path!r} is outside the workspace") from None
         parts = rel.parts
         if any(p in FORBIDDEN for p in parts):
-            raise WorkspaceError(f"path {path!r} is inside {'/'.join(p for p in parts if p in FORBIDDEN)}/, which tools may not touch")
+            raise WorkspaceError(
+                f"path {path!r} is inside {'/'.join(p for p in parts if p in FORBIDDEN)}/, which tools may not touch"
+            )
         if write and self.is_locked(rel.as_posix()):
-            raise WorkspaceError(f"{rel.as_posix()} is locked: the program does not allow changing it")
+            raise WorkspaceError(
+                f"{rel.as_posix()} is locked: the program does not allow changing it"
+            )
         return real
 
     def relative(self, real: Path) -> str:
@@ -179,7 +212,9 @@ class Workspace:
                 return os.open(parts[-1], flags | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise WorkspaceError(f"{self.relative(real)}: a symlink appeared on the way; refused") from None
+                raise WorkspaceError(
+                    f"{self.relative(real)}: a symlink appeared on the way; refused"
+                ) from None
             raise
 
     # -- file tools -----------------------------------------------------------------------
@@ -198,14 +233,22 @@ class Workspace:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+            )
             return _fail(f"{path} is {kind}, not a regular file; it cannot be read")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             whole = start_line == 1 and end_line is None
             if whole and size > self.max_read:
-                return _fail(f"{path} is {size:,} bytes, more than {self.max_read:,}; read a line range")
+                return _fail(
+                    f"{path} is {size:,} bytes, more than {self.max_read:,}; read a line range"
+                )
             data = f.read(self.max_read * 4 if not whole else self.max_read + 1)
         if b"\x00" in data[:8192]:
             return _fail(f"{path} is a binary file; it cannot be read as text")
@@ -242,11 +285,15 @@ class Workspace:
         text = current.output
         count = text.count(old)
         if count == 0:
-            return _fail(f"{path}: the text to replace was not found; read the file and copy it exactly")
+            return _fail(
+                f"{path}: the text to replace was not found; read the file and copy it exactly"
+            )
         if count > 1:
             starts = [m.start() for m in re.finditer(re.escape(old), text)]
             lines = [text.count("\n", 0, s) + 1 for s in starts]
-            return _fail(f"{path}: the text to replace occurs {count} times (lines {', '.join(map(str, lines))}); include more context so it occurs once")
+            return _fail(
+                f"{path}: the text to replace occurs {count} times (lines {', '.join(map(str, lines))}); include more context so it occurs once"
+            )
         return self.write_file(path, text.replace(old, new, 1))
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> ToolResult:
@@ -257,7 +304,11 @@ class Workspace:
             return _fail(str(exc))
         files = [f for f in self.files() if base == "." or f == base or f.startswith(base + "/")]
         if pattern:
-            files = [f for f in files if fnmatch.fnmatch(f, pattern) or fnmatch.fnmatch(f.rsplit("/", 1)[-1], pattern)]
+            files = [
+                f
+                for f in files
+                if fnmatch.fnmatch(f, pattern) or fnmatch.fnmatch(f.rsplit("/", 1)[-1], pattern)
+            ]
         return ToolResult(output="\n".join(files) if files else "(no files)")
 
     def files(self) -> list[str]:
@@ -274,7 +325,9 @@ class Workspace:
                 result.append((Path(dirpath) / name).relative_to(self.root).as_posix())
         return sorted(result)
 
-    def search(self, pattern: str, path: str = ".", glob: str | None = None, max_results: int = 100) -> ToolResult:
+    def search(
+        self, pattern: str, path: str = ".", glob: str | None = None, max_results: int = 100
+    ) -> ToolResult:
         """Search text files for a regular expression; answers file:line: text."""
         try:
             rx = regex.compile(pattern)
@@ -296,12 +349,16 @@ class Workspace:
                     # a backtracking pattern cannot hang the run: the search has a time bound
                     found = rx.search(line, timeout=max(0.001, deadline - time.monotonic()))
                 except TimeoutError:
-                    return _fail(f"the regular expression {pattern[:80]!r} took longer than {self.search_seconds:g}s "
-                                 f"(stopped in {name}, line {i}); use a simpler pattern")  # fmt: skip
+                    return _fail(
+                        f"the regular expression {pattern[:80]!r} took longer than {self.search_seconds:g}s "
+                        f"(stopped in {name}, line {i}); use a simpler pattern"
+                    )
                 if found:
                     hits.append(f"{name}:{i}: {line[:200]}")
                     if len(hits) >= max_results:
-                        return ToolResult(output="\n".join(hits) + f"\n(stopped at {max_results} matches)")
+                        return ToolResult(
+                            output="\n".join(hits) + f"\n(stopped at {max_results} matches)"
+                        )
         return ToolResult(output="\n".join(hits) if hits else "(no matches)")
 
     def delete_path(self, path: str) -> ToolResult:
@@ -349,7 +406,9 @@ class Workspace:
         if any(p in FORBIDDEN for p in rel.parts):
             raise WorkspaceError(f"{rel.as_posix()} is inside a folder tools may not touch")
         if self.is_locked(rel.as_posix()):
-            raise WorkspaceError(f"{rel.as_posix()} is locked: the program does not allow changing it")
+            raise WorkspaceError(
+                f"{rel.as_posix()} is locked: the program does not allow changing it"
+            )
 
     def _all_files(self, real: Path) -> list[str]:
         """Every file at or under ``real``, git-ignored ones included, relative to the root."""
@@ -377,7 +436,9 @@ class Workspace:
                 with suppress(OSError):
                     st = os.lstat(self.root / rel)
                     if (st.st_dev, st.st_ino) in linked:
-                        raise WorkspaceError(f"{self.relative(real)} is a hard link to the locked file {rel}")
+                        raise WorkspaceError(
+                            f"{self.relative(real)} is a hard link to the locked file {rel}"
+                        )
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -391,18 +452,30 @@ class Workspace:
                 env[name] = value
         # no .pyc files: they would litter the repository, and one written by an earlier
         # command can look current after an edit (same size, same second)
-        env.update({"PAGER": "cat", "GIT_PAGER": "cat", "CI": "1", "TQDM_DISABLE": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+        env.update(
+            {
+                "PAGER": "cat",
+                "GIT_PAGER": "cat",
+                "CI": "1",
+                "TQDM_DISABLE": "1",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         return env
 
     def _redact(self, text: str) -> str:
         return Redactor.from_env(extra_names=self.secret_names)(text)
 
-    async def run(self, command: list[str] | str, cwd: str = ".", timeout: float | None = None) -> ToolResult:
+    async def run(
+        self, command: list[str] | str, cwd: str = ".", timeout: float | None = None
+    ) -> ToolResult:
         """Run an allowed command in the workspace (an argument list; a string only when the
         program allows a shell). Answers its exit code and output."""
         if isinstance(command, str):
             if not self.shell:
-                return _fail("give the command as a list of arguments, e.g. [\"pytest\", \"-q\"]; no shell is allowed here")
+                return _fail(
+                    'give the command as a list of arguments, e.g. ["pytest", "-q"]; no shell is allowed here'
+                )
             argv = ["/bin/sh", "-c", command]
             program = command.strip().split(" ", 1)[0] if command.strip() else ""
         else:
@@ -411,7 +484,9 @@ class Workspace:
         if not program:
             return _fail("an empty command")
         if os.path.basename(program) not in self.allow:
-            return _fail(f"{program!r} is not an allowed command here; allowed: {', '.join(self.allow)}")
+            return _fail(
+                f"{program!r} is not an allowed command here; allowed: {', '.join(self.allow)}"
+            )
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # the interpreter opdsl runs on, with its packages
         try:
@@ -426,12 +501,16 @@ class Workspace:
         if problem is None:
             argv = bwrap_argv(argv, root=self.root, cwd=where, network=self.network)
         elif self.confine:
-            say_once(f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "
-                      "(or Workspace(confine=False)) to run them unconfined, with the allowlist only")  # fmt: skip
+            say_once(
+                f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "
+                "(or Workspace(confine=False)) to run them unconfined, with the allowlist only"
+            )
             return _fail(f"commands cannot run here: they must be confined and {problem}")
         else:
-            say_once(f"opdsl: workspace commands are NOT confined ({problem}): only the allowlist "
-                      "limits them")  # fmt: skip
+            say_once(
+                f"opdsl: workspace commands are NOT confined ({problem}): only the allowlist "
+                "limits them"
+            )
         chunks: list[bytes] = []
         size = 0
         reason = None
@@ -469,9 +548,13 @@ class Workspace:
                     await process.aclose()
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
         if len(text) > self.max_output:
-            text = text[: self.max_output] + f"\n[output cut: {size - self.max_output:,} more bytes]"
+            text = (
+                text[: self.max_output] + f"\n[output cut: {size - self.max_output:,} more bytes]"
+            )
         if reason is not None:
-            return ToolResult.failure(f"{reason}; the command and its children were killed", output=text)
+            return ToolResult.failure(
+                f"{reason}; the command and its children were killed", output=text
+            )
         code = process.returncode
         if code != 0:
             return ToolResult.failure(f"exit code {code}", output=text)
@@ -497,7 +580,9 @@ class Workspace:
     def git_status(self) -> ToolResult:
         """The git status of the workspace (short form)."""
         try:
-            return ToolResult(output=self._need_repo().git.status("--short", "--branch") or "(clean)")
+            return ToolResult(
+                output=self._need_repo().git.status("--short", "--branch") or "(clean)"
+            )
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(str(exc))
 
@@ -542,20 +627,30 @@ class Workspace:
         try:
             repo = self._need_repo()
             name, email = self.author
-            env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
-                   "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}  # fmt: skip
-            with tempfile.NamedTemporaryFile("w", encoding="utf-8", delete=False, suffix=".msg") as f:
+            env = {
+                "GIT_AUTHOR_NAME": name,
+                "GIT_AUTHOR_EMAIL": email,
+                "GIT_COMMITTER_NAME": name,
+                "GIT_COMMITTER_EMAIL": email,
+            }
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", delete=False, suffix=".msg"
+            ) as f:
                 f.write(message)
             try:
                 # -c options go before the subcommand: hooks off (whatever the repository's
                 # config says), never signed
                 git_ = repo.git(c=["core.hooksPath=/dev/null", "commit.gpgsign=false"])
-                git_.commit("--file", f.name, "--cleanup=verbatim", "--no-verify", "--no-gpg-sign", env=env)
+                git_.commit(
+                    "--file", f.name, "--cleanup=verbatim", "--no-verify", "--no-gpg-sign", env=env
+                )
             finally:
                 os.unlink(f.name)
             return ToolResult(output=repo.head.commit.hexsha)
         except git.GitCommandError as exc:
-            return ToolResult.failure(f"commit failed: {(exc.stderr or exc.stdout or str(exc)).strip()[:500]}")
+            return ToolResult.failure(
+                f"commit failed: {(exc.stderr or exc.stdout or str(exc)).strip()[:500]}"
+            )
         except WorkspaceError as exc:
             return _fail(str(exc))
 
@@ -571,7 +666,10 @@ class Workspace:
 
     def _cap(self, text: str) -> str:
         if len(text) > self.max_output:
-            return text[: self.max_output] + f"\n[output cut: {len(text) - self.max_output:,} more characters]"
+            return (
+                text[: self.max_output]
+                + f"\n[output cut: {len(text) - self.max_output:,} more characters]"
+            )
         return text
 
     # -- snapshots --------------------------------------------------------------------------
@@ -593,9 +691,18 @@ class Workspace:
                 repo.git.read_tree("HEAD", env=env)
             repo.git.add("-A", "--", ".", env=env)
             tree = repo.git.write_tree(env=env)
-            commit = repo.git.commit_tree(tree, "-m", f"opdsl snapshot {ref}", env={
-                **env, "GIT_AUTHOR_NAME": "opdsl", "GIT_AUTHOR_EMAIL": "opdsl@localhost",
-                "GIT_COMMITTER_NAME": "opdsl", "GIT_COMMITTER_EMAIL": "opdsl@localhost"})  # fmt: skip
+            commit = repo.git.commit_tree(
+                tree,
+                "-m",
+                f"opdsl snapshot {ref}",
+                env={
+                    **env,
+                    "GIT_AUTHOR_NAME": "opdsl",
+                    "GIT_AUTHOR_EMAIL": "opdsl@localhost",
+                    "GIT_COMMITTER_NAME": "opdsl",
+                    "GIT_COMMITTER_EMAIL": "opdsl@localhost",
+                },
+            )
             repo.git.update_ref(f"refs/opdsl/{ref}", commit)
             return str(tree)
         finally:
@@ -681,8 +788,18 @@ class Workspace:
     def tools(self) -> list[Tool]:
         """The tools a model gets: files, search, commands and read-only git."""
         read_only = {"read_file", "list_files", "search", "git_status", "git_diff", "git_log"}
-        fns: list[Callable[..., Any]] = [self.read_file, self.write_file, self.edit_file, self.list_files, self.search,
-               self.delete_path, self.run, self.git_status, self.git_diff, self.git_log]  # fmt: skip
+        fns: list[Callable[..., Any]] = [
+            self.read_file,
+            self.write_file,
+            self.edit_file,
+            self.list_files,
+            self.search,
+            self.delete_path,
+            self.run,
+            self.git_status,
+            self.git_diff,
+            self.git_log,
+        ]
         return [Tool.from_function(fn, read_only=fn.__name__ in read_only) for fn in fns]
 
     def snapshot_files(self, name: str) -> ToolResult:
@@ -702,5 +819,11 @@ class Workspace:
 
     def program_tools(self) -> list[Tool]:
         """Tools for programs rather than models: staging, committing, the branch, snapshots."""
-        fns = (self.git_add, self.git_commit, self.current_branch, self.snapshot_files, self.restore_files)
+        fns = (
+            self.git_add,
+            self.git_commit,
+            self.current_branch,
+            self.snapshot_files,
+            self.restore_files,
+        )
         return [Tool.from_function(fn) for fn in fns]

@@ -77,7 +77,10 @@ def _answer(request: ModelRequest) -> Response:
             tool_calls=(ToolCall(id="t1", name="lookup", arguments={"key": last.content[:8]}),),
             usage=Usage(input_tokens=10, output_tokens=2),
         )
-    return Response(text=f"re: {last.content[:40]}", usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.001))
+    return Response(
+        text=f"re: {last.content[:40]}",
+        usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.001),
+    )
 
 
 def model() -> ScriptedModel:
@@ -85,7 +88,9 @@ def model() -> ScriptedModel:
 
 
 async def echo_agent(effect: Agent, call: Call) -> TurnRecord:
-    return TurnRecord(backend=effect.backend, text=f"did: {effect.prompt}", turns=1, usage=Usage(input_tokens=3))
+    return TurnRecord(
+        backend=effect.backend, text=f"did: {effect.prompt}", turns=1, usage=Usage(input_tokens=3)
+    )
 
 
 AGENTS = {"echo": echo_agent}
@@ -169,7 +174,12 @@ def state_ops() -> Op[dict[str, Any]]:
     s = yield from get(Notes)
     yield from put(s.apply({"count": Inc(1)}, Stamp("r", 60)))
     s = yield from get(Notes)
-    return {"seen": s.seen.sorted(), "count": s.count.value, "log": list(s.log.items), "tags": s.tags.sorted()}
+    return {
+        "seen": s.seen.sorted(),
+        "count": s.count.value,
+        "log": list(s.log.items),
+        "tags": s.tags.sorted(),
+    }
 
 
 def par_state() -> Op[Any]:
@@ -180,10 +190,17 @@ def par_state() -> Op[Any]:
         return name
 
     yield from checkpoint("fork")
-    names = yield from par(worker("a", ["x", "shared"]), worker("b", ["shared", "y"]), worker("c", []))
+    names = yield from par(
+        worker("a", ["x", "shared"]), worker("b", ["shared", "y"]), worker("c", [])
+    )
     s = yield from get(Notes)
     yield from checkpoint("joined")
-    return {"names": list(names), "seen": s.seen.sorted(), "count": s.count.value, "log": sorted(s.log.items)}
+    return {
+        "names": list(names),
+        "seen": s.seen.sorted(),
+        "count": s.count.value,
+        "log": sorted(s.log.items),
+    }
 
 
 def budget_runs_out() -> Op[str]:
@@ -240,7 +257,9 @@ def delegates() -> Op[str]:
 
 def model_tool_loop() -> Op[str]:
     yield from checkpoint("start")
-    reply, history = yield from tool_loop([Message.user("find things")], tools=["lookup"], max_steps=4)
+    reply, history = yield from tool_loop(
+        [Message.user("find things")], tools=["lookup"], max_steps=4
+    )
     yield from checkpoint("done")
     return f"{reply.text} ({len(history)} messages)"
 

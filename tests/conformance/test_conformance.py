@@ -14,16 +14,25 @@ from tests.conformance.programs import AGENTS, CASES, TOOLS, Case, model
 
 def _live(case: Case, journal: MemoryJournal) -> RunResult:
     return run(
-        case.program, *case.args, model=model(), tools=TOOLS, agents=AGENTS, db=journal,
-        state=case.state() if case.state else None, clock=VirtualClock(), seed=7,
+        case.program,
+        *case.args,
+        model=model(),
+        tools=TOOLS,
+        agents=AGENTS,
+        db=journal,
+        state=case.state() if case.state else None,
+        clock=VirtualClock(),
+        seed=7,
         answer=case.answers.get,
-    )  # fmt: skip
+    )
 
 
 def _same(a: RunResult, b: RunResult) -> None:
     assert a.status == b.status
     if a.status == "completed":
-        assert json.dumps(a.value, sort_keys=True, default=str) == json.dumps(b.value, sort_keys=True, default=str)
+        assert json.dumps(a.value, sort_keys=True, default=str) == json.dumps(
+            b.value, sort_keys=True, default=str
+        )
     else:
         assert type(a.error).__name__ == type(b.error).__name__ and str(a.error) == str(b.error)
     assert (a.state.canonical() if a.state else None) == (b.state.canonical() if b.state else None)
@@ -56,18 +65,31 @@ def test_live_replay_resume_dry_run_agree(case: Case) -> None:
     assert names, "every conformance program passes a checkpoint"
     for name in names:
         fork = resume(
-            live.run_id, db=journal, program=case.program, from_checkpoint=name, model=model(),
-            tools=TOOLS, agents=AGENTS, clock=VirtualClock(),
-        )  # fmt: skip
+            live.run_id,
+            db=journal,
+            program=case.program,
+            from_checkpoint=name,
+            model=model(),
+            tools=TOOLS,
+            agents=AGENTS,
+            clock=VirtualClock(),
+        )
         _same(live, fork)
         assert journal.run(fork.run_id).parent_run == live.run_id
         _same(live, replay(fork.run_id, db=journal, program=case.program))
 
-    plan = dry_run(case.program, *case.args, model=model(), tools=TOOLS,
-                   state=case.state() if case.state else None)  # fmt: skip
+    plan = dry_run(
+        case.program,
+        *case.args,
+        model=model(),
+        tools=TOOLS,
+        state=case.state() if case.state else None,
+    )
     assert plan.status == live.status
     if case.dry_same and live.status == "completed":
-        assert json.dumps(plan.value, sort_keys=True, default=str) == json.dumps(live.value, sort_keys=True, default=str)
+        assert json.dumps(plan.value, sort_keys=True, default=str) == json.dumps(
+            live.value, sort_keys=True, default=str
+        )
 
 
 def test_the_suite_is_big_enough_and_covers_every_effect() -> None:
@@ -77,5 +99,18 @@ def test_the_suite_is_big_enough_and_covers_every_effect() -> None:
     for case in CASES:
         result = _live(case, journal)
         kinds |= {e.kind for e in journal.entries(result.run_id)}
-    assert kinds >= {"infer", "tool", "agent", "emit", "checkpoint", "limit", "timeout", "par",
-                     "now", "random", "uuid", "sleep", "ask"}  # fmt: skip
+    assert kinds >= {
+        "infer",
+        "tool",
+        "agent",
+        "emit",
+        "checkpoint",
+        "limit",
+        "timeout",
+        "par",
+        "now",
+        "random",
+        "uuid",
+        "sleep",
+        "ask",
+    }

@@ -27,14 +27,19 @@ def repo(tmp_path: Path) -> Path:
 
 
 def call(name: str, args: dict[str, Any], n: int = 1) -> Response:
-    return Response(tool_calls=(ToolCall(id=f"c{n}", name=name, arguments=args),), usage=Usage(input_tokens=100, output_tokens=20))
+    return Response(
+        tool_calls=(ToolCall(id=f"c{n}", name=name, arguments=args),),
+        usage=Usage(input_tokens=100, output_tokens=20),
+    )
 
 
 def say(text: str) -> Response:
     return Response(text=text, usage=Usage(input_tokens=50, output_tokens=10))
 
 
-def session(*work: Response, message: str = "Fix add: it subtracted\n\nadd() returned a - b.") -> ScriptedModel:
+def session(
+    *work: Response, message: str = "Fix add: it subtracted\n\nadd() returned a - b."
+) -> ScriptedModel:
     """The work turns, then the commit message."""
     return ScriptedModel([*work, say(message)])
 
@@ -52,11 +57,20 @@ def test_success_commits_the_fix_with_the_generated_message(repo: Path) -> None:
     out = result.value
     assert out.ok and out.files == ["calc.py"] and out.tokens > 0, out
     head = git.Repo(repo).head.commit
-    assert head.hexsha == out.commit and str(head.message) == "Fix add: it subtracted\n\nadd() returned a - b."
+    assert (
+        head.hexsha == out.commit
+        and str(head.message) == "Fix add: it subtracted\n\nadd() returned a - b."
+    )
     assert "return a + b" in (repo / "calc.py").read_text()
-    tests = subprocess.run(["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True, text=True)
+    tests = subprocess.run(
+        ["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True, text=True
+    )
     assert tests.returncode == 0, tests.stdout
-    names = [json.loads(e.effect_json)["name"] for e in journal.entries(result.run_id) if e.kind == "checkpoint"]
+    names = [
+        json.loads(e.effect_json)["name"]
+        for e in journal.entries(result.run_id)
+        if e.kind == "checkpoint"
+    ]
     assert names == ["before-init", "before-work", "before-verify", "before-commit"]
 
 
@@ -65,7 +79,11 @@ def test_init_detects_a_broken_repository_and_blames_no_model(repo: Path) -> Non
     sh(repo, "commit", "-qam", "broken")
     model = session()
     out = run(coder, config(repo), model=model, state=CodeState(), db=MemoryJournal()).value
-    assert not out.ok and out.phase == "init" and "does not build before any change" in (out.reason or "")
+    assert (
+        not out.ok
+        and out.phase == "init"
+        and "does not build before any change" in (out.reason or "")
+    )
     assert model.requests == []
 
 
@@ -82,32 +100,66 @@ def test_verify_retries_then_gives_up_and_recovery_restores_the_repository(repo:
     wrong = [call("edit_file", WRONG), say("Done.")]
     still_wrong = [call("read_file", {"path": "calc.py"}), say("Looks right to me.")]
     model = ScriptedModel([*wrong, *still_wrong, *still_wrong])
-    out = run(coder, config(repo, verify_retries=3), model=model, state=CodeState(), db=MemoryJournal()).value
-    assert not out.ok and out.phase == "verify" and "test failed" in (out.reason or "") and "after 3 attempts" in (out.reason or "")
-    assert any("assert" in m.content for r in model.requests[2:] for m in r.messages), "the model saw the failing output"
+    out = run(
+        coder, config(repo, verify_retries=3), model=model, state=CodeState(), db=MemoryJournal()
+    ).value
+    assert (
+        not out.ok
+        and out.phase == "verify"
+        and "test failed" in (out.reason or "")
+        and "after 3 attempts" in (out.reason or "")
+    )
+    assert any("assert" in m.content for r in model.requests[2:] for m in r.messages), (
+        "the model saw the failing output"
+    )
     assert (repo / "calc.py").read_text() == before, "recovered"
-    assert (repo / "scratch.txt").read_text() == "the user's own uncommitted work\n", "the user's work is untouched"
+    assert (repo / "scratch.txt").read_text() == "the user's own uncommitted work\n", (
+        "the user's work is untouched"
+    )
     assert str(git.Repo(repo).head.commit.message) == "calc with a bug\n"
 
 
 def test_the_verify_loop_stops_when_a_runner_cannot_run(repo: Path) -> None:
-    out = run(coder, config(repo, test=["nosuchrunner", "-q"]), model=session(*GOOD), state=CodeState(), db=MemoryJournal()).value
+    out = run(
+        coder,
+        config(repo, test=["nosuchrunner", "-q"]),
+        model=session(*GOOD),
+        state=CodeState(),
+        db=MemoryJournal(),
+    ).value
     assert not out.ok and out.phase == "verify" and "runner cannot run" in (out.reason or "")
 
 
 def test_a_timeout_in_verify(repo: Path) -> None:
-    cfg = config(repo, test=["python", "-c", "import time; time.sleep(30)"], test_timeout=1.0, verify_retries=1)
+    cfg = config(
+        repo,
+        test=["python", "-c", "import time; time.sleep(30)"],
+        test_timeout=1.0,
+        verify_retries=1,
+    )
     out = run(coder, cfg, model=session(*GOOD), state=CodeState(), db=MemoryJournal()).value
     assert not out.ok and out.phase == "verify" and "timed out" in (out.reason or "")
 
 
 def test_budgets_that_run_out_in_init_and_in_work(repo: Path) -> None:
-    out = run(coder, config(repo, init_budget=Budget(tool_calls=2)), model=session(), state=CodeState(), db=MemoryJournal()).value
-    assert (out.ok, out.phase) == (False, "init") and "init budget ran out (tool_calls)" in (out.reason or "")
-    loop = ScriptedModel([call("list_files", {"path": ".", "pattern": f"*{n}"}, n) for n in range(50)])
+    out = run(
+        coder,
+        config(repo, init_budget=Budget(tool_calls=2)),
+        model=session(),
+        state=CodeState(),
+        db=MemoryJournal(),
+    ).value
+    assert (out.ok, out.phase) == (False, "init") and "init budget ran out (tool_calls)" in (
+        out.reason or ""
+    )
+    loop = ScriptedModel(
+        [call("list_files", {"path": ".", "pattern": f"*{n}"}, n) for n in range(50)]
+    )
     cfg = config(repo, work_budget=Budget(model_calls=4))
     out = run(coder, cfg, model=loop, state=CodeState(), db=MemoryJournal()).value
-    assert (out.ok, out.phase) == (False, "work") and "work budget ran out (model_calls)" in (out.reason or "")
+    assert (out.ok, out.phase) == (False, "work") and "work budget ran out (model_calls)" in (
+        out.reason or ""
+    )
 
 
 def test_a_model_that_never_stops_calling_tools(repo: Path) -> None:
@@ -115,20 +167,34 @@ def test_a_model_that_never_stops_calling_tools(repo: Path) -> None:
         n = len(request.messages)
         return call("read_file", {"path": "calc.py", "start_line": 1 + n % 5}, n)
 
-    out = run(coder, config(repo, max_work_iterations=6), model=ScriptedModel(never_stops), state=CodeState(), db=MemoryJournal()).value
-    assert (out.ok, out.phase) == (False, "work") and "still calling tools after 6 turns" in (out.reason or "")
+    out = run(
+        coder,
+        config(repo, max_work_iterations=6),
+        model=ScriptedModel(never_stops),
+        state=CodeState(),
+        db=MemoryJournal(),
+    ).value
+    assert (out.ok, out.phase) == (False, "work") and "still calling tools after 6 turns" in (
+        out.reason or ""
+    )
     same = ScriptedModel([call("read_file", {"path": "calc.py"})] * 10)
     out = run(coder, config(repo), model=same, state=CodeState(), db=MemoryJournal()).value
     assert "stuck: the same tool call with the same result 3 times" in (out.reason or "")
 
 
-@pytest.mark.parametrize("checkpoint", ["before-init", "before-work", "before-verify", "before-commit"])
-def test_a_fork_from_each_checkpoint_ends_with_the_same_commit_content(repo: Path, checkpoint: str) -> None:
+@pytest.mark.parametrize(
+    "checkpoint", ["before-init", "before-work", "before-verify", "before-commit"]
+)
+def test_a_fork_from_each_checkpoint_ends_with_the_same_commit_content(
+    repo: Path, checkpoint: str
+) -> None:
     journal = MemoryJournal()
     first = run(coder, config(repo), model=session(*GOOD), state=CodeState(), db=journal)
     tree = git.Repo(repo).head.commit.tree.hexsha
     sh(repo, "reset", "-q", "--hard", "HEAD~1")  # undo, then do it again from the checkpoint
-    fork = resume(first.run_id, db=journal, from_checkpoint=checkpoint, program=coder, model=session(*GOOD))
+    fork = resume(
+        first.run_id, db=journal, from_checkpoint=checkpoint, program=coder, model=session(*GOOD)
+    )
     assert fork.value.ok, fork.value
     assert git.Repo(repo).head.commit.tree.hexsha == tree
 
@@ -141,9 +207,16 @@ def test_a_crash_in_each_phase_resumes_in_place(repo: Path) -> None:
 
         stopped = _StopAt(phase_tool)
         with pytest.raises(KeyboardInterrupt):
-            run(coder, config(repo), model=session(*GOOD), state=CodeState(), db=journal, run_id=f"crash-{phase_tool}",
-                on_event=stopped)  # fmt: skip
-        remaining = session(*GOOD[stopped.model_calls:])
+            run(
+                coder,
+                config(repo),
+                model=session(*GOOD),
+                state=CodeState(),
+                db=journal,
+                run_id=f"crash-{phase_tool}",
+                on_event=stopped,
+            )
+        remaining = session(*GOOD[stopped.model_calls :])
         done = resume(f"crash-{phase_tool}", db=journal, program=coder, model=remaining)
         assert done.value.ok, (phase_tool, done.value)
         assert "return a + b" in (repo / "calc.py").read_text()
@@ -161,28 +234,55 @@ class _StopAt:
     def __call__(self, event: Any) -> None:
         from op import EffectFinished, EffectStarted
 
-        if isinstance(event, EffectFinished) and event.kind == "infer" and event.status == "completed":
+        if (
+            isinstance(event, EffectFinished)
+            and event.kind == "infer"
+            and event.status == "completed"
+        ):
             self.model_calls += 1
-        if isinstance(event, EffectStarted) and not self.fired and isinstance(event.effect, dict) and event.effect.get("name") == self.name:
+        if (
+            isinstance(event, EffectStarted)
+            and not self.fired
+            and isinstance(event.effect, dict)
+            and event.effect.get("name") == self.name
+        ):
             self.fired = True
             raise KeyboardInterrupt
 
 
-def test_end_to_end_over_http_through_opdsl_run(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with ScriptedServer([
-        openai("", [("c1", "read_file", json.dumps({"path": "calc.py"}))]),
-        openai("", [("c2", "edit_file", json.dumps(FIX))]),
-        openai("Fixed add()."),
-        openai("Fix add() to add\\n\\nIt subtracted."),
-    ]) as srv:  # fmt: skip
-        code = main(["run", "programs.coder:coder", "--arg", f"repo={repo}", "--arg", "task=Make the tests pass.",
-                     "--model", f"openai-compatible:local@{srv.url}/v1", "--state", "programs.coder:CodeState"])  # fmt: skip
+def test_end_to_end_over_http_through_opdsl_run(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ScriptedServer(
+        [
+            openai("", [("c1", "read_file", json.dumps({"path": "calc.py"}))]),
+            openai("", [("c2", "edit_file", json.dumps(FIX))]),
+            openai("Fixed add()."),
+            openai("Fix add() to add\\n\\nIt subtracted."),
+        ]
+    ) as srv:
+        code = main(
+            [
+                "run",
+                "programs.coder:coder",
+                "--arg",
+                f"repo={repo}",
+                "--arg",
+                "task=Make the tests pass.",
+                "--model",
+                f"openai-compatible:local@{srv.url}/v1",
+                "--state",
+                "programs.coder:CodeState",
+            ]
+        )
         out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out.splitlines()[-1])
     assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha
     assert str(git.Repo(repo).head.commit.message).startswith("Fix add() to add")
-    tests = subprocess.run(["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True, text=True)
+    tests = subprocess.run(
+        ["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True, text=True
+    )
     assert tests.returncode == 0
 
 
@@ -200,4 +300,3 @@ def test_commands_are_detected_or_refused(repo: Path, tmp_path: Path) -> None:
 def test_bad_config_is_refused_with_where() -> None:
     with pytest.raises(Exception, match="task"):
         run(coder, {"repo": "/tmp", "task": ""}, db=MemoryJournal()).value  # noqa: B018
-

@@ -37,7 +37,9 @@ def _ops(kinds: list[str]) -> st.SearchStrategy[list[tuple[int, str, Any]]]:
     )
 
 
-def _simulate(empty: CRDT, apply: Callable[[CRDT, str, Any, Stamp], CRDT], ops: list[tuple[int, str, Any]]) -> list[CRDT]:
+def _simulate(
+    empty: CRDT, apply: Callable[[CRDT, str, Any, Stamp], CRDT], ops: list[tuple[int, str, Any]]
+) -> list[CRDT]:
     states = [empty for _ in REPLICAS]
     clocks = [0, 0, 0]
     for who, kind, arg in ops:

@@ -221,7 +221,12 @@ def test_model_fields_start_empty_and_ops_apply() -> None:
     )
     assert s.files_modified.sorted() == ["a.py"]
     assert s.errors.items == ("boom",)
-    assert (s.tokens.value, s.budget.value, s.branch.value, s.owner.value) == (120, -3, "main", "me")
+    assert (s.tokens.value, s.budget.value, s.branch.value, s.owner.value) == (
+        120,
+        -3,
+        "main",
+        "me",
+    )
     assert s.per_file.get("a.py").value == 2
     s = s.apply({"tags": Remove("x"), "per_file": Remove("a.py")}, Stamp("r", 2))
     assert "x" not in s.tags and s.per_file.keys() == []
@@ -282,9 +287,12 @@ def test_canonical_bytes_do_not_depend_on_hash_seed() -> None:
     )
     outs = {
         subprocess.run(
-            [sys.executable, "-c", code], env={"PYTHONHASHSEED": seed, "PATH": ""},
-            capture_output=True, text=True, check=True,
+            [sys.executable, "-c", code],
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         for seed in ("1", "2", "3")
-    }  # fmt: skip
+    }
     assert len(outs) == 1

@@ -25,8 +25,10 @@ def _expected(path: Path, checker: str) -> str:
 def test_mypy_rejects(path: Path) -> None:
     out = subprocess.run(
         [str(BIN / "mypy"), "--strict", "--no-incremental", str(path)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert _expected(path, "mypy") in out.stdout, out.stdout
 
@@ -37,13 +39,19 @@ def test_pyright_rejects_each_file() -> None:
     )
     assert out.returncode == 1, out.stdout + out.stderr
     for path in FAILING:
-        lines = [line for line in out.stdout.splitlines() if path.name in line or line.startswith("    ")]
+        lines = [
+            line for line in out.stdout.splitlines() if path.name in line or line.startswith("    ")
+        ]
         assert _expected(path, "pyright") in out.stdout, f"{path.name}:\n" + "\n".join(lines)
 
 
 def test_the_passing_programs_pass_both() -> None:
     target = str(HERE / "pass" / "programs.py")
-    mypy = subprocess.run([str(BIN / "mypy"), "--strict", target], capture_output=True, text=True, cwd=ROOT)
+    mypy = subprocess.run(
+        [str(BIN / "mypy"), "--strict", target], capture_output=True, text=True, cwd=ROOT
+    )
     assert mypy.returncode == 0, mypy.stdout
-    pyright = subprocess.run([str(BIN / "pyright"), target], capture_output=True, text=True, cwd=ROOT)
+    pyright = subprocess.run(
+        [str(BIN / "pyright"), target], capture_output=True, text=True, cwd=ROOT
+    )
     assert pyright.returncode == 0, pyright.stdout

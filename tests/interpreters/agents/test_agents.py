@@ -39,8 +39,13 @@ def delegate(backend: str = "claude-code", **options: Any) -> Op[Any]:
     try:
         record = yield from agent(backend, "make the tests pass", **options)
     except AgentError as exc:
-        return {"kind": exc.kind, "crashed": exc.record.crashed, "reason": exc.record.crash_reason,
-                "tools": [t["status"] for t in exc.record.tool_calls], "text": exc.record.text}  # fmt: skip
+        return {
+            "kind": exc.kind,
+            "crashed": exc.record.crashed,
+            "reason": exc.record.crash_reason,
+            "tools": [t["status"] for t in exc.record.tool_calls],
+            "text": exc.record.text,
+        }
     return record
 
 
@@ -48,13 +53,17 @@ def contract(rec: Recorder) -> None:
     """Exactly one AgentStart and one AgentEnd; turns and tools paired."""
     assert len(rec.of(AgentStart)) == 1 and len(rec.of(AgentEnd)) == 1
     assert [e.turn for e in rec.of(TurnStart)] == [e.turn for e in rec.of(TurnEnd)]
-    assert sorted(e.tool_id for e in rec.of(ToolStart)) == sorted(e.tool_id for e in rec.of(ToolEnd))
+    assert sorted(e.tool_id for e in rec.of(ToolStart)) == sorted(
+        e.tool_id for e in rec.of(ToolEnd)
+    )
     types = [type(e).__name__ for e in rec.events if type(e).__name__.startswith("Agent")]
     assert types == ["AgentStart", "AgentEnd"]
     rec.check_protocol()
 
 
-def go(scenario: str, monkeypatch: pytest.MonkeyPatch, backend: str = "claude-code", **options: Any) -> tuple[Any, Recorder]:
+def go(
+    scenario: str, monkeypatch: pytest.MonkeyPatch, backend: str = "claude-code", **options: Any
+) -> tuple[Any, Recorder]:
     monkeypatch.setenv("FAKE_SCENARIO", scenario)
     rec = Recorder()
     result = run(delegate, backend, db=MemoryJournal(), on_event=rec, kwargs=options)
@@ -62,11 +71,22 @@ def go(scenario: str, monkeypatch: pytest.MonkeyPatch, backend: str = "claude-co
 
 
 def test_success_with_a_tool_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    record, rec = go("success", monkeypatch, model="claude-sonnet-4-5", max_turns=5, allowed_tools=["Bash(pytest:*)", "Read"], resume="-sess")
+    record, rec = go(
+        "success",
+        monkeypatch,
+        model="claude-sonnet-4-5",
+        max_turns=5,
+        allowed_tools=["Bash(pytest:*)", "Read"],
+        resume="-sess",
+    )
     assert isinstance(record, TurnRecord)
     assert (record.text, record.session_id, record.turns) == ("All tests pass.", "sess-1", 2)
     assert record.tool_calls[0]["name"] == "Bash" and record.tool_calls[0]["status"] == "ok"
-    assert record.usage.cost_usd == 0.0123 and record.usage.input_tokens == 130 and record.usage.output_tokens == 12
+    assert (
+        record.usage.cost_usd == 0.0123
+        and record.usage.input_tokens == 130
+        and record.usage.output_tokens == 12
+    )
     argv = json.loads((tmp_path / "argv.json").read_text())
     assert argv[:5] == ["-p", "make the tests pass", "--output-format", "stream-json", "--verbose"]
     assert "--resume=-sess" in argv, "the session id is one token"
@@ -89,7 +109,9 @@ def test_success_with_a_tool_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         ("mcp", "refused", "MCP server 'intruder'"),
     ],
 )
-def test_failures_end_the_turn_with_a_partial_record(monkeypatch: pytest.MonkeyPatch, scenario: str, kind: str, reason: str) -> None:
+def test_failures_end_the_turn_with_a_partial_record(
+    monkeypatch: pytest.MonkeyPatch, scenario: str, kind: str, reason: str
+) -> None:
     options: dict[str, Any] = {"model": "claude-sonnet-4-5"}
     if scenario == "extra_tool":
         options["allowed_tools"] = ["Bash", "Read"]
@@ -128,7 +150,9 @@ def _quick() -> ClaudeCodeBackend:
     return b
 
 
-def test_children_that_ignore_sigterm_do_not_outlive_a_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_children_that_ignore_sigterm_do_not_outlive_a_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PIDS", str(pids))
     register_backend("claude-quick", lambda: _quick())
@@ -143,7 +167,9 @@ def test_children_that_ignore_sigterm_do_not_outlive_a_timeout(monkeypatch: pyte
 
 
 def test_a_cooperative_stop_between_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    register_backend("claude-stops", lambda: ClaudeCodeBackend(stop=lambda record: record.turns >= 1))
+    register_backend(
+        "claude-stops", lambda: ClaudeCodeBackend(stop=lambda record: record.turns >= 1)
+    )
     out, rec = go("success", monkeypatch, backend="claude-stops")
     assert out["kind"] == "stopped" and out["text"] == "Running the tests." and out["tools"] == []
     contract(rec)
@@ -153,7 +179,9 @@ def test_codex_turns_usage_unknown_cost_and_failures(monkeypatch: pytest.MonkeyP
     record, rec = go("success", monkeypatch, backend="codex")
     assert record.text == "Fixed the off-by-one." and record.session_id == "thread-1"
     assert record.usage.cost_usd is None and record.usage.input_tokens == 2000
-    assert [t["status"] for t in record.tool_calls] == ["error", "unresolved"], "exit_code null means unresolved"
+    assert [t["status"] for t in record.tool_calls] == ["error", "unresolved"], (
+        "exit_code null means unresolved"
+    )
     contract(rec)
     failed, _ = go("failed", monkeypatch, backend="codex")
     assert failed["kind"] == "error" and "stream disconnected" in failed["reason"]
@@ -162,13 +190,19 @@ def test_codex_turns_usage_unknown_cost_and_failures(monkeypatch: pytest.MonkeyP
     contract(rec)
 
 
-def test_a_missing_executable_is_a_clear_error_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_executable_is_a_clear_error_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     result = run(delegate, db=MemoryJournal())
-    assert result.status == "failed" and "needs the `claude` executable: it is not on PATH" in str(result.error)
+    assert result.status == "failed" and "needs the `claude` executable: it is not on PATH" in str(
+        result.error
+    )
 
 
-def test_noop_and_usage_charged_to_budgets_and_replay_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_noop_and_usage_charged_to_budgets_and_replay_starts_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert run(delegate, "noop", db=MemoryJournal()).value.backend == "noop"
     monkeypatch.setenv("FAKE_SCENARIO", "success")
 

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[3]
 CLAUDE = ROOT / ".cli" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
 
 pytestmark = pytest.mark.skipif(
-    not CLAUDE.exists(), reason=f"the real Claude Code CLI is not installed at {CLAUDE} (make cli installs it)"
+    not CLAUDE.exists(),
+    reason=f"the real Claude Code CLI is not installed at {CLAUDE} (make cli installs it)",
 )
 
 
@@ -31,36 +32,80 @@ def delegate(prompt: str, options: dict[str, Any]) -> Op[Any]:
 
 def real(srv: ScriptedServer, home: Path) -> ClaudeCodeBackend:
     return ClaudeCodeBackend(
-        executable=str(CLAUDE), timeout=120, idle_timeout=60,
-        env={"ANTHROPIC_BASE_URL": srv.url, "ANTHROPIC_API_KEY": "sk-test-any",
-             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "HOME": str(home)},
-    )  # fmt: skip
+        executable=str(CLAUDE),
+        timeout=120,
+        idle_timeout=60,
+        env={
+            "ANTHROPIC_BASE_URL": srv.url,
+            "ANTHROPIC_API_KEY": "sk-test-any",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "HOME": str(home),
+        },
+    )
 
 
 def test_a_real_turn_whose_bash_tool_really_runs(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     with ScriptedServer() as srv:
-        srv.add(anthropic("", [("toolu_1", "Bash", {"command": "echo hello > out.txt", "description": "write"})]))
+        srv.add(
+            anthropic(
+                "",
+                [("toolu_1", "Bash", {"command": "echo hello > out.txt", "description": "write"})],
+            )
+        )
         srv.add(*[anthropic("Wrote out.txt.")] * 5)
         rec = Recorder()
-        options = {"model": "claude-sonnet-4-5", "allowed_tools": ["Bash"], "cwd": str(work), "max_turns": 5}
-        result = run(delegate, "write hello to out.txt", options, agents={"claude-code": real(srv, tmp_path)},
-                     db=MemoryJournal(), on_event=rec)  # fmt: skip
+        options = {
+            "model": "claude-sonnet-4-5",
+            "allowed_tools": ["Bash"],
+            "cwd": str(work),
+            "max_turns": 5,
+        }
+        result = run(
+            delegate,
+            "write hello to out.txt",
+            options,
+            agents={"claude-code": real(srv, tmp_path)},
+            db=MemoryJournal(),
+            on_event=rec,
+        )
         record = result.value
         assert isinstance(record, TurnRecord), record
         assert record.text == "Wrote out.txt." and record.session_id
         assert (work / "out.txt").read_text() == "hello\n"
-        assert [t["name"] for t in record.tool_calls] == ["Bash"] and record.tool_calls[0]["status"] == "ok"
+        assert [t["name"] for t in record.tool_calls] == ["Bash"] and record.tool_calls[0][
+            "status"
+        ] == "ok"
         assert record.usage.total_tokens > 0
-        assert [e.status for e in rec.of(ToolEnd)] == ["ok"] and rec.of(AgentEnd)[0].status == "completed"
+        assert [e.status for e in rec.of(ToolEnd)] == ["ok"] and rec.of(AgentEnd)[
+            0
+        ].status == "completed"
         assert srv.requests[0]["path"].startswith("/v1/messages")
         assert [t["name"] for t in srv.requests[0]["tools"]] == ["Bash"]
 
 
-def test_the_real_cli_stopping_at_max_turns_is_a_failed_turn_with_its_record(tmp_path: Path) -> None:
+def test_the_real_cli_stopping_at_max_turns_is_a_failed_turn_with_its_record(
+    tmp_path: Path,
+) -> None:
     with ScriptedServer() as srv:
-        srv.add(*[anthropic("", [(f"toolu_{i}", "Bash", {"command": "true", "description": "noop"})]) for i in range(6)])
-        options = {"model": "claude-sonnet-4-5", "allowed_tools": ["Bash"], "cwd": str(tmp_path), "max_turns": 1}
-        out = run(delegate, "loop", options, agents={"claude-code": real(srv, tmp_path)}, db=MemoryJournal()).value
+        srv.add(
+            *[
+                anthropic("", [(f"toolu_{i}", "Bash", {"command": "true", "description": "noop"})])
+                for i in range(6)
+            ]
+        )
+        options = {
+            "model": "claude-sonnet-4-5",
+            "allowed_tools": ["Bash"],
+            "cwd": str(tmp_path),
+            "max_turns": 1,
+        }
+        out = run(
+            delegate,
+            "loop",
+            options,
+            agents={"claude-code": real(srv, tmp_path)},
+            db=MemoryJournal(),
+        ).value
     assert out["kind"] == "error" and "error_max_turns" in out["reason"], out

@@ -14,10 +14,21 @@ from tests.helpers import Recorder
 from tests.servers import ScriptedServer, responses
 
 ROOT = Path(__file__).resolve().parents[3]
-CODEX = ROOT / ".cli" / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl" / "bin" / "codex"
+CODEX = (
+    ROOT
+    / ".cli"
+    / "node_modules"
+    / "@openai"
+    / "codex-linux-x64"
+    / "vendor"
+    / "x86_64-unknown-linux-musl"
+    / "bin"
+    / "codex"
+)
 
 pytestmark = pytest.mark.skipif(
-    not CODEX.exists(), reason=f"the real Codex CLI is not installed at {CODEX} (make cli installs it)"
+    not CODEX.exists(),
+    reason=f"the real Codex CLI is not installed at {CODEX} (make cli installs it)",
 )
 
 
@@ -29,21 +40,40 @@ def delegate(prompt: str, options: dict[str, Any]) -> Op[Any]:
 
 
 def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
-    home = ROOT / ".cli" / "home"  # codex refuses some setup under /tmp; keep its home in the project
+    home = (
+        ROOT / ".cli" / "home"
+    )  # codex refuses some setup under /tmp; keep its home in the project
     home.mkdir(parents=True, exist_ok=True)
     work = tmp_path / "work"
     work.mkdir()
-    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
-                         responses("Wrote out.txt.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
+    with ScriptedServer(
+        [
+            responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
+            responses("Wrote out.txt.", usage=(30, 9)),
+        ]
+        + [responses("x")] * 3
+    ) as srv:
         backend = CodexBackend(
-            executable=str(CODEX), timeout=120, idle_timeout=60,
+            executable=str(CODEX),
+            timeout=120,
+            idle_timeout=60,
             env={"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k"},
-            extra_args=["-c", 'model_provider="local"', "-c",
-                        f'model_providers.local={{name="local", base_url="{srv.url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}'],
-        )  # fmt: skip
+            extra_args=[
+                "-c",
+                'model_provider="local"',
+                "-c",
+                f'model_providers.local={{name="local", base_url="{srv.url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}',
+            ],
+        )
         rec = Recorder()
-        result = run(delegate, "write hello to out.txt", {"model": "test-model", "cwd": str(work)},
-                     agents={"codex": backend}, db=MemoryJournal(), on_event=rec)  # fmt: skip
+        result = run(
+            delegate,
+            "write hello to out.txt",
+            {"model": "test-model", "cwd": str(work)},
+            agents={"codex": backend},
+            db=MemoryJournal(),
+            on_event=rec,
+        )
         record = result.value
     assert isinstance(record, TurnRecord), record
     assert record.text == "Wrote out.txt." and record.session_id
@@ -59,11 +89,18 @@ def _backend(srv_url: str, **kw: Any) -> CodexBackend:
     home.mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k", **kw.pop("env", {})}
     return CodexBackend(
-        executable=str(CODEX), timeout=120, idle_timeout=60, env=env,
-        extra_args=["-c", 'model_provider="local"', "-c",
-                    f'model_providers.local={{name="local", base_url="{srv_url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}'],
+        executable=str(CODEX),
+        timeout=120,
+        idle_timeout=60,
+        env=env,
+        extra_args=[
+            "-c",
+            'model_provider="local"',
+            "-c",
+            f'model_providers.local={{name="local", base_url="{srv_url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}',
+        ],
         **kw,
-    )  # fmt: skip
+    )
 
 
 def test_codex_confined_by_opdsl_writes_only_its_folder(tmp_path: Path) -> None:
@@ -76,10 +113,20 @@ def test_codex_confined_by_opdsl_writes_only_its_folder(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     cmd = f"echo inside > out.txt; echo escaped > {outside}/x.txt"
-    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": cmd})]),
-                         responses("Done.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
-        result = run(delegate, "write files", {"model": "test-model", "cwd": str(work), "confine": True},
-                     agents={"codex": _backend(srv.url)}, db=MemoryJournal())  # fmt: skip
+    with ScriptedServer(
+        [
+            responses(calls=[("call_1", "exec_command", {"cmd": cmd})]),
+            responses("Done.", usage=(30, 9)),
+        ]
+        + [responses("x")] * 3
+    ) as srv:
+        result = run(
+            delegate,
+            "write files",
+            {"model": "test-model", "cwd": str(work), "confine": True},
+            agents={"codex": _backend(srv.url)},
+            db=MemoryJournal(),
+        )
     record = result.value
     assert isinstance(record, TurnRecord), record
     assert (work / "out.txt").read_text() == "inside\n"
@@ -97,12 +144,22 @@ def test_codex_runs_its_commands_without_bubblewrap_on_the_machine(tmp_path: Pat
             (bin_dir / tool).symlink_to(found)
     work = tmp_path / "work"
     work.mkdir()
-    with ScriptedServer([responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
-                         responses("Wrote out.txt.", usage=(30, 9))] + [responses("x")] * 3) as srv:  # fmt: skip
+    with ScriptedServer(
+        [
+            responses(calls=[("call_1", "exec_command", {"cmd": "echo hello > out.txt"})]),
+            responses("Wrote out.txt.", usage=(30, 9)),
+        ]
+        + [responses("x")] * 3
+    ) as srv:
         # codex's own sandbox, not opdsl's: the way it runs on a machine without bubblewrap
         backend = _backend(srv.url, env={"PATH": str(bin_dir)}, confine=False)
-        result = run(delegate, "write hello to out.txt", {"model": "test-model", "cwd": str(work)},
-                     agents={"codex": backend}, db=MemoryJournal())  # fmt: skip
+        result = run(
+            delegate,
+            "write hello to out.txt",
+            {"model": "test-model", "cwd": str(work)},
+            agents={"codex": backend},
+            db=MemoryJournal(),
+        )
     record = result.value
     assert isinstance(record, TurnRecord), record
     assert (work / "out.txt").read_text() == "hello\n"

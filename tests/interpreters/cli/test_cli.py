@@ -33,11 +33,17 @@ def script(tmp_path: Path) -> str:
 
 
 def _only_run(db: str = ".opdsl/runs.db") -> str:
-    return str(sqlite3.connect(db).execute("SELECT run_id FROM runs ORDER BY created_at").fetchone()[0])
+    return str(
+        sqlite3.connect(db).execute("SELECT run_id FROM runs ORDER BY created_at").fetchone()[0]
+    )
 
 
-def test_run_ask_answer_show_checkpoints_replay_fork(capsys: pytest.CaptureFixture[str], script: str) -> None:
-    code, out, err = opdsl(capsys, "run", CHAT, "--arg", "topic=notes", "--model", script, "--quiet")
+def test_run_ask_answer_show_checkpoints_replay_fork(
+    capsys: pytest.CaptureFixture[str], script: str
+) -> None:
+    code, out, err = opdsl(
+        capsys, "run", CHAT, "--arg", "topic=notes", "--model", script, "--quiet"
+    )
     assert code == 0 and "is waiting for an answer to: Who is the notes for?" in err
     run_id = _only_run()
     code, out, err = opdsl(capsys, "answer", run_id, "the team", "--quiet")
@@ -54,13 +60,24 @@ def test_run_ask_answer_show_checkpoints_replay_fork(capsys: pytest.CaptureFixtu
     assert code == 0 and run_id in out and "after-ask" in out
 
 
-def test_run_with_tools_state_and_dry_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_run_with_tools_state_and_dry_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     target = tmp_path / "lines.txt"
-    args = ["--arg", f"path={target}", "--arg", "count=2",
-            "--tools", "tests.fixtures.durable_programs:TOOLS",
-            "--state", "tests.fixtures.durable_programs:Counted"]  # fmt: skip
+    args = [
+        "--arg",
+        f"path={target}",
+        "--arg",
+        "count=2",
+        "--tools",
+        "tests.fixtures.durable_programs:TOOLS",
+        "--state",
+        "tests.fixtures.durable_programs:Counted",
+    ]
     code, out, _ = opdsl(capsys, "run", APPENDER, *args, "--dry-run")
-    assert code == 0 and "would run (side effects, skipped): append_line at 3, append_line at 5" in out
+    assert (
+        code == 0 and "would run (side effects, skipped): append_line at 3, append_line at 5" in out
+    )
     assert not target.exists()
     code, out, _ = opdsl(capsys, "run", APPENDER, *args, "--quiet")
     assert code == 0 and json.loads(out)["n"] == 2 and len(target.read_text().splitlines()) == 2
@@ -100,7 +117,10 @@ def test_export_import(capsys: pytest.CaptureFixture[str], script: str, tmp_path
         (["run", CHAT, "--arg", "topic"], "--arg 'topic': expected NAME=VALUE"),
         (["run", CHAT, "--arg", "topic=a", "--arg", "topic=b"], "--arg topic is given twice"),
         (["run", CHAT], "missing a required argument: 'topic'"),
-        (["run", CHAT, "--arg", "topic=a", "--model", "nosuch:model"], "unknown model provider 'nosuch'"),
+        (
+            ["run", CHAT, "--arg", "topic=a", "--model", "nosuch:model"],
+            "unknown model provider 'nosuch'",
+        ),
         (["run", CHAT, "--arg", "topic=a", "--state", "op:Budget"], "is not a CRDTModel class"),
         (["show", "zzz"], "no journal at .opdsl/runs.db"),
         (["replay", "zzz"], "no journal at .opdsl/runs.db"),
@@ -110,7 +130,9 @@ def test_export_import(capsys: pytest.CaptureFixture[str], script: str, tmp_path
         (["runs", "--db", "."], "is a directory"),
     ],
 )
-def test_wrong_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_wrong_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     Path("garbage.db").write_text("not a database")
     code, out, err = opdsl(capsys, *argv)
     assert code == 2, (out, err)
@@ -119,7 +141,9 @@ def test_wrong_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], 
     assert Path("garbage.db").read_text() == "not a database", "nothing was changed"
 
 
-def test_unknown_checkpoint_and_bad_import_file(capsys: pytest.CaptureFixture[str], script: str) -> None:
+def test_unknown_checkpoint_and_bad_import_file(
+    capsys: pytest.CaptureFixture[str], script: str
+) -> None:
     opdsl(capsys, "run", CHAT, "--arg", "topic=x", "--model", script, "--quiet")
     run_id = _only_run()
     code, _, err = opdsl(capsys, "resume", run_id, "--from", "nope")
@@ -134,7 +158,10 @@ def test_the_installed_command_exits_2_without_a_traceback(tmp_path: Path) -> No
     SqliteJournal(tmp_path / "r.db").close()
     out = subprocess.run(
         [sys.executable, "-m", "interpreters", "show", "nothing", "--db", str(tmp_path / "r.db")],
-        capture_output=True, text=True, cwd=tmp_path, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 2
     assert out.stderr.strip() == f"opdsl: error: no run 'nothing' in {tmp_path / 'r.db'}"

@@ -20,14 +20,32 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _writes_in_a_full_run(tmp_path: Path) -> int:
     out = subprocess.run(
-        [sys.executable, "-m", "tests.fixtures.crash_child", str(tmp_path / "full.db"), str(tmp_path / "full.txt"), "0", "never"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.fixtures.crash_child",
+            str(tmp_path / "full.db"),
+            str(tmp_path / "full.txt"),
+            "0",
+            "never",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.split("writes=")[1].split()[0])
 
 
 def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
-    reference = run(appender, str(tmp_path / "ref.txt"), LINES, tools=TOOLS, state=Counted(), db=str(tmp_path / "ref.db"))
+    reference = run(
+        appender,
+        str(tmp_path / "ref.txt"),
+        LINES,
+        tools=TOOLS,
+        state=Counted(),
+        db=str(tmp_path / "ref.db"),
+    )
     total = _writes_in_a_full_run(tmp_path)
     points = [(n, when) for n in range(1, total + 1) for when in ("before", "after")]
     assert len(points) >= 30
@@ -37,8 +55,10 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
         db, out = case / "runs.db", case / "out.txt"
         child = subprocess.run(
             [sys.executable, "-m", "tests.fixtures.crash_child", str(db), str(out), str(n), when],
-            cwd=ROOT, capture_output=True, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert child.returncode == -9, (n, when, child.stdout, child.stderr)
         journal = SqliteJournal(db)
         try:
@@ -64,7 +84,9 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
         for key, count in keys.items():
             address = key.split(":")[1]
             if address in completed_tools:
-                assert count == 1, f"kill {when} write {n}: completed effect {address} ran {count} times"
+                assert count == 1, (
+                    f"kill {when} write {n}: completed effect {address} ran {count} times"
+                )
             else:
                 assert count <= 2, (n, when, key, count)
         assert check_integrity(journal, "crash") == [], (n, when)
@@ -83,6 +105,8 @@ def resume_or_replay(journal: SqliteJournal, run_id: str) -> object:
 def test_a_killed_runs_lock_does_not_block_its_resume(tmp_path: Path, when: str) -> None:
     db, out = tmp_path / "runs.db", tmp_path / "out.txt"
     subprocess.run(
-        [sys.executable, "-m", "tests.fixtures.crash_child", str(db), str(out), "5", when], cwd=ROOT, check=False
+        [sys.executable, "-m", "tests.fixtures.crash_child", str(db), str(out), "5", when],
+        cwd=ROOT,
+        check=False,
     )
     assert resume("crash", db=str(db)).status == "completed"

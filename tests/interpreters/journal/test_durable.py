@@ -62,7 +62,9 @@ def test_journal_is_plain_sqlite_in_wal_mode_with_canonical_json(tmp_path: Path)
     assert result.status == "completed"
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    rows = con.execute("SELECT address, kind, status, effect_json FROM entries ORDER BY seq").fetchall()
+    rows = con.execute(
+        "SELECT address, kind, status, effect_json FROM entries ORDER BY seq"
+    ).fetchall()
     assert rows[0][:3] == ("1", "checkpoint", "completed")
     tool_row = next(r for r in rows if r[1] == "tool")
     assert json.loads(tool_row[3])["name"] == "append_line"
@@ -79,7 +81,9 @@ def test_journal_is_plain_sqlite_in_wal_mode_with_canonical_json(tmp_path: Path)
         (b"SQLite format 3\x00" + b"\x00" * 200, "corrupt or not an opdsl journal"),
     ],
 )
-def test_bad_journal_files_are_refused_and_left_alone(tmp_path: Path, content: bytes, message: str) -> None:
+def test_bad_journal_files_are_refused_and_left_alone(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
     path = tmp_path / "runs.db"
     path.write_bytes(content)
     with pytest.raises(JournalError, match=message):
@@ -101,7 +105,9 @@ def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
     con.execute("CREATE TABLE invoices (id INTEGER)")
     con.commit()
     con.close()
-    with pytest.raises(JournalError, match="SQLite database of something else \\(tables: invoices\\)"):
+    with pytest.raises(
+        JournalError, match="SQLite database of something else \\(tables: invoices\\)"
+    ):
         SqliteJournal(other)
 
 
@@ -131,7 +137,11 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
 def test_a_dead_holder_is_taken_over(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     dead = subprocess.run(
-        [sys.executable, "-c", f"from interpreters import SqliteJournal; SqliteJournal({str(db)!r}).acquire('r')"],
+        [
+            sys.executable,
+            "-c",
+            f"from interpreters import SqliteJournal; SqliteJournal({str(db)!r}).acquire('r')",
+        ],
         cwd=ROOT,
         check=True,
     )
@@ -158,7 +168,9 @@ def test_resume_in_place_performs_no_completed_effect_twice(tmp_path: Path) -> N
     out = tmp_path / "out.txt"
     journal = MemoryJournal()
     with pytest.raises(KeyboardInterrupt):
-        run(appender, str(out), 5, tools=[_crash_after(4)], state=Counted(), db=journal, run_id="r1")
+        run(
+            appender, str(out), 5, tools=[_crash_after(4)], state=Counted(), db=journal, run_id="r1"
+        )
     assert journal.run("r1").status == "cancelled"
     assert len(lines_of(out)) == 3
     result = resume("r1", db=journal, tools=TOOLS)
@@ -166,13 +178,17 @@ def test_resume_in_place_performs_no_completed_effect_twice(tmp_path: Path) -> N
     texts = [line.split(" ", 1)[1] for line in lines_of(out)]
     assert texts == [f"line {i}" for i in range(5)], "each line once, in order"
     assert check_integrity(journal, "r1") == []
-    uninterrupted = run(appender, str(tmp_path / "o2.txt"), 5, tools=TOOLS, state=Counted(), db=journal)
+    uninterrupted = run(
+        appender, str(tmp_path / "o2.txt"), 5, tools=TOOLS, state=Counted(), db=journal
+    )
     assert uninterrupted.value == result.value
     assert uninterrupted.state is not None and result.state is not None
     assert uninterrupted.state.canonical() == result.state.canonical()
 
 
-def test_an_effect_left_started_is_performed_again_with_the_same_idempotency_key(tmp_path: Path) -> None:
+def test_an_effect_left_started_is_performed_again_with_the_same_idempotency_key(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "runs.db"
     out = tmp_path / "out.txt"
     first = run(appender, str(out), 2, tools=TOOLS, state=Counted(), db=str(db))
@@ -181,7 +197,9 @@ def test_an_effect_left_started_is_performed_again_with_the_same_idempotency_key
     addr = con.execute(
         "SELECT address FROM entries WHERE kind='tool' ORDER BY seq DESC LIMIT 1"
     ).fetchone()[0]
-    con.execute("DELETE FROM entries WHERE seq > (SELECT seq FROM entries WHERE address=?)", (addr,))
+    con.execute(
+        "DELETE FROM entries WHERE seq > (SELECT seq FROM entries WHERE address=?)", (addr,)
+    )
     con.execute("UPDATE entries SET status='started', result_json=NULL WHERE address=?", (addr,))
     con.execute("UPDATE runs SET status='running'")
     con.commit()
@@ -208,7 +226,9 @@ def test_fork_from_a_checkpoint_leaves_the_parent_untouched(tmp_path: Path) -> N
     assert check_integrity(journal, fork.run_id) == []
     # the k-th visit of a name, and names that do not exist
     assert resume(parent.run_id, db=db, from_checkpoint="start#1").status == "completed"
-    with pytest.raises(OpdslError, match="'line-9' was never reached; checkpoints: end, line-0, line-3, start"):
+    with pytest.raises(
+        OpdslError, match="'line-9' was never reached; checkpoints: end, line-0, line-3, start"
+    ):
         resume(parent.run_id, db=db, from_checkpoint="line-9")
     with pytest.raises(OpdslError, match="'start' was reached 1 time"):
         resume(parent.run_id, db=db, from_checkpoint="start#2")
@@ -222,9 +242,13 @@ def test_replay_returns_the_same_value_and_state_and_writes_nothing(tmp_path: Pa
     again = replay(original.run_id, db=str(db))
     assert again.value == original.value
     assert db.stat().st_size == size
-    assert ((tmp_path / "runs.db-wal").read_bytes() if (tmp_path / "runs.db-wal").exists() else b"") == wal
+    assert (
+        (tmp_path / "runs.db-wal").read_bytes() if (tmp_path / "runs.db-wal").exists() else b""
+    ) == wal
     forked = resume(original.run_id, db=str(db), from_checkpoint="mid")
-    assert forked.value[:2] == original.value[:2], "values before the checkpoint come from the record"
+    assert forked.value[:2] == original.value[:2], (
+        "values before the checkpoint come from the record"
+    )
 
 
 def edited_before(path: str, count: int) -> Op[Any]:
@@ -275,7 +299,9 @@ def test_edits_after_the_resume_point_are_fine(tmp_path: Path) -> None:
         yield from emit("new step after the end")
         return {**value, "v": 2}
 
-    fork = resume(original.run_id, db=journal, program=_named(appender_v2, "appender"), from_checkpoint="end")
+    fork = resume(
+        original.run_id, db=journal, program=_named(appender_v2, "appender"), from_checkpoint="end"
+    )
     assert fork.value["v"] == 2 and fork.value["n"] == 3
 
 
@@ -306,7 +332,9 @@ def test_replay_never_re_times_a_timeout(tmp_path: Path) -> None:
 
 def test_ask_waits_durably_and_answer_continues(tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
-    waiting = run(chat, "release notes", db=db, model="scripted:" + _script(tmp_path, ["Here they are."]))
+    waiting = run(
+        chat, "release notes", db=db, model="scripted:" + _script(tmp_path, ["Here they are."])
+    )
     assert waiting.status == "waiting"
     assert SqliteJournal(db).run(waiting.run_id).status == "waiting"
     with pytest.raises(KeyboardInterrupt):
@@ -339,7 +367,10 @@ def test_export_and_import_round_trip_and_bad_files(tmp_path: Path) -> None:
     text = export_run(source, original.run_id)
     target = SqliteJournal(tmp_path / "copy.db")
     import_run(target, text)
-    assert export_run(target, original.run_id).replace('\\"imported_from\\":\\"the file\\",', "") == text
+    assert (
+        export_run(target, original.run_id).replace('\\"imported_from\\":\\"the file\\",', "")
+        == text
+    )
     with pytest.raises(OpdslError, match="was imported from the file"):
         replay(original.run_id, db=target)
     assert replay(original.run_id, db=target, program=appender).value == original.value
@@ -393,7 +424,16 @@ def test_events_of_the_replayed_prefix_are_not_sent_again(tmp_path: Path) -> Non
     journal = MemoryJournal()
     first = Recorder()
     with pytest.raises(KeyboardInterrupt):
-        run(appender, str(out), 4, tools=[_crash_after(3)], state=Counted(), db=journal, run_id="ev", on_event=first)
+        run(
+            appender,
+            str(out),
+            4,
+            tools=[_crash_after(3)],
+            state=Counted(),
+            db=journal,
+            run_id="ev",
+            on_event=first,
+        )
     done = {e.address for e in journal.entries("ev") if e.status == "completed"}
     second = Recorder()
     resume("ev", db=journal, tools=TOOLS, on_event=second)

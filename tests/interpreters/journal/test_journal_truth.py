@@ -37,16 +37,25 @@ except j.RunLocked as exc:
 def test_two_processes_taking_over_a_dead_lock_never_both_win(tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
     journal = SqliteJournal(db)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    journal._db.execute("INSERT INTO locks (run_id, holder, pid, host) VALUES ('r1', 'gone', ?, ?)",
-                        (int(dead.stdout), __import__("socket").gethostname()))  # fmt: skip
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    journal._db.execute(
+        "INSERT INTO locks (run_id, holder, pid, host) VALUES ('r1', 'gone', ?, ?)",
+        (int(dead.stdout), __import__("socket").gethostname()),
+    )
     script = TAKE_OVER.format(root=str(ROOT), db=db)
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert sorted(o.split()[0] for o in outs) == ["REFUSED", "WRITER"], outs
 
 
-def test_a_missing_table_or_a_malformed_row_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_table_or_a_malformed_row_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "runs.db"
     done = run(appender, str(tmp_path / "o.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
     raw = sqlite3.connect(db)
@@ -63,10 +72,15 @@ def test_a_missing_table_or_a_malformed_row_is_a_clear_error(tmp_path: Path, cap
         assert "is corrupt: the table(s) entries are missing" in err, err
     with pytest.raises(JournalError, match="is corrupt"):
         run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, db=str(db))
-    assert "entries" not in {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
+    assert "entries" not in {
+        r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")
+    }
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions; the folder test below still runs")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root writes through file permissions; the folder test below still runs",
+)
 def test_a_read_only_file_can_be_read(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, state=Counted(), db=str(db))
@@ -74,12 +88,20 @@ def test_a_read_only_file_can_be_read(tmp_path: Path) -> None:
     assert open_journal(db, read_only=True).runs()
 
 
-def test_a_read_only_journal_is_read_and_only_writing_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_read_only_journal_is_read_and_only_writing_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "runs.db"
     done = run(appender, str(tmp_path / "o.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
     before = db.read_bytes()
-    for argv in (["runs"], ["show", done.run_id], ["checkpoints", done.run_id], ["replay", done.run_id],
-                 ["export", done.run_id], ["runs", "--json"]):  # fmt: skip
+    for argv in (
+        ["runs"],
+        ["show", done.run_id],
+        ["checkpoints", done.run_id],
+        ["replay", done.run_id],
+        ["export", done.run_id],
+        ["runs", "--json"],
+    ):
         assert main([*argv, "--db", str(db)]) == 0, capsys.readouterr().err
     capsys.readouterr()
     journal = open_journal(db, read_only=True)

@@ -20,7 +20,9 @@ from interpreters.journal._status import (
 
 @pytest.fixture(params=["memory", "sqlite"])
 def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Journal:
-    made: Callable[[], Journal] = MemoryJournal if request.param == "memory" else (lambda: SqliteJournal(tmp_path / "r.db"))
+    made: Callable[[], Journal] = (
+        MemoryJournal if request.param == "memory" else (lambda: SqliteJournal(tmp_path / "r.db"))
+    )
     j = made()
     j.create_run(RunRecord(run_id="r", program="m:f"))
     return j

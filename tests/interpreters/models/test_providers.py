@@ -74,10 +74,16 @@ def test_tool_calling_round_trip(provider: str, stream: bool, notes: str) -> Non
     args = {"path": notes}
     with ScriptedServer() as srv:
         if provider == "openai":
-            srv.add(openai("", [("call_1", "read_file", json.dumps(args))]), openai("It is about nothing."))
+            srv.add(
+                openai("", [("call_1", "read_file", json.dumps(args))]),
+                openai("It is about nothing."),
+            )
             model: Any = openai_model(srv, stream=stream)
         elif provider == "anthropic":
-            srv.add(anthropic("Let me read it.", [("toolu_1", "read_file", args)]), anthropic("It is about nothing."))
+            srv.add(
+                anthropic("Let me read it.", [("toolu_1", "read_file", args)]),
+                anthropic("It is about nothing."),
+            )
             model = anthropic_model(srv, stream=stream)
         else:
             srv.add(ollama("", [("read_file", args)]), ollama("It is about nothing."))
@@ -88,17 +94,32 @@ def test_tool_calling_round_trip(provider: str, stream: bool, notes: str) -> Non
         second = srv.requests[1]
         if provider == "openai":
             assert second["messages"][0] == {"role": "system", "content": "You summarize files."}
-            assert second["messages"][2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": json.dumps(args)}
-            assert second["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": Path(notes).read_text()}
+            assert second["messages"][2]["tool_calls"][0]["function"] == {
+                "name": "read_file",
+                "arguments": json.dumps(args),
+            }
+            assert second["messages"][3] == {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": Path(notes).read_text(),
+            }
             assert second["tools"][0]["function"]["parameters"]["required"] == ["path"]
             assert second.get("stream", False) is stream
         elif provider == "anthropic":
             assert second["system"] == "You summarize files."
-            assert second["messages"][1]["content"][1] == {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": args}
+            assert second["messages"][1]["content"][1] == {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "read_file",
+                "input": args,
+            }
             assert second["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"
             assert second["tools"][0]["input_schema"]["required"] == ["path"]
         else:
-            assert second["messages"][2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": args}
+            assert second["messages"][2]["tool_calls"][0]["function"] == {
+                "name": "read_file",
+                "arguments": args,
+            }
             assert second["messages"][3]["tool_name"] == "read_file"
             assert second["stream"] is stream
         if stream:
@@ -121,7 +142,9 @@ def test_the_journal_holds_the_assembled_response_stream_or_not() -> None:
 
 def test_fragmented_openai_tool_call_arguments_are_assembled() -> None:
     args = json.dumps({"path": "a/very/long/path/to/a/file.py", "lines": [1, 2, 3]})
-    with ScriptedServer([openai("", [("call_9", "read_file", args), ("call_10", "read_file", '{"path": "b"}')])]) as srv:
+    with ScriptedServer(
+        [openai("", [("call_9", "read_file", args), ("call_10", "read_file", '{"path": "b"}')])]
+    ) as srv:
         reply = run(ask, model=openai_model(srv), db=MemoryJournal()).value
     assert [c.id for c in reply.tool_calls] == ["call_9", "call_10"]
     assert reply.tool_calls[0].arguments == json.loads(args)
@@ -141,7 +164,9 @@ def test_429_with_retry_after_is_retried_after_that_long() -> None:
 
 def test_retry_after_ms_and_backoff() -> None:
     clock = VirtualClock()
-    with ScriptedServer([status(503, "busy", {"retry-after-ms": "1500"}), status(500, "oops"), anthropic("ok")]) as srv:
+    with ScriptedServer(
+        [status(503, "busy", {"retry-after-ms": "1500"}), status(500, "oops"), anthropic("ok")]
+    ) as srv:
         result = run(ask, model=anthropic_model(srv), clock=clock, db=MemoryJournal())
     assert result.value.text == "ok"
     assert 1.5 + 0.75 <= clock.monotonic() <= 1.5 + 1.0  # the second wait is backoff(1) with jitter
@@ -150,7 +175,12 @@ def test_retry_after_ms_and_backoff() -> None:
 def test_529_overloaded_is_retried_and_gives_up_after_max_retries() -> None:
     clock = VirtualClock()
     with ScriptedServer([status(529, "Overloaded", kind="overloaded_error")] * 3) as srv:
-        result = run(ask_catching, model=anthropic_model(srv, retry=RetryPolicy(max_retries=2)), clock=clock, db=MemoryJournal())
+        result = run(
+            ask_catching,
+            model=anthropic_model(srv, retry=RetryPolicy(max_retries=2)),
+            clock=clock,
+            db=MemoryJournal(),
+        )
         assert len(srv.requests) == 3
     assert result.value == "error: anthropic model claude-sonnet-4-5: HTTP 529: Overloaded"
 
@@ -162,15 +192,22 @@ def test_client_errors_are_not_retried_and_name_everything_but_the_key(code: int
         rec = Recorder()
         result = run(ask_catching, model=openai_model(srv), db=journal, on_event=rec)
         assert len(srv.requests) == 1
-    assert result.value == f"error: openai model gpt-4.1-mini: HTTP {code}: bad request (*** was rejected)"
-    everything = export_run(journal, result.run_id) + "".join(e.model_dump_json() for e in rec.events)
+    assert (
+        result.value
+        == f"error: openai model gpt-4.1-mini: HTTP {code}: bad request (*** was rejected)"
+    )
+    everything = export_run(journal, result.run_id) + "".join(
+        e.model_dump_json() for e in rec.events
+    )
     assert KEY not in everything and KEY not in repr(openai_model(srv))
 
 
 def test_quota_429_is_not_retried() -> None:
     quota = status(429, "You exceeded your current quota", kind="insufficient_quota")
     with ScriptedServer([quota, openai("never")]) as srv:
-        result = run(ask_catching, model=openai_model(srv), db=MemoryJournal(), clock=VirtualClock())
+        result = run(
+            ask_catching, model=openai_model(srv), db=MemoryJournal(), clock=VirtualClock()
+        )
         assert len(srv.requests) == 1
     assert "HTTP 429: You exceeded your current quota" in result.value
 
@@ -178,25 +215,37 @@ def test_quota_429_is_not_retried() -> None:
 def test_a_stream_cut_before_any_output_is_retried_after_output_it_is_an_error() -> None:
     clock = VirtualClock()
     with ScriptedServer([openai("abcdefgh", cut=0), openai("abcdefgh")]) as srv:
-        assert run(ask, model=openai_model(srv), clock=clock, db=MemoryJournal()).value.text == "abcdefgh"
+        assert (
+            run(ask, model=openai_model(srv), clock=clock, db=MemoryJournal()).value.text
+            == "abcdefgh"
+        )
         assert len(srv.requests) == 2
     with ScriptedServer([openai("abcdefgh", cut=2), openai("again")]) as srv:
         result = run(ask_catching, model=openai_model(srv), clock=clock, db=MemoryJournal())
         assert len(srv.requests) == 1
-    assert result.value.startswith("error: openai model gpt-4.1-mini: HTTP 200: the stream was cut before it finished")
+    assert result.value.startswith(
+        "error: openai model gpt-4.1-mini: HTTP 200: the stream was cut before it finished"
+    )
 
 
 def test_an_anthropic_200_stream_that_ends_in_an_error_event() -> None:
     clock = VirtualClock()
     with ScriptedServer([anthropic("hello", error_at_end="Overloaded"), anthropic("hello")]) as srv:
         result = run(ask, model=anthropic_model(srv), clock=clock, db=MemoryJournal())
-        assert result.value.text == "hello" and len(srv.requests) == 2, "nothing had reached the program: retried"
+        assert result.value.text == "hello" and len(srv.requests) == 2, (
+            "nothing had reached the program: retried"
+        )
 
 
 def test_an_ollama_error_after_status_200() -> None:
     with ScriptedServer([ollama("partial answer here", error_after=2)]) as srv:
-        result = run(ask_catching, model=ollama_model(srv), db=MemoryJournal(), clock=VirtualClock())
-    assert result.value == "error: ollama model qwen3:8b: HTTP 200: model runner has unexpectedly stopped"
+        result = run(
+            ask_catching, model=ollama_model(srv), db=MemoryJournal(), clock=VirtualClock()
+        )
+    assert (
+        result.value
+        == "error: ollama model qwen3:8b: HTTP 200: model runner has unexpectedly stopped"
+    )
 
 
 def test_an_empty_choice_list_is_an_error_the_program_sees() -> None:
@@ -206,11 +255,15 @@ def test_an_empty_choice_list_is_an_error_the_program_sees() -> None:
 
 
 def test_invalid_json_in_tool_arguments_gives_the_model_a_readable_tool_error(notes: str) -> None:
-    with ScriptedServer([openai("", [("call_1", "read_file", '{"path": ')]), openai("sorry, retrying later")]) as srv:
+    with ScriptedServer(
+        [openai("", [("call_1", "read_file", '{"path": ')]), openai("sorry, retrying later")]
+    ) as srv:
         result = run(summarize, notes, model=openai_model(srv), tools=TOOLS, db=MemoryJournal())
         tool_message = srv.requests[1]["messages"][3]
     assert result.value == "sorry, retrying later"
-    assert tool_message["content"].startswith("error: the arguments for tool 'read_file' are not a JSON object")
+    assert tool_message["content"].startswith(
+        "error: the arguments for tool 'read_file' are not a JSON object"
+    )
 
 
 def test_a_server_that_never_answers_is_ended_by_timeout() -> None:
@@ -222,7 +275,9 @@ def test_a_server_that_never_answers_is_ended_by_timeout() -> None:
     assert result.value == Failure(TimedOut(seconds=0.5))
 
 
-def test_the_default_model_when_unreachable_says_how_to_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_model_when_unreachable_says_how_to_set_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import socket
 
     s = socket.socket()
@@ -250,7 +305,11 @@ def test_usage_and_cost_from_the_price_table() -> None:
     assert u.cost_usd == pytest.approx(0.8 * 0.4 + 0.2 * 0.1 + 0.5 * 1.6)
     with ScriptedServer([anthropic("a", usage=(100, 10, 50))]) as srv:
         reply = run(ask, model=anthropic_model(srv), db=MemoryJournal()).value
-    assert (reply.usage.input_tokens, reply.usage.cached_tokens, reply.usage.output_tokens) == (150, 50, 10)
+    assert (reply.usage.input_tokens, reply.usage.cached_tokens, reply.usage.output_tokens) == (
+        150,
+        50,
+        10,
+    )
     with ScriptedServer([ollama("a")]) as srv:
         reply = run(ask, model=ollama_model(srv), db=MemoryJournal()).value
     assert reply.usage.cost_usd is None, "an unknown price is unknown, not zero"
@@ -271,7 +330,11 @@ def test_a_dollar_budget_stops_a_tool_calling_loop_between_calls(notes: str) -> 
     call = openai("", [("c", "read_file", json.dumps({"path": notes}))], usage=(500_000, 0, 0))
 
     def program() -> Op[Any]:
-        return (yield from limit(Budget(usd=0.5), tool_loop([Message.user("go")], tools=["read_file"], max_steps=50)))
+        return (
+            yield from limit(
+                Budget(usd=0.5), tool_loop([Message.user("go")], tools=["read_file"], max_steps=50)
+            )
+        )
 
     with ScriptedServer([call] * 10) as srv:
         outcome = run(program, model=openai_model(srv), tools=TOOLS, db=MemoryJournal()).value
@@ -293,9 +356,15 @@ def test_model_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     a = resolve_model("anthropic:claude-sonnet-4-5")
     assert isinstance(a, AnthropicModel) and a.base_url == "http://127.0.0.1:2"
     o = resolve_model("ollama:qwen3:8b")
-    assert isinstance(o, OllamaModel) and (o.model, o.base_url) == ("qwen3:8b", "http://127.0.0.1:3")
+    assert isinstance(o, OllamaModel) and (o.model, o.base_url) == (
+        "qwen3:8b",
+        "http://127.0.0.1:3",
+    )
     c = resolve_model("openai-compatible:llama-3@http://127.0.0.1:8080/v1")
-    assert isinstance(c, OpenAIModel) and (c.model, c.base_url) == ("llama-3", "http://127.0.0.1:8080/v1")
+    assert isinstance(c, OpenAIModel) and (c.model, c.base_url) == (
+        "llama-3",
+        "http://127.0.0.1:8080/v1",
+    )
     with pytest.raises(ValueError, match="should look like openai-compatible:MODEL@http"):
         resolve_model("openai-compatible:llama-3")
     with pytest.raises(ValueError, match="unknown model provider 'gemini'"):
@@ -303,11 +372,15 @@ def test_model_specs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("provider", ["openai-compatible", "anthropic", "ollama"])
-def test_end_to_end_through_opdsl_run(provider: str, notes: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_end_to_end_through_opdsl_run(
+    provider: str, notes: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = {"path": notes}
     with ScriptedServer() as srv:
         if provider == "openai-compatible":
-            srv.add(openai("", [("call_1", "read_file", json.dumps(args))]), openai("Nothing much."))
+            srv.add(
+                openai("", [("call_1", "read_file", json.dumps(args))]), openai("Nothing much.")
+            )
             spec = f"openai-compatible:local-model@{srv.url}/v1"
         elif provider == "anthropic":
             srv.add(anthropic("", [("toolu_1", "read_file", args)]), anthropic("Nothing much."))
@@ -318,8 +391,18 @@ def test_end_to_end_through_opdsl_run(provider: str, notes: str, capsys: pytest.
             srv.add(ollama("", [("read_file", args)]), ollama("Nothing much."))
             monkeypatch.setenv("OLLAMA_HOST", srv.url)
             spec = "ollama:qwen3:8b"
-        code = main(["run", "tests.fixtures.model_programs:summarize", "--arg", f"path={notes}",
-                     "--model", spec, "--tools", "tests.fixtures.model_programs:TOOLS"])  # fmt: skip
+        code = main(
+            [
+                "run",
+                "tests.fixtures.model_programs:summarize",
+                "--arg",
+                f"path={notes}",
+                "--model",
+                spec,
+                "--tools",
+                "tests.fixtures.model_programs:TOOLS",
+            ]
+        )
         out, err = capsys.readouterr()
     assert code == 0, err
     assert out.splitlines()[-1] == "Nothing much."
@@ -335,7 +418,6 @@ def _ask() -> Op[str]:
 
 
 def test_a_model_call_has_one_deadline_retries_included(monkeypatch: pytest.MonkeyPatch) -> None:
-
 
     with ScriptedServer([hang(), hang(), hang()]) as srv:
         model = OpenAIModel("m", base_url=f"{srv.url}/v1", timeout=1.5, stream=False)
@@ -356,7 +438,9 @@ def test_an_answer_over_the_size_cap_is_an_error(stream: bool) -> None:
     with ScriptedServer([openai("x" * 300_000)]) as srv:
         model = OpenAIModel("m", base_url=f"{srv.url}/v1", max_answer_bytes=100_000, stream=stream)
         result = run(_ask, model=model, db=MemoryJournal())
-    assert result.status == "failed" and "over 100,000 bytes" in str(result.error), result.describe()
+    assert result.status == "failed" and "over 100,000 bytes" in str(result.error), (
+        result.describe()
+    )
 
 
 MALFORMED = [
@@ -376,20 +460,42 @@ def test_a_malformed_answer_names_the_provider_model_and_status(body: Any) -> No
         model = OpenAIModel("gpt-x", base_url=f"{srv.url}/v1", stream=False)
         result = run(_ask, model=model, db=MemoryJournal())
     assert result.status == "failed", result.describe()
-    assert isinstance(result.error, ModelError) and "openai model gpt-x" in str(result.error), result.describe()
-    assert "HTTP 200" in str(result.error) or "not an object" in str(result.error), result.describe()
+    assert isinstance(result.error, ModelError) and "openai model gpt-x" in str(result.error), (
+        result.describe()
+    )
+    assert "HTTP 200" in str(result.error) or "not an object" in str(result.error), (
+        result.describe()
+    )
 
 
 @pytest.mark.parametrize(
     ("make", "body", "path"),
     [
-        (lambda url: AnthropicModel("claude-x", base_url=url, stream=False), {"content": "nope", "usage": 3}, ""),
-        (lambda url: AnthropicModel("claude-x", base_url=url, stream=False), {"content": [{"type": "tool_use"}]}, ""),
-        (lambda url: OllamaModel("llama-x", base_url=url, stream=False), {"message": "a string"}, ""),
-        (lambda url: OllamaModel("llama-x", base_url=url, stream=False), {"message": {"tool_calls": [7]}}, ""),
+        (
+            lambda url: AnthropicModel("claude-x", base_url=url, stream=False),
+            {"content": "nope", "usage": 3},
+            "",
+        ),
+        (
+            lambda url: AnthropicModel("claude-x", base_url=url, stream=False),
+            {"content": [{"type": "tool_use"}]},
+            "",
+        ),
+        (
+            lambda url: OllamaModel("llama-x", base_url=url, stream=False),
+            {"message": "a string"},
+            "",
+        ),
+        (
+            lambda url: OllamaModel("llama-x", base_url=url, stream=False),
+            {"message": {"tool_calls": [7]}},
+            "",
+        ),
     ],
 )
-def test_malformed_answers_of_every_provider_are_clear_errors(make: Any, body: Any, path: str) -> None:
+def test_malformed_answers_of_every_provider_are_clear_errors(
+    make: Any, body: Any, path: str
+) -> None:
     from tests.servers import Reply
 
     with ScriptedServer([lambda req: Reply(body=body)]) as srv:
@@ -397,4 +503,7 @@ def test_malformed_answers_of_every_provider_are_clear_errors(make: Any, body: A
         result = run(_ask, model=model, db=MemoryJournal())
     assert result.status == "failed", result.describe()
     text = str(result.error)
-    assert isinstance(result.error, ModelError) and f"{model.provider} model {model.model}: HTTP 200" in text, text
+    assert (
+        isinstance(result.error, ModelError)
+        and f"{model.provider} model {model.model}: HTTP 200" in text
+    ), text

@@ -169,7 +169,10 @@ def test_failing_tools_are_values_the_program_can_read() -> None:
     results = run(program, tools=[echo, boom]).value
     assert [r.ok for r in results] == [False] * 5
     assert results[0].error == "tool 'boom' raised ValueError: cannot fly"
-    assert "invalid arguments for tool 'echo': text: Input should be a valid string" in results[1].error
+    assert (
+        "invalid arguments for tool 'echo': text: Input should be a valid string"
+        in results[1].error
+    )
     assert "text: Field required" in results[2].error
     assert results[3].error == "no tool named 'missing'; available: boom, echo"
     assert "extra: Extra inputs are not permitted" in results[4].error
@@ -266,7 +269,9 @@ def test_limit_on_tool_calls_and_unknown_prices_are_counted_not_zeroed() -> None
     def counted() -> Op[Any]:
         return (yield from limit(Budget(tool_calls=2), body()))
 
-    ex = run(counted, model=ScriptedModel([Response(text="x", usage=usage(1))] * 5), tools=[echo]).value.failure()
+    ex = run(
+        counted, model=ScriptedModel([Response(text="x", usage=usage(1))] * 5), tools=[echo]
+    ).value.failure()
     assert ex.exceeded == "tool_calls" and ex.spent.tool_calls == 2
     assert ex.spent.usd_unknown == 3 and ex.spent.usd == 0.0
 
@@ -382,7 +387,9 @@ def test_par_runs_branches_on_replicas_and_merges_in_branch_order() -> None:
 def test_par_conflicts_are_reported_and_can_raise() -> None:
     def program(mode: Any) -> Op[Any]:
         try:
-            return (yield from par(worker("a", ["x.py"], 0), worker("b", ["x.py"], 0), on_conflict=mode))
+            return (
+                yield from par(worker("a", ["x.py"], 0), worker("b", ["x.py"], 0), on_conflict=mode)
+            )
         except MergeConflict as exc:
             state = yield from get(S)
             return exc.conflicts, exc.results, state.files.sorted()
@@ -449,8 +456,13 @@ def test_state_effects_and_their_errors() -> None:
 
     empty, merged, errors, final = run(program).value
     assert empty == [] and merged == ["a", "b"]
-    assert errors == ["S.files is a GSet; it takes Add, not Inc", "S has no field 'nope' (fields: files, tokens, log, branch)"]
-    assert final.value == "x" and final.lamport == 12, "the Lamport clock kept up with the merged state"
+    assert errors == [
+        "S.files is a GSet; it takes Add, not Inc",
+        "S has no field 'nope' (fields: files, tokens, log, branch)",
+    ]
+    assert final.value == "x" and final.lamport == 12, (
+        "the Lamport clock kept up with the merged state"
+    )
 
 
 def test_update_without_state_and_get_of_wrong_type() -> None:
@@ -532,7 +544,9 @@ def test_yielding_a_non_effect_names_program_and_address() -> None:
     result = run(program)
     assert result.status == "failed" and result.address == "2"
     assert isinstance(result.error, NotAnEffect)
-    assert "test_yielding_a_non_effect_names_program_and_address.<locals>.program yielded" in str(result.error)
+    assert "test_yielding_a_non_effect_names_program_and_address.<locals>.program yielded" in str(
+        result.error
+    )
     assert "write `yield from infer(...)`" in str(result.error)
     with pytest.raises(RunFailed, match=r"failed at address 2: NotAnEffect"):
         _ = result.value
@@ -581,7 +595,9 @@ def test_unserializable_arguments_and_payloads_are_refused_with_where() -> None:
     def program(x: Any) -> Op[None]:
         yield from emit("x")
 
-    with pytest.raises(NotSerializable, match=r"program: argument 1 cannot be recorded: \$: a object"):
+    with pytest.raises(
+        NotSerializable, match=r"program: argument 1 cannot be recorded: \$: a object"
+    ):
         run(program, object())
     with pytest.raises(NotSerializable, match=r"argument 'x'.*\$.k: nan is not allowed"):
         run(program, kwargs={"x": {"k": float("nan")}})
@@ -592,7 +608,9 @@ def test_unserializable_arguments_and_payloads_are_refused_with_where() -> None:
 
     result = run(payload, tools=[echo])
     assert result.status == "failed" and result.address == "2"
-    assert "the tool effect at address 2 cannot be recorded: $.args.text: mapping key 1" in str(result.error)
+    assert "the tool effect at address 2 cannot be recorded: $.args.text: mapping key 1" in str(
+        result.error
+    )
 
 
 def test_unserializable_return_value_fails_the_run() -> None:
@@ -601,7 +619,9 @@ def test_unserializable_return_value_fails_the_run() -> None:
         return object()
 
     result = run(program)
-    assert result.status == "failed" and "return value at address 1 cannot be recorded" in str(result.error)
+    assert result.status == "failed" and "return value at address 1 cannot be recorded" in str(
+        result.error
+    )
 
 
 def test_duplicate_tool_names_are_refused() -> None:
@@ -658,7 +678,9 @@ def test_infer_offering_unknown_tools_is_an_error_in_the_program() -> None:
         return errors
 
     result = run(program, model=ScriptedModel(["a"]), tools=[echo])
-    assert result.value == ["infer() offers tool 'nope', but no tool of that name is bound (bound: echo)"]
+    assert result.value == [
+        "infer() offers tool 'nope', but no tool of that name is bound (bound: echo)"
+    ]
 
 
 def test_interpreter_object_runs_without_a_journal() -> None:

@@ -33,13 +33,19 @@ def test_jsonl_sink_writes_one_canonical_line_per_event(tmp_path: Path) -> None:
     assert types[0] == "run_started" and types[-1] == "run_finished"
     assert types.count("effect_started") == types.count("effect_finished") == 4
     assert "checkpoint_saved" in types and "emitted" in types and "token_delta" in types
-    assert all(line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False) for line in lines)
+    assert all(
+        line
+        == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        for line in lines
+    )
 
 
 def test_console_sink_shows_progress() -> None:
     out = io.StringIO()
     sink = ConsoleSink(Console(file=out, width=100, color_system=None))
-    model = ScriptedModel([Response(tool_calls=(ToolCall(id="1", name="echo", arguments={}),)), "hi"])
+    model = ScriptedModel(
+        [Response(tool_calls=(ToolCall(id="1", name="echo", arguments={}),)), "hi"]
+    )
     run(program, model=model, tools=[echo], on_event=sink)
     text = out.getvalue()
     assert "▶ run" in text and "◆ checkpoint start" in text

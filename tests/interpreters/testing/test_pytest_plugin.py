@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-TEST_FILE = '''
+TEST_FILE = """
 from interpreters import ScriptedModel
 from op import Op, infer, checkpoint
 
@@ -22,7 +22,7 @@ def test_greet(opdsl_cassette):
 def test_scripted(opdsl_scripted):
     from interpreters import expect
     assert opdsl_scripted([(expect("infer"), "Hi")]).run(greet, "Bo").value == "Hi"
-'''
+"""
 
 
 def test_missing_cassette_fails_with_how_to_record(pytester: pytest.Pytester) -> None:
@@ -39,10 +39,14 @@ def test_record_then_replay_then_catch_a_change(pytester: pytest.Pytester) -> No
     kinds = [json.loads(line)["entry"]["kind"] for line in cassette.read_text().splitlines()[1:]]
     assert kinds == ["checkpoint", "infer"]
     # replayed from the cassette: the scripted model is never asked (its script is empty now)
-    pytester.makepyfile(test_greeting=TEST_FILE.replace('ScriptedModel(["Hello, Ada!"])', "ScriptedModel([])"))
+    pytester.makepyfile(
+        test_greeting=TEST_FILE.replace('ScriptedModel(["Hello, Ada!"])', "ScriptedModel([])")
+    )
     pytester.runpytest_subprocess().assert_outcomes(passed=2)
     # the program changed before its end: the replay diverges
-    pytester.makepyfile(test_greeting=TEST_FILE.replace('f"Greet {name}"', 'f"Say hello to {name}"'))
+    pytester.makepyfile(
+        test_greeting=TEST_FILE.replace('f"Greet {name}"', 'f"Say hello to {name}"')
+    )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*diverged from its journal at address 2*"])

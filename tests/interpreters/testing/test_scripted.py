@@ -49,7 +49,10 @@ def test_a_script_drives_the_program() -> None:
 
 def test_emits_and_checkpoints_pass_unless_the_script_expects_them() -> None:
     result = ScriptedInterpreter(
-        [(expect("tool", name="read_file", args=ANY), "src"), (expect("infer"), Response(text="ok"))]
+        [
+            (expect("tool", name="read_file", args=ANY), "src"),
+            (expect("infer"), Response(text="ok")),
+        ]
     ).run(program, "a.py")
     assert result.value == "ok"
 

@@ -19,7 +19,8 @@ from interpreters.tools._sandbox import sandbox_problem
 ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(
-    sandbox_problem() is not None, reason=f"bubblewrap cannot run here: {sandbox_problem()} (make test installs it)"
+    sandbox_problem() is not None,
+    reason=f"bubblewrap cannot run here: {sandbox_problem()} (make test installs it)",
 )
 
 
@@ -42,7 +43,9 @@ def run(ws: Workspace, argv: list[str], timeout: float | None = None) -> tuple[b
     return result.ok, f"{result.error or ''} {result.output}"
 
 
-def test_hostile_commands_touch_nothing_outside_the_workspace(place: tuple[Workspace, Path, Path]) -> None:
+def test_hostile_commands_touch_nothing_outside_the_workspace(
+    place: tuple[Workspace, Path, Path],
+) -> None:
     ws, repo, base = place
     hostile = [
         ["cat", "../outside/secret.txt"],
@@ -62,12 +65,16 @@ def test_hostile_commands_touch_nothing_outside_the_workspace(place: tuple[Works
     assert not (repo / ".git" / "hooks" / "post-commit").exists()
     assert "fsmonitor" not in (repo / ".git" / "config").read_text()
     # the workspace itself is writable, and a private /tmp is there
-    ok, text = run(ws, ["python", "-c", "open('made.txt', 'w').write('ok'); open('/tmp/t', 'w').write('t')"])
+    ok, text = run(
+        ws, ["python", "-c", "open('made.txt', 'w').write('ok'); open('/tmp/t', 'w').write('t')"]
+    )
     assert ok, text
     assert (repo / "made.txt").read_text() == "ok"
 
 
-def test_the_parents_secrets_are_not_visible(place: tuple[Workspace, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_parents_secrets_are_not_visible(
+    place: tuple[Workspace, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws, _, _ = place
     monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-secret-123456")
     monkeypatch.setenv("DATABASE_URL", "postgres://admin:hunter2hunter2@db/prod")
@@ -86,7 +93,9 @@ def test_the_parents_secrets_are_not_visible(place: tuple[Workspace, Path, Path]
     assert str(os.getpid()) not in text.split("\n", 1)[1]  # opdsl's own process cannot be seen
 
 
-def test_no_child_outlives_its_command_even_after_setsid(place: tuple[Workspace, Path, Path]) -> None:
+def test_no_child_outlives_its_command_even_after_setsid(
+    place: tuple[Workspace, Path, Path],
+) -> None:
     ws, repo, _ = place
     daemon = (
         "import os, time\n"
@@ -144,7 +153,9 @@ def test_the_model_cannot_raise_the_workspace_timeout(place: tuple[Workspace, Pa
 
 
 @pytest.mark.parametrize("opt_in", [False, True])
-def test_without_bubblewrap_commands_are_refused_unless_opted_in(tmp_path: Path, opt_in: bool) -> None:
+def test_without_bubblewrap_commands_are_refused_unless_opted_in(
+    tmp_path: Path, opt_in: bool
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     script = (
@@ -161,7 +172,9 @@ def test_without_bubblewrap_commands_are_refused_unless_opted_in(tmp_path: Path,
     env = {"PATH": str(bin_dir), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
     if opt_in:
         env["OPDSL_UNCONFINED"] = "1"
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr  # said once, in one line
@@ -170,7 +183,9 @@ def test_without_bubblewrap_commands_are_refused_unless_opted_in(tmp_path: Path,
         assert out.stdout.splitlines() == ["True None 42"] * 2
     else:
         assert "refused" in lines[0] and "bubblewrap (bwrap) is not installed" in lines[0]
-        assert all(line.startswith("False commands cannot run here") for line in out.stdout.splitlines())
+        assert all(
+            line.startswith("False commands cannot run here") for line in out.stdout.splitlines()
+        )
 
 
 def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path) -> None:
@@ -207,4 +222,6 @@ def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path
     assert confined.value.startswith("no: "), confined.describe()
     assert (work / "inside.txt").read_text() == "ok" and not (outside / "x.txt").exists()
     free = run(program, False, agents={"claude-code": backend}, db=MemoryJournal())
-    assert free.value == "yes" and (outside / "x.txt").exists()  # unconfined unless asked: said in SECURITY.md
+    assert (
+        free.value == "yes" and (outside / "x.txt").exists()
+    )  # unconfined unless asked: said in SECURITY.md

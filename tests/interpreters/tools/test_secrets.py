@@ -30,8 +30,9 @@ def leaky() -> Op[str]:
     return out.output
 
 
-def test_no_secret_reaches_anything_a_run_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_no_secret_reaches_anything_a_run_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("DATABASE_URL", f"postgres://admin:{PASSWORD}@db.internal/prod")
     fake = tmp_path / "claude"
@@ -48,8 +49,13 @@ def test_no_secret_reaches_anything_a_run_writes(tmp_path: Path, monkeypatch: py
     db = tmp_path / "runs.db"
     events = tmp_path / "events.jsonl"
     with JsonlSink(events) as sink:
-        result = run(leaky, tools=[leak], agents={"claude-code": ClaudeCodeBackend(executable=str(fake))},
-                     db=str(db), on_event=sink)  # fmt: skip
+        result = run(
+            leaky,
+            tools=[leak],
+            agents={"claude-code": ClaudeCodeBackend(executable=str(fake))},
+            db=str(db),
+            on_event=sink,
+        )
     # the program saw the secret live (it is its own business) and failed with it in the message
     assert result.status == "failed" and KEY in str(result.error)
     SqliteJournal(db).close()
@@ -58,7 +64,9 @@ def test_no_secret_reaches_anything_a_run_writes(tmp_path: Path, monkeypatch: py
     assert main(["export", result.run_id, "--db", str(db), "-o", str(tmp_path / "run.jsonl")]) == 0
     shown = capsys.readouterr().out
     written = {
-        "journal": b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*")).decode("utf-8", "replace"),
+        "journal": b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*")).decode(
+            "utf-8", "replace"
+        ),
         "events": events.read_text(),
         "show": shown,
         "export": (tmp_path / "run.jsonl").read_text(),
@@ -66,4 +74,7 @@ def test_no_secret_reaches_anything_a_run_writes(tmp_path: Path, monkeypatch: py
     for where, text in written.items():
         assert KEY not in text, where
         assert PASSWORD not in text, where
-    assert "[redacted]" in written["journal"] and "postgres://admin:[redacted]@db.internal/prod" in written["show"]
+    assert (
+        "[redacted]" in written["journal"]
+        and "postgres://admin:[redacted]@db.internal/prod" in written["show"]
+    )

@@ -19,7 +19,9 @@ from op import Op, Response, ToolCall, checkpoint, tool
 
 
 def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -31,7 +33,9 @@ def repo(tmp_path: Path) -> Path:
     sh(root, "config", "user.email", "someone@example.com")
     (root / "app.py").write_text("def add(a, b):\n    return a - b\n")
     (root / "tests").mkdir()
-    (root / "tests" / "test_app.py").write_text("from app import add\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (root / "tests" / "test_app.py").write_text(
+        "from app import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
     (root / ".gitignore").write_text("*.log\nbuild/\n")
     (root / "notes.txt").write_text("one\ntwo\nthree\n")
     sh(root, "add", "-A")
@@ -42,25 +46,46 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ws(repo: Path) -> Workspace:
-    return Workspace(repo, allow=("python", "python3", "sh", "git", "echo", "sleep", "cat"), timeout=10, idle_timeout=5, grace=0.5)
+    return Workspace(
+        repo,
+        allow=("python", "python3", "sh", "git", "echo", "sleep", "cat"),
+        timeout=10,
+        idle_timeout=5,
+        grace=0.5,
+    )
 
 
 def test_read_write_edit_list_search_delete(ws: Workspace, repo: Path) -> None:
     assert ws.read_file("notes.txt").output == "one\ntwo\nthree\n"
     assert ws.read_file("notes.txt", 2, 3).output == "two\nthree\n"
     assert "past its end" in (ws.read_file("notes.txt", 9).error or "")
-    assert ws.write_file("src/new.py", "x = 1\n").ok and (repo / "src" / "new.py").read_text() == "x = 1\n"
+    assert (
+        ws.write_file("src/new.py", "x = 1\n").ok
+        and (repo / "src" / "new.py").read_text() == "x = 1\n"
+    )
     assert ws.edit_file("app.py", "a - b", "a + b").ok
     assert (repo / "app.py").read_text() == "def add(a, b):\n    return a + b\n"
     missing = ws.edit_file("app.py", "nothing like this", "x")
     assert "was not found" in (missing.error or "")
     ws.write_file("dup.txt", "x\nx\ny\n")
-    assert ws.edit_file("dup.txt", "x", "z").error == "dup.txt: the text to replace occurs 2 times (lines 1, 2); include more context so it occurs once"
+    assert (
+        ws.edit_file("dup.txt", "x", "z").error
+        == "dup.txt: the text to replace occurs 2 times (lines 1, 2); include more context so it occurs once"
+    )
     listing = ws.list_files().output.splitlines()
-    assert "app.py" in listing and "src/new.py" in listing and "debug.log" not in listing, "respects .gitignore"
+    assert "app.py" in listing and "src/new.py" in listing and "debug.log" not in listing, (
+        "respects .gitignore"
+    )
     assert ws.list_files("tests").output == "tests/test_app.py"
-    assert ws.list_files(pattern="*.py").output.splitlines() == ["app.py", "src/new.py", "tests/test_app.py"]
-    assert ws.search(r"def \w+").output.splitlines() == ["app.py:1: def add(a, b):", "tests/test_app.py:3: def test_add():"]
+    assert ws.list_files(pattern="*.py").output.splitlines() == [
+        "app.py",
+        "src/new.py",
+        "tests/test_app.py",
+    ]
+    assert ws.search(r"def \w+").output.splitlines() == [
+        "app.py:1: def add(a, b):",
+        "tests/test_app.py:3: def test_add():",
+    ]
     assert "bad regular expression" in (ws.search("(").error or "")
     assert ws.delete_path("src").ok and not (repo / "src").exists()
 
@@ -96,8 +121,12 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("name", "args", "message"), HOSTILE, ids=[f"{h[0]}:{str(h[1])[:30]}" for h in HOSTILE])
-def test_hostile_inputs_are_refused_and_nothing_is_touched(ws: Workspace, repo: Path, tmp_path: Path, name: str, args: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "args", "message"), HOSTILE, ids=[f"{h[0]}:{str(h[1])[:30]}" for h in HOSTILE]
+)
+def test_hostile_inputs_are_refused_and_nothing_is_touched(
+    ws: Workspace, repo: Path, tmp_path: Path, name: str, args: dict[str, Any], message: str
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir(exist_ok=True)
     (outside / "secret.txt").write_text("secret")
@@ -122,7 +151,9 @@ def _tree_state(top: Path) -> dict[str, bytes]:
     return out
 
 
-def test_a_symlink_swapped_in_after_the_check_is_not_followed(ws: Workspace, repo: Path, tmp_path: Path) -> None:
+def test_a_symlink_swapped_in_after_the_check_is_not_followed(
+    ws: Workspace, repo: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (repo / "sub").mkdir()
@@ -134,13 +165,29 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(ws: Workspace, rep
     assert list(outside.iterdir()) == []
 
 
-def test_run_scrubs_secrets_caps_output_and_reports_exit_codes(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_scrubs_secrets_caps_output_and_reports_exit_codes(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MY_API_KEY", "sk-very-secret-value")
     monkeypatch.setenv("HARMLESS", "visible")
-    env = anyio.run(ws.run, ["python", "-c", "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))"])
+    env = anyio.run(
+        ws.run,
+        [
+            "python",
+            "-c",
+            "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))",
+        ],
+    )
     assert env.output.strip() == "[]"  # only the variables the workspace passes on
     ws.pass_env = ws.pass_env | {"HARMLESS", "MY_API_KEY"}
-    env = anyio.run(ws.run, ["python", "-c", "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))"])
+    env = anyio.run(
+        ws.run,
+        [
+            "python",
+            "-c",
+            "import os; print(sorted(k for k in os.environ if k in ('MY_API_KEY', 'HARMLESS')))",
+        ],
+    )
     assert env.output.strip() == "['HARMLESS']"  # a secret-looking name never
     leak = anyio.run(ws.run, ["echo", "the key is sk-very-secret-value"])
     assert leak.output.strip() == "the key is [redacted]"
@@ -151,7 +198,9 @@ def test_run_scrubs_secrets_caps_output_and_reports_exit_codes(ws: Workspace, mo
     assert long.ok and long.output.endswith("[output cut: 4,901 more bytes]")
 
 
-def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(ws: Workspace, repo: Path) -> None:
+def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(
+    ws: Workspace, repo: Path
+) -> None:
     # pids inside a confined command are its own namespace's: the processes prove they are
     # alive by writing a heartbeat file, which stops growing once they are gone
     beat = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    open(TARGET, 'a').write('.')\n    time.sleep(0.1)\n"
@@ -171,13 +220,20 @@ def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(ws: Wor
     sizes = [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")]
     assert min(sizes) > 0
     time.sleep(1)
-    assert [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")] == sizes, "a process outlived the timeout"
+    assert [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")] == sizes, (
+        "a process outlived the timeout"
+    )
 
 
 def test_idle_timeout(ws: Workspace) -> None:
     ws.idle_timeout = 2
-    result = anyio.run(ws.run, ["python", "-c", "import time; print('hi', flush=True); time.sleep(30)"])
-    assert result.error == "no output for 2s; the command and its children were killed" and result.output.strip() == "hi"
+    result = anyio.run(
+        ws.run, ["python", "-c", "import time; print('hi', flush=True); time.sleep(30)"]
+    )
+    assert (
+        result.error == "no output for 2s; the command and its children were killed"
+        and result.output.strip() == "hi"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -225,7 +281,9 @@ def _state(repo: Path) -> dict[str, str]:
     return out
 
 
-def test_snapshot_and_restore_round_trip_without_touching_the_users_git_state(ws: Workspace, repo: Path) -> None:
+def test_snapshot_and_restore_round_trip_without_touching_the_users_git_state(
+    ws: Workspace, repo: Path
+) -> None:
     (repo / "untracked.txt").write_text("mine\n")
     (repo / "notes.txt").write_text("modified by the user\n")
     sh(repo, "add", "notes.txt")  # the user's staged change
@@ -233,7 +291,10 @@ def test_snapshot_and_restore_round_trip_without_touching_the_users_git_state(ws
     stash_before = sh(repo, "stash", "list")
     before = _state(repo)
     tree = ws.snapshot("run1/1")
-    assert sh(repo, "diff", "--cached", "--stat") == index_before and sh(repo, "stash", "list") == stash_before
+    assert (
+        sh(repo, "diff", "--cached", "--stat") == index_before
+        and sh(repo, "stash", "list") == stash_before
+    )
     assert sh(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
     # the run changes everything: modify, delete, rename, create, and an ignored file appears
     ws.edit_file("app.py", "a - b", "a + b")
@@ -273,7 +334,9 @@ def fixer() -> Op[str]:
     return sha.output
 
 
-def test_checkpoints_snapshot_the_workspace_and_forks_restore_it(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoints_snapshot_the_workspace_and_forks_restore_it(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = MemoryJournal()
     first = run(fixer, workspace=repo, db=journal)
     assert first.status == "completed", first.describe()
@@ -300,7 +363,9 @@ def test_checkpoints_snapshot_the_workspace_and_forks_restore_it(repo: Path, cap
     assert (repo / "app.py").read_text() == "something else entirely\n"
 
 
-def test_a_workspace_without_git_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_workspace_without_git_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     assert run(fixer_checkpoint_only, workspace=plain, db=MemoryJournal()).status == "completed"
@@ -313,10 +378,16 @@ def fixer_checkpoint_only() -> Op[None]:
 
 
 def test_workspace_tools_reach_the_model_and_refusals_come_back_readable(repo: Path) -> None:
-    model = ScriptedModel([
-        Response(tool_calls=(ToolCall(id="1", name="read_file", arguments={"path": "../../etc/passwd"}),)),
-        Response(text="I cannot read that."),
-    ])  # fmt: skip
+    model = ScriptedModel(
+        [
+            Response(
+                tool_calls=(
+                    ToolCall(id="1", name="read_file", arguments={"path": "../../etc/passwd"}),
+                )
+            ),
+            Response(text="I cannot read that."),
+        ]
+    )
     from op import Message
     from programs.loop import tool_loop
 
@@ -327,12 +398,33 @@ def test_workspace_tools_reach_the_model_and_refusals_come_back_readable(repo: P
     result = run(program, model=model, workspace=repo, db=MemoryJournal())
     assert result.value.startswith("error: path '../../etc/passwd' is outside the workspace")
     names = [t.name for t in model.requests[0].tools]
-    assert {"read_file", "write_file", "edit_file", "list_files", "search", "delete_path", "run", "git_status"} <= set(names)
+    assert {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "search",
+        "delete_path",
+        "run",
+        "git_status",
+    } <= set(names)
 
 
-def test_cli_workspace_checkpoints_and_gc(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_workspace_checkpoints_and_gc(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = str(tmp_path / "runs.db")
-    code = main(["run", "tests.interpreters.tools.test_workspace:fixer", "--workspace", str(repo), "--db", db, "--quiet"])
+    code = main(
+        [
+            "run",
+            "tests.interpreters.tools.test_workspace:fixer",
+            "--workspace",
+            str(repo),
+            "--db",
+            db,
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     run_id = err.split("run ")[1].split()[0]
@@ -376,9 +468,15 @@ def test_gc_removes_finished_runs_only_keeps_what_forks_need_and_gives_space_bac
     assert "kept" in out and "other runs still need" in out
     kept = Workspace(repo).snapshots(f"{first.run_id}/")
     assert kept and set(kept.values()) <= set(before.values())
-    assert resume(fork.run_id, db=db, from_checkpoint="before-edit", program=fixer).status == "completed"
+    assert (
+        resume(fork.run_id, db=db, from_checkpoint="before-edit", program=fixer).status
+        == "completed"
+    )
     # space comes back: remove the big waiting run once it is answered and finished
-    assert resume(waiting.run_id, db=db, answer="me", model=ScriptedModel(["ok"])).status == "completed"
+    assert (
+        resume(waiting.run_id, db=db, answer="me", model=ScriptedModel(["ok"])).status
+        == "completed"
+    )
     size = Path(db).stat().st_size
     with sqlite3.connect(db) as raw:
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -23,7 +23,9 @@ def ws(tmp_path: Path) -> Workspace:
     return Workspace(root)
 
 
-def test_deleting_a_symlink_deletes_the_link_never_its_target(ws: Workspace, tmp_path: Path) -> None:
+def test_deleting_a_symlink_deletes_the_link_never_its_target(
+    ws: Workspace, tmp_path: Path
+) -> None:
     root = ws.root
     (root / "target.txt").write_text("keep me")
     (root / "link").symlink_to(root / "target.txt")

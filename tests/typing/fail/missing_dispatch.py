@@ -10,7 +10,17 @@ from op import Agent, Checkpoint, Emit, Infer, Now, Random, Sleep, Tool, Uuid
 class Forgetful(Handlers):
     async def perform(self, effect: RecordedEffect, call: Call) -> Any:
         match effect:
-            case Infer() | Tool() | Agent() | Emit() | Checkpoint() | Now() | Random() | Uuid() | Sleep():
+            case (
+                Infer()
+                | Tool()
+                | Agent()
+                | Emit()
+                | Checkpoint()
+                | Now()
+                | Random()
+                | Uuid()
+                | Sleep()
+            ):
                 return None
             case _:
                 assert_never(effect)
