@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from interpreters._durable import config_for
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
@@ -20,11 +20,13 @@ from interpreters.tools._workspace import Workspace
 from op import workspace_of
 from state import CRDTModel
 
+T = TypeVar("T")
+
 __all__ = ["arun", "run"]
 
 
 async def arun(
-    program: Callable[..., Any],
+    program: Callable[..., Generator[Any, Any, T]],
     *args: Any,
     model: str | Model | None = None,
     tools: Iterable[ToolLike] = (),
@@ -39,7 +41,7 @@ async def arun(
     kwargs: Mapping[str, Any] | None = None,
     tool_refs: list[str] | None = None,
     workspace: str | Path | Workspace | None = None,
-) -> RunResult:
+) -> RunResult[T]:
     """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
 
     ``workspace`` binds the workspace tools (files, search, commands, git) confined to that
@@ -80,7 +82,7 @@ async def arun(
 
 
 def run(
-    program: Callable[..., Any],
+    program: Callable[..., Generator[Any, Any, T]],
     *args: Any,
     model: str | Model | None = None,
     tools: Iterable[ToolLike] = (),
@@ -96,7 +98,7 @@ def run(
     tool_refs: list[str] | None = None,
     workspace: str | Path | Workspace | None = None,
     backend: str = "asyncio",
-) -> RunResult:
+) -> RunResult[T]:
     """:func:`arun` from synchronous code (``backend`` is ``"asyncio"`` or ``"trio"``).
 
     Example:

@@ -266,7 +266,7 @@ async def aresume(
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
     workspace: str | Workspace | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """Continue a run in place, or fork a new run from one of its checkpoints.
 
     In place: the program runs again from its start, fed from the journal, and goes on live
@@ -414,13 +414,13 @@ def _question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> st
     return pending[0].address
 
 
-def resume(run_id: str, **kwargs: Any) -> RunResult:
+def resume(run_id: str, **kwargs: Any) -> RunResult[Any]:
     """:func:`aresume` from synchronous code."""
 
     return blocking(functools.partial(aresume, run_id, **kwargs))
 
 
-async def aanswer(run_id: str, text: str, **kwargs: Any) -> RunResult:
+async def aanswer(run_id: str, text: str, **kwargs: Any) -> RunResult[Any]:
     """Answer a waiting run and continue it."""
     return await aresume(run_id, answer=text, **kwargs)
 
@@ -440,7 +440,7 @@ async def areplay(
     program: Callable[..., Any] | None = None,
     args: tuple[Any, ...] | None = None,
     kwargs: Mapping[str, Any] | None = None,
-) -> RunResult:
+) -> RunResult[Any]:
     """Run a recorded run against its journal only and check it ends the same, byte for byte.
 
     Nothing is written and nothing is performed. A program that no longer does what the
@@ -473,7 +473,7 @@ async def areplay(
     return result
 
 
-def _compare(record: RunRecord, result: RunResult, entries: list[Entry]) -> None:
+def _compare(record: RunRecord, result: RunResult[Any], entries: list[Entry]) -> None:
     last = nearest_checkpoint(entries, len(entries) + max((e.seq for e in entries), default=0) + 1)
 
     def fail(what: str, recorded: str | None, now: str | None) -> Divergence:
@@ -506,7 +506,7 @@ def _compare(record: RunRecord, result: RunResult, entries: list[Entry]) -> None
         raise fail("the final state differs", record.final_state_json, state_now)
 
 
-def replay(run_id: str, **kwargs: Any) -> RunResult:
+def replay(run_id: str, **kwargs: Any) -> RunResult[Any]:
     """:func:`areplay` from synchronous code."""
 
     return blocking(functools.partial(areplay, run_id, **kwargs))

@@ -6,9 +6,9 @@ import dataclasses
 import functools
 import random as _random
 import uuid as _uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from pathlib import Path
-from typing import Any, assert_never, final
+from typing import Any, TypeVar, assert_never, final
 
 from interpreters.agents._base import backends
 from interpreters.journal import Journal, RunRecord
@@ -46,6 +46,8 @@ from op import (
     Uuid,
 )
 from state import CRDTModel
+
+T = TypeVar("T")
 
 __all__ = ["AgentBackend", "Answer", "LiveHandlers", "LiveInterpreter", "as_workspace"]
 
@@ -245,13 +247,13 @@ class LiveInterpreter:
 
     async def run(
         self,
-        program: Callable[..., Any],
+        program: Callable[..., Generator[Any, Any, T]],
         *args: Any,
         state: CRDTModel | None = None,
         run_id: str | None = None,
         record: RunRecord | None = None,
         **kwargs: Any,
-    ) -> RunResult:
+    ) -> RunResult[T]:
         """Run ``program(*args, **kwargs)`` to its end (or until it waits)."""
         return await execute(
             program,
@@ -268,13 +270,13 @@ class LiveInterpreter:
 
     def run_sync(
         self,
-        program: Callable[..., Any],
+        program: Callable[..., Generator[Any, Any, T]],
         *args: Any,
         state: CRDTModel | None = None,
         run_id: str | None = None,
         backend: str = "asyncio",
         **kwargs: Any,
-    ) -> RunResult:
+    ) -> RunResult[T]:
         """:meth:`run` from synchronous code."""
         return blocking(
             functools.partial(self.run, program, *args, state=state, run_id=run_id, **kwargs),

@@ -38,7 +38,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, assert_never, cast, final
+from typing import Any, Generic, Literal, TypeVar, assert_never, cast, final
 
 import anyio
 from returns.result import Failure, Result, Success
@@ -122,6 +122,8 @@ RecordedEffect = LeafEffect
 """The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
 
 RunStatus = Literal["completed", "failed", "waiting", "cancelled"]
+
+T = TypeVar("T")
 
 _EFFECT_SET = frozenset(EFFECT_TYPES)
 
@@ -1037,8 +1039,9 @@ class Driver:
 
 @final
 @dataclass(frozen=True)
-class RunResult:
-    """How a run ended. ``value`` raises unless the run completed.
+class RunResult(Generic[T]):
+    """How a run ended. ``value`` (the program's result, typed as the program declares it)
+    raises unless the run completed.
 
     ``status`` is ``completed``, ``failed`` (``error`` and ``address`` say what and where),
     ``waiting`` (an ``ask`` has no answer yet) or ``cancelled``.
@@ -1055,9 +1058,9 @@ class RunResult:
     _value: Any = None
 
     @property
-    def value(self) -> Any:
+    def value(self) -> T:
         if self.status == "completed":
-            return self._value
+            return cast("T", self._value)
         if self.status == "failed":
             raise RunFailed(self.describe()) from self.error
         raise RunNotFinished(self.describe())
@@ -1100,7 +1103,7 @@ def start_program(
 
 
 async def execute(
-    program: Callable[..., Any],
+    program: Callable[..., Generator[Any, Any, T]],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     *,
@@ -1112,7 +1115,7 @@ async def execute(
     state: CRDTModel | None = None,
     log: ReplayLog | None = None,
     record: RunRecord | None = None,
-) -> RunResult:
+) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
     ``record``: the run as it will be journaled (its config, parent and fork point); when it

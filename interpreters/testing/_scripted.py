@@ -12,9 +12,9 @@ is the whole log so far, the effect that was not found, and the next expected on
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 from interpreters.journal._base import Journal
 from interpreters.runtime._clock import Clock, VirtualClock
@@ -30,6 +30,8 @@ from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._sync import blocking
 from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel
+
+T = TypeVar("T")
 
 __all__ = ["ANY", "Expect", "ScriptMismatch", "ScriptedInterpreter", "expect"]
 
@@ -201,8 +203,12 @@ class ScriptedInterpreter:
         self.clock = clock
 
     async def arun(
-        self, program: Callable[..., Any], *args: Any, state: CRDTModel | None = None, **kwargs: Any
-    ) -> RunResult:
+        self,
+        program: Callable[..., Generator[Any, Any, T]],
+        *args: Any,
+        state: CRDTModel | None = None,
+        **kwargs: Any,
+    ) -> RunResult[T]:
         handlers = _ScriptedHandlers(self.script)
         result = await execute(
             program,
@@ -224,6 +230,10 @@ class ScriptedInterpreter:
         return result
 
     def run(
-        self, program: Callable[..., Any], *args: Any, state: CRDTModel | None = None, **kwargs: Any
-    ) -> RunResult:
+        self,
+        program: Callable[..., Generator[Any, Any, T]],
+        *args: Any,
+        state: CRDTModel | None = None,
+        **kwargs: Any,
+    ) -> RunResult[T]:
         return blocking(functools.partial(self.arun, program, *args, state=state, **kwargs))

@@ -75,7 +75,7 @@ class Cassette:
         tools: Iterable[ToolLike] = (),
         state: CRDTModel | None = None,
         **kwargs: Any,
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         path = self.path(name)
         if path.exists() and not self.record:
             journal = MemoryJournal()

@@ -4,6 +4,7 @@ is dry-run; the results agree where the semantics say they must."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from interpreters.runtime._driver import RunResult
 from tests.conformance.programs import AGENTS, CASES, TOOLS, Case, model
 
 
-def _live(case: Case, journal: MemoryJournal) -> RunResult:
+def _live(case: Case, journal: MemoryJournal) -> RunResult[Any]:
     return run(
         case.program,
         *case.args,
@@ -27,7 +28,7 @@ def _live(case: Case, journal: MemoryJournal) -> RunResult:
     )
 
 
-def _same(a: RunResult, b: RunResult) -> None:
+def _same(a: RunResult[Any], b: RunResult[Any]) -> None:
     assert a.status == b.status
     if a.status == "completed":
         assert json.dumps(a.value, sort_keys=True, default=str) == json.dumps(

@@ -168,14 +168,12 @@ def test_failing_tools_are_values_the_program_can_read() -> None:
 
     results = run(program, tools=[echo, boom]).value
     assert [r.ok for r in results] == [False] * 5
+    errors = [r.error or "" for r in results]
     assert results[0].error == "tool 'boom' raised ValueError: cannot fly"
-    assert (
-        "invalid arguments for tool 'echo': text: Input should be a valid string"
-        in results[1].error
-    )
-    assert "text: Field required" in results[2].error
+    assert "invalid arguments for tool 'echo': text: Input should be a valid string" in errors[1]
+    assert "text: Field required" in errors[2]
     assert results[3].error == "no tool named 'missing'; available: boom, echo"
-    assert "extra: Extra inputs are not permitted" in results[4].error
+    assert "extra: Extra inputs are not permitted" in errors[4]
 
 
 def test_async_tools_and_structured_outputs() -> None:
@@ -580,7 +578,7 @@ def test_async_function_is_not_a_program() -> None:
         return None
 
     with pytest.raises(NotAProgram, match="is an async function"):
-        run(program)
+        run(program)  # type: ignore[arg-type]  # the wrong input under test
 
 
 def test_started_generator_is_not_a_program() -> None:

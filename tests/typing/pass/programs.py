@@ -61,3 +61,14 @@ def program(task: str) -> Op[tuple[int, str]]:
     assert_type(answer, str)
     words = limited.value_or(0)
     return words, answer
+
+
+def run_keeps_the_result_type() -> str:
+    from interpreters import MemoryJournal, ScriptedModel, run
+
+    def hello() -> Op[str]:
+        reply = yield from infer("hello")
+        return reply.text
+
+    text: str = run(hello, model=ScriptedModel(["hi"]), db=MemoryJournal()).value
+    return text
