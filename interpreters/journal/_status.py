@@ -21,6 +21,7 @@ from typing import Literal, get_args
 __all__ = [
     "BEGIN_FROM",
     "ENTRY_STATUSES",
+    "EndStatus",
     "FINISH_FROM",
     "FINISHED",
     "REMOVABLE",
@@ -35,9 +36,11 @@ __all__ = [
 ]
 
 EntryStatus = Literal["started", "completed", "failed", "cancelled"]
-RunStatus = Literal["running", "completed", "failed", "waiting", "cancelled"]
+EndStatus = Literal["completed", "failed", "waiting", "cancelled"]
+"""How a run ends (the statuses a run goes to from ``running``)."""
+RunStatus = Literal["running", EndStatus]
 ENTRY_STATUSES: frozenset[str] = frozenset(get_args(EntryStatus))
-RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
+RUN_STATUSES: frozenset[str] = frozenset({"running", *get_args(EndStatus)})
 
 #: an entry may be begun (again) from these: never yet, or left unfinished by a crash or a stop
 BEGIN_FROM: frozenset[str] = frozenset({"started", "cancelled"})

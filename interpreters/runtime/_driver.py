@@ -44,7 +44,7 @@ import anyio
 from returns.result import Failure, Result, Success
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
-from interpreters.journal._status import FINISHED
+from interpreters.journal._status import FINISHED, EndStatus
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
 from interpreters.runtime._redact import Redactor
@@ -120,8 +120,6 @@ __all__ = [
 
 RecordedEffect = LeafEffect
 """The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
-
-RunStatus = Literal["completed", "failed", "waiting", "cancelled"]
 
 T = TypeVar("T")
 
@@ -289,7 +287,7 @@ class Frame:
     replica: Replica
     scopes: tuple[_Scope, ...] = ()
     #: the innermost enclosing scope whose record is finished (replaying), if any
-    recorded: Entry | None = None
+    finished_scope: Entry | None = None
     gen: Generator[Any, Any, Any] | None = None
     #: inside a ``timeout`` scope
     deadline: bool = False
@@ -585,13 +583,13 @@ class Driver:
             return None
         entry = log.entries.get(address)
         if entry is None:
-            if _is_failure(frame.recorded):
+            if _is_failure(frame.finished_scope):
                 raise _ReplayStop()
-            if frame.recorded is not None:
+            if frame.finished_scope is not None:
                 raise self._diverged(
                     frame,
                     address,
-                    f"the record finished the scope at {frame.recorded.address} without this effect",
+                    f"the record finished the scope at {frame.finished_scope.address} without this effect",
                     None,
                     dump_jsonable(self._payload(effect, address)),
                 )
@@ -635,7 +633,7 @@ class Driver:
         if entry.status == "failed":
             raise decode_error(entry.error_json)
         # cancelled: a timeout or budget cut it off, or a par sibling's failure did
-        if _is_failure(frame.recorded):
+        if _is_failure(frame.finished_scope):
             raise _ReplayStop()
         await anyio.sleep_forever()
 
@@ -663,7 +661,7 @@ class Driver:
                 reopen = (
                     entry.status == "cancelled"
                     and not self.log.strict
-                    and not _is_failure(frame.recorded)
+                    and not _is_failure(frame.finished_scope)
                 )
                 if entry.status != "started" and not reopen:
                     return await self._replayed(effect, address, frame, entry)
@@ -769,7 +767,7 @@ class Driver:
                 entry.status == "cancelled"
                 and self.log is not None
                 and not self.log.strict
-                and not _is_failure(frame.recorded)
+                and not _is_failure(frame.finished_scope)
             )
         )
         t0 = self._begin(effect, address) if live else 0.0
@@ -845,12 +843,12 @@ class Driver:
                 return scope.exhausted("seconds", self.clock.monotonic())
             return TimedOut(seconds=seconds or 0.0)
 
-        done = entry if entry is not None and entry.status == "completed" else frame.recorded
+        done = entry if entry is not None and entry.status == "completed" else frame.finished_scope
         child = Frame(
             prefix=address,
             replica=frame.replica,
             scopes=frame.scopes if scope is None else (*frame.scopes, scope),
-            recorded=done,
+            finished_scope=done,
             deadline=frame.deadline or isinstance(effect, Timeout),
         )
         outcome: Result[Any, Any]
@@ -891,7 +889,7 @@ class Driver:
 
     async def _par(self, effect: Par, address: str, frame: Frame) -> tuple[Any, ...]:
         entry, live, t0 = self._open_scope(effect, address, frame)
-        done = entry if entry is not None and entry.status == "completed" else frame.recorded
+        done = entry if entry is not None and entry.status == "completed" else frame.finished_scope
         parent = frame.replica
         base = parent.state
         replicas = [
@@ -908,7 +906,7 @@ class Driver:
                     prefix=f"{address}.{i + 1}",
                     replica=replicas[i],
                     scopes=frame.scopes,
-                    recorded=done,
+                    finished_scope=done,
                     deadline=frame.deadline,
                 )
                 results[i] = await self.drive(effect.bodies[i], child)
@@ -1049,7 +1047,7 @@ class RunResult(Generic[T]):
 
     run_id: str
     program: str
-    status: RunStatus
+    status: EndStatus
     state: CRDTModel | None
     journal: Journal | None
     error: BaseException | None = None
@@ -1184,7 +1182,7 @@ async def execute(
             )
         )
     root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
-    status: RunStatus = "failed"
+    status: EndStatus = "failed"
     value: Any = None
     error: BaseException | None = None
     address: str | None = None
