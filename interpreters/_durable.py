@@ -71,6 +71,7 @@ __all__ = [
     "aresume",
     "config_for",
     "dry_run",
+    "checkpoint_labels",
     "find_checkpoint",
     "load_object",
     "load_program",
@@ -200,29 +201,35 @@ def _initial_state(record: RunRecord, config: Mapping[str, Any]) -> CRDTModel | 
     return cls.model_validate_json(record.state_json)
 
 
+def checkpoint_labels(entries: list[Entry]) -> list[tuple[str, Entry]]:
+    """Every completed checkpoint with the label that names it: ``NAME``, then ``NAME#2``, ...
+    for the times a name was reached again (what ``--from`` takes)."""
+    seen: dict[str, int] = {}
+    out = []
+    for e in entries:
+        if e.kind == "checkpoint" and e.status == "completed":
+            name = str(json.loads(e.effect_json).get("name"))
+            seen[name] = seen.get(name, 0) + 1
+            out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", e))
+    return out
+
+
 def find_checkpoint(entries: list[Entry], name: str) -> Entry:
     """The checkpoint ``name`` (``name#k``: the k-th time it was reached, from 1)."""
     base, _, nth = name.partition("#")
     if nth and not (nth.isdigit() and int(nth) >= 1):
         raise OpdslError(f"checkpoint {name!r}: after '#' comes a count from 1, like {base}#2")
-    hits = [
-        e
-        for e in entries
-        if e.kind == "checkpoint"
-        and e.status == "completed"
-        and json.loads(e.effect_json).get("name") == base
-    ]
-    k = int(nth) if nth else 1
-    if len(hits) < k:
-        known = sorted(
-            {json.loads(e.effect_json).get("name") for e in entries if e.kind == "checkpoint"}
-        )
-        reached = f"reached {len(hits)} time(s)" if hits else "never reached"
+    labels = dict(checkpoint_labels(entries))
+    found = labels.get(base if nth in ("", "1") else f"{base}#{nth}")
+    if found is None:
+        hits = sum(1 for label in labels if label.partition("#")[0] == base)
+        known = sorted({label.partition("#")[0] for label in labels})
+        reached = f"reached {hits} time(s)" if hits else "never reached"
         raise OpdslError(
             f"checkpoint {name!r} not found in run {entries[0].run_id if entries else '?'}: {base!r} was "
             f"{reached}; checkpoints: {', '.join(known) or 'none'}"
         )
-    return hits[k - 1]
+    return found
 
 
 def _fork_prefix(entries: list[Entry], cp: Entry, new_run: str) -> list[Entry]:

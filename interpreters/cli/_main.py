@@ -282,32 +282,28 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def cmd_checkpoints(a: argparse.Namespace) -> int:
     from interpreters import open_journal
+    from interpreters._durable import checkpoint_labels
 
     journal = open_journal(a.db, read_only=True)
-    seen: dict[str, int] = {}
     rows = []
     found: list[dict[str, Any]] = []
-    for e in journal.entries(a.run):
-        if e.kind == "checkpoint":
-            name = json.loads(e.effect_json)["name"]
-            seen[name] = seen.get(name, 0) + 1
-            label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-            world = json.loads(e.result_json or "{}").get("world") or {}
-            files = (
-                f"  files: tree {world['tree'][:12]} in {world['workspace']}"
-                if world.get("tree")
-                else ""
-            )
-            rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
-            found.append(
-                {
-                    "address": e.address,
-                    "name": label,
-                    "status": e.status,
-                    "tree": world.get("tree"),
-                    "workspace": world.get("workspace"),
-                }
-            )
+    for label, e in checkpoint_labels(journal.entries(a.run)):
+        world = json.loads(e.result_json or "{}").get("world") or {}
+        files = (
+            f"  files: tree {world['tree'][:12]} in {world['workspace']}"
+            if world.get("tree")
+            else ""
+        )
+        rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
+        found.append(
+            {
+                "address": e.address,
+                "name": label,
+                "status": e.status,
+                "tree": world.get("tree"),
+                "workspace": world.get("workspace"),
+            }
+        )
     if a.json:
         _print_json(found)
         return 0

@@ -312,6 +312,13 @@ def program_name(program: object) -> str:
     return f"{module}:{qual}"
 
 
+def _charge(frame: Frame, effect: AnyEffect, usage: Usage | None) -> None:
+    """The one place budgets are charged: every enclosing ``limit`` of the frame, whether the
+    effect ran now or its outcome came from the record."""
+    for scope in frame.scopes:
+        scope.charge(effect, usage)
+
+
 def _mark(exc: BaseException, address: str) -> None:
     """Remember the address where an exception first left a program."""
     if getattr(exc, "opdsl_address", None) is None:
@@ -626,9 +633,9 @@ class Driver:
                     world = json.loads(entry.result_json or "{}").get("world")
                     if world is not None:
                         await self.handlers.restore(world)
-            usage = Usage.model_validate_json(entry.usage_json) if entry.usage_json else None
-            for scope in frame.scopes:
-                scope.charge(effect, usage)
+            if frame.scopes:
+                usage = Usage.model_validate_json(entry.usage_json) if entry.usage_json else None
+                _charge(frame, effect, usage)
             return decode_result(effect, entry.result_json)
         if entry.status == "failed":
             raise decode_error(entry.error_json)
@@ -683,9 +690,7 @@ class Driver:
                 effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline)
             )
             if frame.scopes:
-                usage = usage_of(result)
-                for scope in frame.scopes:
-                    scope.charge(effect, usage)
+                _charge(frame, effect, usage_of(result))
             return result
         t0 = self._begin(effect, address)
         try:
@@ -710,8 +715,8 @@ class Driver:
             self._end(effect, address, t0, exc=exc)
             raise
         usage = usage_of(result)
-        for scope in frame.scopes:
-            scope.charge(effect, usage)
+        if frame.scopes:
+            _charge(frame, effect, usage)
         result_json = None
         recorded = result
         if isinstance(effect, Checkpoint):
