@@ -40,10 +40,6 @@ def delegate(prompt: str, options: dict[str, Any]) -> Op[Any]:
 
 
 def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
-    home = (
-        ROOT / ".cli" / "home"
-    )  # codex refuses some setup under /tmp; keep its home in the project
-    home.mkdir(parents=True, exist_ok=True)
     work = tmp_path / "work"
     work.mkdir()
     with ScriptedServer(
@@ -53,18 +49,7 @@ def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
         ]
         + [responses("x")] * 3
     ) as srv:
-        backend = CodexBackend(
-            executable=str(CODEX),
-            timeout=120,
-            idle_timeout=60,
-            env={"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k"},
-            extra_args=[
-                "-c",
-                'model_provider="local"',
-                "-c",
-                f'model_providers.local={{name="local", base_url="{srv.url}/v1", wire_api="responses", env_key="LOCAL_KEY"}}',
-            ],
-        )
+        backend = _backend(srv.url)
         rec = Recorder()
         result = run(
             delegate,
@@ -85,7 +70,10 @@ def test_a_real_codex_turn_whose_command_really_runs(tmp_path: Path) -> None:
 
 
 def _backend(srv_url: str, **kw: Any) -> CodexBackend:
-    home = ROOT / ".cli" / "home"
+    """The real codex, told to use the Responses API server at ``srv_url``."""
+    home = (
+        ROOT / ".cli" / "home"
+    )  # codex refuses some setup under /tmp; keep its home in the project
     home.mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "CODEX_HOME": str(home), "LOCAL_KEY": "k", **kw.pop("env", {})}
     return CodexBackend(
