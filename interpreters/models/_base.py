@@ -10,9 +10,9 @@ import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, final, runtime_checkable
+from typing import Protocol, TypeAlias, final, runtime_checkable
 
-from interpreters.runtime._clock import Clock
+from interpreters.runtime._driver import Call
 from op import ModelError, ModelRequest, Response
 
 __all__ = [
@@ -27,23 +27,10 @@ __all__ = [
 ]
 
 
-class CallInfo(Protocol):
-    """What a handler knows about the effect it performs."""
-
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def address(self) -> str: ...
-    @property
-    def idempotency_key(self) -> str: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def off_loop(
-        self,
-    ) -> bool: ...  # a blocking (sync) tool runs in a worker thread (inside a timeout)
-    def token(self, text: str) -> None:
-        """Report streamed model text (it reaches the sinks as ``TokenDelta``)."""
+CallInfo: TypeAlias = Call
+"""What a handler knows about the effect it performs: the driver's :class:`Call` (run id,
+address, idempotency key, clock, token reporting). A tool parameter annotated ``CallInfo``
+receives it."""
 
 
 @runtime_checkable

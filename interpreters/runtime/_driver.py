@@ -146,7 +146,7 @@ class _BudgetStop(BaseException):
 @final
 @dataclass(slots=True)
 class Call:
-    """What a handler knows about the effect it performs (see ``CallInfo``)."""
+    """What a handler knows about the effect it performs (``CallInfo`` is its public name)."""
 
     run_id: str
     address: str
