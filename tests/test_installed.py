@@ -162,3 +162,24 @@ def test_a_users_own_tests_with_the_plugin_and_opdsl_new(
     project = tmp_path / "my-agent"
     sh("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, env=env)
     sh("python", "-m", "mypy", "--strict", "my_agent", "tests", cwd=project, env=env)
+
+
+def _extras() -> list[str]:
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get(
+        "optional-dependencies", {}
+    )
+    return sorted(name for name in declared if name != "test")
+
+
+@pytest.mark.parametrize("extra", _extras())
+def test_each_extra_installs_on_its_own(
+    extra: str, dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # every optional extra (opdsl[temporal], opdsl[otel], ...) in a fresh virtualenv of its own;
+    # an empty list until one is declared, and then each is tried once here
+    home = tmp_path_factory.mktemp(f"extra-{extra}")
+    sh(sys.executable, "-m", "venv", home / "venv", cwd=home)
+    sh(home / "venv" / "bin" / "pip", "install", "-q", f"{dists[0]}[{extra}]", cwd=home)
+    sh(home / "venv" / "bin" / "opdsl", "--version", cwd=home)
