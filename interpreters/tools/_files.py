@@ -1,0 +1,249 @@
+"""The workspace's file tools: read, write, edit, list, search, delete."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shutil
+import stat
+import time
+from contextlib import suppress
+from pathlib import Path
+
+import regex
+
+from interpreters.tools._git import _Git
+from interpreters.tools._paths import (
+    FORBIDDEN,
+    WorkspaceError,
+    _fail,
+)
+from op import ToolResult
+
+__all__ = ["_Files"]
+
+
+class _Files(_Git):
+    # -- file tools -----------------------------------------------------------------------
+
+    def read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
+        """Read a text file, or lines start_line..end_line of it (1-based, inclusive)."""
+        try:
+            real = self.resolve(path)
+            if real.is_dir():
+                return _fail(f"{path} is a directory; use list_files")
+            fd = self.open(real, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+        except (WorkspaceError, FileNotFoundError) as exc:
+            return _fail(str(exc) if isinstance(exc, WorkspaceError) else f"{path} does not exist")
+        except OSError as exc:  # a socket cannot be opened at all
+            return _fail(f"{path} is not a regular file; it cannot be read ({exc.strerror})")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+            )
+            return _fail(f"{path} is {kind}, not a regular file; it cannot be read")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            whole = start_line == 1 and end_line is None
+            if whole and size > self.max_read:
+                return _fail(
+                    f"{path} is {size:,} bytes, more than {self.max_read:,}; read a line range"
+                )
+            data = f.read(self.max_read * 4 if not whole else self.max_read + 1)
+        if b"\x00" in data[:8192]:
+            return _fail(f"{path} is a binary file; it cannot be read as text")
+        text = data.decode("utf-8", "replace")
+        lines = text.splitlines(keepends=True)
+        if start_line < 1 or (end_line is not None and end_line < start_line):
+            return _fail(f"bad line range {start_line}..{end_line}; lines count from 1")
+        chosen = lines[start_line - 1 : end_line]
+        if not chosen and lines:
+            return _fail(f"{path} has {len(lines)} lines; line {start_line} is past its end")
+        return ToolResult(output="".join(chosen))
+
+    def write_file(self, path: str, content: str) -> ToolResult:
+        """Write a whole file (created with its folders if missing)."""
+        try:
+            real = self.resolve(path, write=True)
+            if real.is_dir():
+                return _fail(f"{path} is a directory")
+            self._check_hard_links(real)
+            fd = self.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content)
+        return ToolResult(output=f"wrote {len(content)} characters to {self.relative(real)}")
+
+    def edit_file(self, path: str, old: str, new: str) -> ToolResult:
+        """Replace the one exact occurrence of ``old`` with ``new``."""
+        if not old:
+            return _fail("old must not be empty")
+        current = self.read_file(path)
+        if not current.ok:
+            return current
+        text = current.output
+        count = text.count(old)
+        if count == 0:
+            return _fail(
+                f"{path}: the text to replace was not found; read the file and copy it exactly"
+            )
+        if count > 1:
+            starts = [m.start() for m in re.finditer(re.escape(old), text)]
+            lines = [text.count("\n", 0, s) + 1 for s in starts]
+            return _fail(
+                f"{path}: the text to replace occurs {count} times (lines {', '.join(map(str, lines))}); include more context so it occurs once"
+            )
+        return self.write_file(path, text.replace(old, new, 1))
+
+    def list_files(self, path: str = ".", pattern: str | None = None) -> ToolResult:
+        """List files under ``path`` (respecting .gitignore), optionally matching a glob."""
+        try:
+            base = self.relative(self.resolve(path))
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        files = [f for f in self.files() if base == "." or f == base or f.startswith(base + "/")]
+        if pattern:
+            files = [
+                f
+                for f in files
+                if fnmatch.fnmatch(f, pattern) or fnmatch.fnmatch(f.rsplit("/", 1)[-1], pattern)
+            ]
+        return ToolResult(output="\n".join(files) if files else "(no files)")
+
+    def files(self) -> list[str]:
+        """Every file of the workspace that git would not ignore, sorted."""
+        repo = self.repo()
+        if repo is not None:
+            out = repo.git.ls_files("--cached", "--others", "--exclude-standard", "-z")
+            names = sorted({n for n in out.split("\x00") if n and (self.root / n).exists()})
+            return [n for n in names if not any(p in FORBIDDEN for p in n.split("/"))]
+        result = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d not in FORBIDDEN)
+            for name in filenames:
+                result.append((Path(dirpath) / name).relative_to(self.root).as_posix())
+        return sorted(result)
+
+    def search(
+        self, pattern: str, path: str = ".", glob: str | None = None, max_results: int = 100
+    ) -> ToolResult:
+        """Search text files for a regular expression; answers file:line: text."""
+        try:
+            rx = regex.compile(pattern)
+        except regex.error as exc:
+            return _fail(f"bad regular expression {pattern!r}: {exc}")
+        deadline = time.monotonic() + self.search_seconds
+        listing = self.list_files(path, glob)
+        if not listing.ok:
+            return listing
+        hits: list[str] = []
+        for name in listing.output.splitlines():
+            if name == "(no files)":
+                break
+            read = self.read_file(name)
+            if not read.ok:
+                continue
+            for i, line in enumerate(read.output.splitlines(), start=1):
+                try:
+                    # a backtracking pattern cannot hang the run: the search has a time bound
+                    found = rx.search(line, timeout=max(0.001, deadline - time.monotonic()))
+                except TimeoutError:
+                    return _fail(
+                        f"the regular expression {pattern[:80]!r} took longer than {self.search_seconds:g}s "
+                        f"(stopped in {name}, line {i}); use a simpler pattern"
+                    )
+                if found:
+                    hits.append(f"{name}:{i}: {line[:200]}")
+                    if len(hits) >= max_results:
+                        return ToolResult(
+                            output="\n".join(hits) + f"\n(stopped at {max_results} matches)"
+                        )
+        return ToolResult(output="\n".join(hits) if hits else "(no matches)")
+
+    def delete_path(self, path: str) -> ToolResult:
+        """Delete a file or a folder (a symlink: the link, never what it points to)."""
+        try:
+            if not isinstance(path, str) or not path.strip("/"):
+                raise WorkspaceError("a path is needed")
+            head, _, name = path.rstrip("/").rpartition("/")
+            if name in (".", ".."):
+                real = self.resolve(path, write=True)
+            else:
+                # the entry itself, in its real folder: a symlink is removed, not followed
+                real = self.resolve(head or ("/" if path.startswith("/") else ".")) / name
+                if os.path.islink(real):
+                    self._check_name(real)
+                else:
+                    real = self.resolve(self.relative(real), write=True)
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        if real == self.root:
+            return _fail("refusing to delete the workspace root")
+        rel = self.relative(real)
+        st = os.lstat(real) if os.path.lexists(real) else None
+        if st is None:
+            return _fail(f"{path} does not exist")
+        if stat.S_ISLNK(st.st_mode):
+            real.unlink()
+            return ToolResult(output=f"deleted the link {rel} (not what it points to)")
+        locked = [f for f in self._all_files(real) if self.is_locked(f)]
+        try:
+            self._check_hard_links(real)
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        if locked:
+            return _fail(f"{rel} holds locked files: {', '.join(locked[:5])}")
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(real)
+        else:
+            real.unlink()
+        return ToolResult(output=f"deleted {rel}")
+
+    def _check_name(self, real: Path) -> None:
+        """A symlink about to be removed: its own name must be allowed and not locked."""
+        rel = real.relative_to(self.root)
+        if any(p in FORBIDDEN for p in rel.parts):
+            raise WorkspaceError(f"{rel.as_posix()} is inside a folder tools may not touch")
+        if self.is_locked(rel.as_posix()):
+            raise WorkspaceError(
+                f"{rel.as_posix()} is locked: the program does not allow changing it"
+            )
+
+    def _all_files(self, real: Path) -> list[str]:
+        """Every file at or under ``real``, git-ignored ones included, relative to the root."""
+        if not real.is_dir() or real.is_symlink():
+            return [self.relative(real)]
+        out = []
+        for dirpath, _dirs, names in os.walk(real):
+            out += [self.relative(Path(dirpath) / n) for n in names]
+        return out
+
+    def _check_hard_links(self, real: Path) -> None:
+        """Refuse to change a file (or a folder's file) that is a hard link to a locked file."""
+        if not self.locked:
+            return
+        linked = set()
+        for rel in self._all_files(real):
+            with suppress(OSError):
+                st = os.lstat(self.root / rel)
+                if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                    linked.add((st.st_dev, st.st_ino))
+        if not linked:
+            return
+        for rel in self._all_files(self.root):
+            if self.is_locked(rel) and not any(p in FORBIDDEN for p in rel.split("/")):
+                with suppress(OSError):
+                    st = os.lstat(self.root / rel)
+                    if (st.st_dev, st.st_ino) in linked:
+                        raise WorkspaceError(
+                            f"{self.relative(real)} is a hard link to the locked file {rel}"
+                        )

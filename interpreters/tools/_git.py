@@ -1,0 +1,132 @@
+"""The workspace's git tools (through gitpython, never a shell string)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import git
+
+from interpreters.tools._paths import (
+    WorkspaceError,
+    _fail,
+    _Paths,
+)
+from op import ToolResult
+
+__all__ = ["_Git"]
+
+
+class _Git(_Paths):
+    # -- git --------------------------------------------------------------------------------
+
+    def repo(self) -> git.Repo | None:
+        try:
+            repo = git.Repo(self.root)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            return None
+        if Path(repo.working_tree_dir or "").resolve() != self.root:
+            return None
+        return repo
+
+    def _need_repo(self) -> git.Repo:
+        repo = self.repo()
+        if repo is None:
+            raise WorkspaceError(f"{self.root} is not the root of a git repository")
+        return repo
+
+    def git_status(self) -> ToolResult:
+        """The git status of the workspace (short form)."""
+        try:
+            return ToolResult(
+                output=self._need_repo().git.status("--short", "--branch") or "(clean)"
+            )
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(str(exc))
+
+    def git_diff(self, staged: bool = False, path: str | None = None) -> ToolResult:
+        """The diff of the working tree (or of what is staged)."""
+        try:
+            repo = self._need_repo()
+            args = ["--cached"] if staged else []
+            if path:
+                args += ["--", self.relative(self.resolve(path))]
+            return ToolResult(output=self._cap(repo.git.diff(*args)) or "(no changes)")
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(str(exc))
+
+    def git_log(self, n: int = 10) -> ToolResult:
+        """The last commits, one a line."""
+        try:
+            repo = self._need_repo()
+            if not repo.head.is_valid():
+                return ToolResult(output="(no commits yet)")
+            return ToolResult(output=repo.git.log(f"-{max(1, min(n, 200))}", "--oneline"))
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(str(exc))
+
+    def git_add(self, paths: list[str] | None = None) -> ToolResult:
+        """Stage files (all changes when no paths are given)."""
+        try:
+            repo = self._need_repo()
+            if paths:
+                rels = [self.relative(self.resolve(p)) for p in paths]
+                repo.git.add("--", *rels)
+            else:
+                repo.git.add("-A")
+            return ToolResult(output=repo.git.status("--short") or "(nothing to stage)")
+        except (WorkspaceError, git.GitCommandError) as exc:
+            return _fail(str(exc))
+
+    def git_commit(self, message: str) -> ToolResult:
+        """Commit what is staged with ``message`` exactly as given; hooks off, unsigned."""
+        if not message.strip():
+            return _fail("a commit message is needed")
+        try:
+            repo = self._need_repo()
+            name, email = self.author
+            env = {
+                "GIT_AUTHOR_NAME": name,
+                "GIT_AUTHOR_EMAIL": email,
+                "GIT_COMMITTER_NAME": name,
+                "GIT_COMMITTER_EMAIL": email,
+            }
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", delete=False, suffix=".msg"
+            ) as f:
+                f.write(message)
+            try:
+                # -c options go before the subcommand: hooks off (whatever the repository's
+                # config says), never signed
+                git_ = repo.git(c=["core.hooksPath=/dev/null", "commit.gpgsign=false"])
+                git_.commit(
+                    "--file", f.name, "--cleanup=verbatim", "--no-verify", "--no-gpg-sign", env=env
+                )
+            finally:
+                os.unlink(f.name)
+            return ToolResult(output=repo.head.commit.hexsha)
+        except git.GitCommandError as exc:
+            return ToolResult.failure(
+                f"commit failed: {(exc.stderr or exc.stdout or str(exc)).strip()[:500]}"
+            )
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+
+    def current_branch(self) -> ToolResult:
+        """The checked-out branch (or the commit, when detached)."""
+        try:
+            repo = self._need_repo()
+            if repo.head.is_detached:
+                return ToolResult(output=repo.head.commit.hexsha)
+            return ToolResult(output=repo.active_branch.name)
+        except (WorkspaceError, TypeError) as exc:
+            return _fail(str(exc))
+
+    def _cap(self, text: str) -> str:
+        if len(text) > self.max_output:
+            return (
+                text[: self.max_output]
+                + f"\n[output cut: {len(text) - self.max_output:,} more characters]"
+            )
+        return text

@@ -1,0 +1,207 @@
+"""A workspace: a directory the model's tools are confined to, with git through gitpython.
+
+Confinement rules (every tool goes through :meth:`Workspace.resolve` and :meth:`Workspace.open`):
+
+- a path is relative to the root, or absolute inside it; ``..`` and absolute paths that land
+  outside are refused, and so are NUL bytes, components over 255 bytes and paths over 4096;
+- ``.git`` and ``.opdsl`` are untouchable, and files the program locked cannot be written,
+  edited or deleted;
+- symlinks are resolved and must stay inside the root; files are then opened component by
+  component from the root with ``O_NOFOLLOW``, so a symlink swapped in after the check makes
+  the open fail instead of escaping;
+- ``delete_path`` never deletes the root.
+
+A refused call is a ``ToolResult`` error the model can read, and nothing is touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from interpreters.runtime._redact import SECRET_MARKERS
+from op import ToolResult
+
+__all__ = [
+    "DEFAULT_ALLOW",
+    "FORBIDDEN",
+    "PASS_ENV",
+    "SECRET_MARKERS",
+    "WorkspaceError",
+    "_Paths",
+    "_fail",
+    "say_once",
+]
+
+FORBIDDEN = (".git", ".opdsl")
+PASS_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "SHELL",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "NODE_PATH",
+    "NO_COLOR",
+)
+"""The variables a command gets from opdsl's environment (secret-looking names never)."""
+DEFAULT_ALLOW = (
+    "python",
+    "python3",
+    "pytest",
+    "ruff",
+    "mypy",
+    "make",
+    "npm",
+    "node",
+    "ls",
+    "cat",
+    "echo",
+    "true",
+    "false",
+    "git",
+)
+
+
+_SAID: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """One line on stderr, once a process."""
+    if line not in _SAID:
+        _SAID.add(line)
+        sys.stderr.write(line + "\n")
+
+
+class WorkspaceError(Exception):
+    """A tool call the workspace refuses; the message is for the model."""
+
+
+def _fail(message: str) -> ToolResult:
+    return ToolResult.failure(message)
+
+
+class _Paths:
+    """The workspace's settings and its path rules (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        allow: Sequence[str] = DEFAULT_ALLOW,
+        shell: bool = False,
+        locked: Iterable[str] = (),
+        secret_names: Iterable[str] = (),
+        max_output: int = 30_000,
+        max_read: int = 1_000_000,
+        timeout: float = 120.0,
+        idle_timeout: float = 60.0,
+        grace: float = 2.0,
+        author: tuple[str, str] = ("opdsl", "opdsl@localhost"),
+        confine: bool | None = None,
+        network: bool = False,
+        pass_env: Iterable[str] = PASS_ENV,
+    ) -> None:
+        path = Path(root)
+        if not path.is_dir():
+            raise WorkspaceError(f"workspace {root} is not a directory")
+        self.root = path.resolve()
+        self.allow = tuple(allow)
+        self.shell = shell
+        self.locked = set(locked)
+        self.secret_names = tuple(secret_names)
+        self.max_output = max_output
+        self.max_read = max_read
+        self.timeout = timeout
+        self.idle_timeout = idle_timeout
+        self.grace = grace
+        self.author = author
+        #: commands run inside bubblewrap; False (or $OPDSL_UNCONFINED=1) runs them with the
+        #: allowlist alone where bubblewrap cannot run, and says they are not confined
+        self.confine = confine if confine is not None else os.environ.get("OPDSL_UNCONFINED") != "1"
+        self.network = network
+        self.pass_env = frozenset(pass_env)
+        #: the time one search may take, whatever its pattern
+        self.search_seconds = 5.0
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def resolve(self, path: str, *, write: bool = False) -> Path:
+        """The real path of ``path`` inside the root, or :class:`WorkspaceError`."""
+        if not isinstance(path, str) or not path:
+            raise WorkspaceError("a path is needed")
+        if "\x00" in path:
+            raise WorkspaceError(f"path {path!r} contains a NUL byte")
+        if len(path.encode()) > 4096 or any(len(p.encode()) > 255 for p in path.split("/")):
+            raise WorkspaceError(f"path {path[:60]!r}... is too long")
+        candidate = Path(path) if os.path.isabs(path) else self.root / path
+        real = Path(os.path.realpath(candidate))
+        try:
+            rel = real.relative_to(self.root)
+        except ValueError:
+            raise WorkspaceError(f"path {path!r} is outside the workspace") from None
+        parts = rel.parts
+        if any(p in FORBIDDEN for p in parts):
+            raise WorkspaceError(
+                f"path {path!r} is inside {'/'.join(p for p in parts if p in FORBIDDEN)}/, which tools may not touch"
+            )
+        if write and self.is_locked(rel.as_posix()):
+            raise WorkspaceError(
+                f"{rel.as_posix()} is locked: the program does not allow changing it"
+            )
+        return real
+
+    def relative(self, real: Path) -> str:
+        return real.relative_to(self.root).as_posix() or "."
+
+    def is_locked(self, rel: str) -> bool:
+        return any(rel == pat or fnmatch.fnmatch(rel, pat) for pat in self.locked)
+
+    def lock(self, *patterns: str) -> None:
+        """Refuse writes to files matching ``patterns`` (paths relative to the root, or globs)."""
+        self.locked.update(patterns)
+
+    @contextmanager
+    def _dir_fd(self, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
+        """An fd of the directory ``parts`` under the root, walked without following symlinks."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parts:
+                try:
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            yield fd
+        finally:
+            os.close(fd)
+
+    def open(self, real: Path, flags: int, *, create_dirs: bool = False) -> int:
+        """Open a resolved path beneath the root, following no symlink on the way."""
+        parts = real.relative_to(self.root).parts
+        if not parts:
+            raise WorkspaceError("the workspace root is a directory, not a file")
+        try:
+            with self._dir_fd(parts[:-1], create=create_dirs) as dfd:
+                return os.open(parts[-1], flags | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise WorkspaceError(
+                    f"{self.relative(real)}: a symlink appeared on the way; refused"
+                ) from None
+            raise
