@@ -437,7 +437,7 @@ def _version() -> str:
 def cmd_demo(a: argparse.Namespace) -> int:
     from interpreters.cli._demo import demo
 
-    return demo()
+    return demo(_console())
 
 
 def _parser() -> argparse.ArgumentParser:
