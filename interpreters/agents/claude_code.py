@@ -6,7 +6,8 @@ import json
 from typing import Any, final
 
 from interpreters.agents._base import CliBackend, _check_init, _Refused, _Turn, register_backend
-from op import Agent, Usage
+from interpreters.models._usage import anthropic_usage
+from op import Agent
 
 __all__ = ["ClaudeCodeBackend"]
 
@@ -68,12 +69,8 @@ class ClaudeCodeBackend(CliBackend):
             u = message.get("usage") or {}
             prev = turn.usage_by_id.get(mid)
             out_tokens = max(int(u.get("output_tokens") or 0), prev.output_tokens if prev else 0)
-            turn.usage_by_id[mid] = Usage(
-                input_tokens=int(u.get("input_tokens") or 0)
-                + int(u.get("cache_read_input_tokens") or 0)
-                + int(u.get("cache_creation_input_tokens") or 0),
-                output_tokens=out_tokens,
-                cached_tokens=int(u.get("cache_read_input_tokens") or 0),
+            turn.usage_by_id[mid] = anthropic_usage(u).model_copy(
+                update={"output_tokens": out_tokens}
             )
             for block in message.get("content") or []:
                 if block.get("type") == "text":
@@ -97,14 +94,7 @@ class ClaudeCodeBackend(CliBackend):
             turn.cost = line.get("total_cost_usd")
             u = line.get("usage") or {}
             if u:
-                cached = int(u.get("cache_read_input_tokens") or 0)
-                turn.usage_total = Usage(
-                    input_tokens=int(u.get("input_tokens") or 0)
-                    + cached
-                    + int(u.get("cache_creation_input_tokens") or 0),
-                    output_tokens=int(u.get("output_tokens") or 0),
-                    cached_tokens=cached,
-                )
+                turn.usage_total = anthropic_usage(u)
             if line.get("num_turns"):
                 turn.turns = max(turn.turns, int(line["num_turns"]))
             if line.get("is_error") or line.get("subtype") != "success":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any, final
 
 import httpx
@@ -16,7 +15,8 @@ from interpreters.models._http import (
     _sse,
     _Stream,
 )
-from op import ModelRequest, Response, ToolCall, Usage
+from interpreters.models._usage import anthropic_usage
+from op import ModelRequest, Response, ToolCall
 
 __all__ = ["AnthropicModel"]
 
@@ -105,7 +105,7 @@ class AnthropicModel(HttpModel):
             text="".join(text),
             tool_calls=tuple(calls),
             stop_reason=data.get("stop_reason") or "end_turn",
-            usage=_anthropic_usage(data.get("usage") or {}),
+            usage=anthropic_usage(data.get("usage") or {}),
             model=data.get("model") or self.model,
         )
 
@@ -178,19 +178,9 @@ class AnthropicModel(HttpModel):
             text="".join(text),
             tool_calls=tuple(calls),
             stop_reason=stop or "end_turn",
-            usage=_anthropic_usage(usage_in),
+            usage=anthropic_usage(usage_in),
             model=model,
         )
-
-
-def _anthropic_usage(u: Mapping[str, Any]) -> Usage:
-    cached = int(u.get("cache_read_input_tokens") or 0)
-    created = int(u.get("cache_creation_input_tokens") or 0)
-    return Usage(
-        input_tokens=int(u.get("input_tokens") or 0) + cached + created,
-        output_tokens=int(u.get("output_tokens") or 0),
-        cached_tokens=cached,
-    )
 
 
 def _anthropic(name: str, spec: str) -> AnthropicModel:
