@@ -1291,31 +1291,43 @@ def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, 
     return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
 
 
+_RUNNING: list[Driver] = []
+"""The runs of this process that Ctrl-C stops; one handler serves them all."""
+_PREVIOUS: list[Any] = []  # the SIGINT handler to put back when the last run ends
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    if any(d.interrupted for d in _RUNNING):
+        raise KeyboardInterrupt  # a second Ctrl-C: at once
+    for driver in _RUNNING:
+        driver.interrupt()
+    previous = _PREVIOUS[0] if _PREVIOUS else None
+    if previous is not signal.default_int_handler and callable(previous):
+        previous(signum, frame)  # asyncio's: cancels what awaits, so a model call stops too
+
+
 @contextlib.contextmanager
 def _stop_on_interrupt(driver: Driver) -> Iterator[None]:
     """Ctrl-C stops the run at its next effect, even while a synchronous tool blocks (which
-    no cancellation can reach); a second Ctrl-C interrupts at once."""
+    no cancellation can reach); a second Ctrl-C interrupts at once. Runs that overlap in one
+    process share one handler, installed by the first and removed by the last, so the
+    handler that was there before is always the one put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
-
-    def interrupt(signum: int, frame: Any) -> None:
-        if driver.interrupted:
-            raise KeyboardInterrupt
-        driver.interrupt()
-        if previous is not signal.default_int_handler and callable(previous):
-            previous(signum, frame)  # asyncio's: cancels what awaits, so a model call stops too
-
-    try:
-        signal.signal(signal.SIGINT, interrupt)
-    except ValueError:  # not the main interpreter
-        yield
-        return
+    if not _RUNNING:
+        try:
+            _PREVIOUS[:] = [signal.signal(signal.SIGINT, _on_interrupt)]
+        except ValueError:  # not the main interpreter
+            yield
+            return
+    _RUNNING.append(driver)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _RUNNING.remove(driver)
+        if not _RUNNING:
+            signal.signal(signal.SIGINT, _PREVIOUS.pop())
 
 
 def _try_run(journal: Journal, run_id: str) -> RunRecord | None:

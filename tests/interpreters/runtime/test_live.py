@@ -688,3 +688,25 @@ def test_interpreter_object_runs_without_a_journal() -> None:
     interp = LiveInterpreter(tools=[echo])
     result = interp.run_sync(program)
     assert result.value == "x" and result.journal is None
+
+
+def test_overlapping_runs_put_the_ctrl_c_handler_back_as_it_was() -> None:
+    import signal
+
+    import anyio
+
+    from interpreters import arun
+
+    def waits(seconds: float) -> Op[None]:
+        yield from sleep(seconds)
+
+    async def both() -> None:
+        async with anyio.create_task_group() as tg:
+            # the first to start ends first: its handler must not outlive the second run
+            tg.start_soon(lambda: arun(waits, 0.05, db=MemoryJournal()))
+            await anyio.sleep(0.01)
+            tg.start_soon(lambda: arun(waits, 0.2, db=MemoryJournal()))
+
+    before = signal.getsignal(signal.SIGINT)
+    anyio.run(both)
+    assert signal.getsignal(signal.SIGINT) is before
