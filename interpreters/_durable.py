@@ -588,6 +588,8 @@ class DryRunHandlers(Handlers):
         self.tools = tools
         self.plan = plan
         self.live = LiveHandlers(model=model, tools=tools, seed=0)
+        # the price table is read once, not at every stubbed call
+        self.prices = model.prices if isinstance(model, HttpModel) else Prices()
 
     def _stub(self, effect: Infer) -> Response:
         """An estimated answer: input tokens from the prompt, output tokens from ``max_tokens``
@@ -596,8 +598,7 @@ class DryRunHandlers(Handlers):
         asked = effect.params.get("max_tokens")
         output = asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
         usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=output)
-        prices = self.model.prices if isinstance(self.model, HttpModel) else Prices()
-        cost = None if name is None else prices.cost(name, usage)
+        cost = None if name is None else self.prices.cost(name, usage)
         return Response(
             text="(dry run: no model call)",
             usage=usage.model_copy(update={"cost_usd": cost}),

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import final
 
 from interpreters.runtime._redact import Redactor
-from op import Event
+from op import Event, TokenDelta
 
 __all__ = ["EventBus", "Sink", "as_sinks"]
 
@@ -34,9 +34,16 @@ class EventBus:
 
     def emit(self, event: Event) -> None:
         if self.redact is not None and self.redact.secrets:
-            text = event.model_dump_json()
-            clean = self.redact(text)
-            if clean != text:
-                event = type(event).model_validate_json(clean)
+            event = self._clean(event)
         for sink in self._sinks:
             sink(event)
+
+    def _clean(self, event: Event) -> Event:
+        assert self.redact is not None
+        if isinstance(event, TokenDelta):
+            # the one event sent per streamed token: its text is all it carries
+            clean = self.redact(event.text)
+            return event if clean == event.text else event.model_copy(update={"text": clean})
+        text = event.model_dump_json()
+        clean = self.redact(text)
+        return event if clean == text else type(event).model_validate_json(clean)

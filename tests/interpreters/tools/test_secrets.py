@@ -78,3 +78,23 @@ def test_no_secret_reaches_anything_a_run_writes(
         "[redacted]" in written["journal"]
         and "postgres://admin:[redacted]@db.internal/prod" in written["show"]
     )
+
+
+def test_streamed_tokens_reach_no_sink_with_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreters import MemoryJournal, ScriptedModel
+    from op import TokenDelta, infer
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    seen: list[str] = []
+
+    def program() -> Op[str]:
+        return (yield from infer("say the key")).text
+
+    def sink(event: object) -> None:
+        if isinstance(event, TokenDelta):
+            seen.append(event.text)
+
+    run(program, model=ScriptedModel([f"the key is {KEY}"]), db=MemoryJournal(), on_event=sink)
+    assert seen == ["the key is [redacted]"]
