@@ -62,10 +62,14 @@ def _ssl_context() -> ssl.SSLContext:
 class ProviderError(ModelError):
     """A model provider refused or failed a request."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retryable: bool = False, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        #: the message without the provider, model and status in front
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -266,7 +270,9 @@ class HttpModel(ABC):
     ) -> ProviderError:
         where = f"{self.provider} model {self.model}"
         head = f"{where}: HTTP {status}" if status is not None else where
-        return ProviderError(self._redact(f"{head}: {message}"), status=status, retryable=retryable)
+        return ProviderError(
+            self._redact(f"{head}: {message}"), status=status, retryable=retryable, detail=message
+        )
 
     @abstractmethod
     def _path(self) -> str: ...
@@ -383,11 +389,10 @@ class HttpModel(ABC):
                         f"the answer is over {self.max_answer_bytes:,} bytes; refused", status
                     ) from None
                 except ProviderError as exc:
-                    if exc.status is None:  # from a parser: add the status it came with
-                        head = f"{self.provider} model {self.model}: "
-                        exc.args = (str(exc).replace(head, f"{head}HTTP {status}: ", 1),)
-                        exc.status = status
-                    raise
+                    if exc.status is not None:
+                        raise
+                    # raised by a parser, which does not know the status the answer came with
+                    raise self.error(exc.detail, status, retryable=exc.retryable) from None
                 except (
                     KeyError,
                     TypeError,
