@@ -13,6 +13,7 @@ from interpreters.journal._base import (
     RunRecord,
 )
 from interpreters.runtime._redact import Redactor
+from state import canonical_json
 
 # -- portability and checks -------------------------------------------------------------------
 
@@ -63,11 +64,7 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     if not isinstance(config, dict):
         raise JournalError(f"{source}, line 1: the run's config is not a JSON object")
     run = run.model_copy(
-        update={
-            "config_json": json.dumps(
-                {**config, "imported_from": source}, sort_keys=True, separators=(",", ":")
-            )
-        }
+        update={"config_json": canonical_json({**config, "imported_from": source})}
     )
     journal.create_run(run)
     journal.add_entries(entries)

@@ -153,20 +153,18 @@ class SqliteJournal(Journal):
                 f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
 
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
     def _check_tables(self) -> None:
-        tables = {
-            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
+        """Read-only: the file must already be an opdsl journal."""
+        tables = self._tables()
         if "meta" not in tables:
             raise JournalError(f"{self.path} is not an opdsl journal (it has no meta table)")
-        self._check_version(tables)
-        missing = {"runs", "entries", "locks"} - tables
-        if missing:
-            raise JournalError(
-                f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are missing"
-            )
+        self._check_schema(tables)
 
-    def _check_version(self, tables: set[str]) -> None:
+    def _check_schema(self, tables: set[str]) -> None:
+        """An opdsl journal this version can read: its schema version, and its tables."""
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         version = int(row[0]) if row and str(row[0]).isdigit() else None
         if version is None:
@@ -176,19 +174,17 @@ class SqliteJournal(Journal):
                 f"{self.path} was written by a newer opdsl (schema {version}; this one reads "
                 f"up to {SCHEMA_VERSION}); upgrade opdsl to read it"
             )
+        missing = {"runs", "entries"} - tables
+        if missing:
+            raise JournalError(
+                f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are "
+                "missing; restore it from a backup (nothing was changed)"
+            )
 
     def _setup(self) -> None:
-        tables = {
-            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
+        tables = self._tables()
         if "meta" in tables:
-            self._check_version(tables)
-            missing = {"runs", "entries"} - tables
-            if missing:
-                raise JournalError(
-                    f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are "
-                    "missing; restore it from a backup (nothing was changed)"
-                )
+            self._check_schema(tables)
         elif tables - {"sqlite_sequence"}:
             raise JournalError(
                 f"{self.path} is a SQLite database of something else (tables: {', '.join(sorted(tables))})"
