@@ -463,7 +463,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="a model spec, e.g. scripted:answers.json")
     p.add_argument(
         "--model-timeout",
-        type=float,
         help="seconds a whole model call may take, retries included (default 600)",
     )
     p.add_argument(
@@ -494,9 +493,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
     p.add_argument("--model")
-    p.add_argument(
-        "--model-timeout", type=float, help="seconds a whole model call may take, retries included"
-    )
+    p.add_argument("--model-timeout", help="seconds a whole model call may take, retries included")
     p.add_argument("--tools", action="append", default=[])
     p.add_argument("--program", help="module:function; needed for a run imported from a file")
     p.add_argument("--quiet", action="store_true")
@@ -530,13 +527,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     if getattr(args, "model_timeout", None) is not None:
-        if not args.model_timeout > 0:
-            print(
-                "opdsl: error: --model-timeout must be a positive number of seconds",
-                file=sys.stderr,
-            )
+        from interpreters.models._http import seconds_setting
+
+        try:
+            seconds_setting("--model-timeout", args.model_timeout)
+        except ValueError as exc:
+            print(f"opdsl: error: {exc}", file=sys.stderr)
             return 2
-        os.environ["OPDSL_MODEL_TIMEOUT"] = str(args.model_timeout)
+        os.environ["OPDSL_MODEL_TIMEOUT"] = args.model_timeout
     # programs are named module:function, importable from here as with `python -m`
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

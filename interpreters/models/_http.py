@@ -59,6 +59,23 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def seconds_setting(name: str, raw: str) -> float:
+    """A positive, finite number of seconds given as text, or a ValueError naming ``name``."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{name}={raw!r}: expected a positive number of seconds")
+    return seconds
+
+
+def _timeout_from_env() -> float:
+    """``$OPDSL_MODEL_TIMEOUT`` (seconds a whole model call may take), else 600."""
+    raw = os.environ.get("OPDSL_MODEL_TIMEOUT")
+    return seconds_setting("OPDSL_MODEL_TIMEOUT", raw) if raw else 600.0
+
+
 class ProviderError(ModelError):
     """A model provider refused or failed a request."""
 
@@ -220,7 +237,7 @@ class HttpModel(ABC):
         self.api_key = api_key
         self.stream = stream
         if timeout is None:
-            timeout = float(os.environ.get("OPDSL_MODEL_TIMEOUT") or 600.0)
+            timeout = _timeout_from_env()
         #: the whole call, retries included: connect, first byte, every byte of the answer
         self.deadline = timeout
         #: connecting; and the longest wait for the next bytes (the first byte, an idle stream)
