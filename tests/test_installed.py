@@ -157,11 +157,15 @@ def test_a_users_own_tests_with_the_plugin_and_opdsl_new(
     )
     assert (tmp_path / "cassettes" / "test_cassette.jsonl").exists()
     sh("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=tmp_path, env=env)
-    # opdsl new: the generated project passes its tests and mypy --strict, offline
+    # opdsl new, then the commands its own README gives, as written: install, tests, mypy
     sh("opdsl", "new", "my-agent", cwd=tmp_path, env=env)
     project = tmp_path / "my-agent"
-    sh("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, env=env)
-    sh("python", "-m", "mypy", "--strict", "my_agent", "tests", cwd=project, env=env)
+    readme = (project / "README.md").read_text()
+    block = re.findall(r"```sh\n(.*?)```", readme, re.S)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["pip install -e '.[test]'", "pytest", "mypy my_agent tests"]
+    for command in commands:
+        sh("bash", "-c", command, cwd=project, env=env)
 
 
 def _extras() -> list[str]:
