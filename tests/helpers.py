@@ -3,7 +3,6 @@ repository the Coder works on."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -54,13 +53,11 @@ def sh(cwd: Path, *args: str) -> str:
 
 
 def sample_repo(tmp_path: Path) -> Path:
-    """A git repository holding the bundled sample (a calculator whose test fails), one commit."""
-    root = tmp_path / "calc"
-    shutil.copytree(SAMPLE, root)
-    sh(root, "init", "-q", "-b", "main")
+    """A git repository holding the bundled sample (a calculator whose test fails), one commit:
+    the demo's own, with a committer configured for the tests' git commands."""
+    from interpreters.cli._demo import _sample
+
+    root = _sample(tmp_path)
     sh(root, "config", "user.name", "Dev")
     sh(root, "config", "user.email", "dev@example.com")
-    (root / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n.ruff_cache/\n")
-    sh(root, "add", "-A")
-    sh(root, "commit", "-q", "-m", "calc with a bug")
     return root

@@ -116,7 +116,7 @@ def test_verify_retries_then_gives_up_and_recovery_restores_the_repository(repo:
     assert (repo / "scratch.txt").read_text() == "the user's own uncommitted work\n", (
         "the user's work is untouched"
     )
-    assert str(git.Repo(repo).head.commit.message) == "calc with a bug\n"
+    assert str(git.Repo(repo).head.commit.message) == "calc, with a bug\n"
 
 
 def test_the_verify_loop_stops_when_a_runner_cannot_run(repo: Path) -> None:

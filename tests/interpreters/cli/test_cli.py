@@ -165,3 +165,15 @@ def test_the_installed_command_exits_2_without_a_traceback(tmp_path: Path) -> No
     )
     assert out.returncode == 2
     assert out.stderr.strip() == f"opdsl: error: no run 'nothing' in {tmp_path / 'r.db'}"
+
+
+@pytest.mark.parametrize("config", ["not json", "[1, 2]"])
+def test_an_imported_run_with_a_bad_config_is_refused_whole(
+    config: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run_line = {"run": {"run_id": "r1", "program": "m:f", "args_json": "{}", "config_json": config}}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(run_line) + "\n")
+    db = tmp_path / "copy.db"
+    code, _, err = opdsl(capsys, "import", str(tmp_path / "bad.jsonl"), "--db", str(db))
+    assert code == 2 and "line 1: the run's config is not" in err, err
+    assert SqliteJournal(db).runs() == []
