@@ -59,18 +59,9 @@ if TYPE_CHECKING:
         resolve_model,
     )
     from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
-    from interpreters.runtime._driver import (
-        Call,
-        Driver,
-        Handlers,
-        RecordedEffect,
-        RunResult,
-        WaitingForAnswer,
-        execute,
-        new_run_id,
-        program_name,
-    )
+    from interpreters.runtime._driver import Driver, RunResult, execute, new_run_id, program_name
     from interpreters.runtime._events import EventBus, Sink
+    from interpreters.runtime._frame import Call, Handlers, RecordedEffect, WaitingForAnswer
     from interpreters.runtime._replay import Divergence, ReplayedError
     from interpreters.testing._scripted import (
         ANY,
@@ -87,7 +78,7 @@ _WHERE: dict[str, str] = {
     "ANY": "interpreters.testing._scripted",
     "AgentBackend": "interpreters._live",
     "AgentError": "interpreters.agents",
-    "Call": "interpreters.runtime._driver",
+    "Call": "interpreters.runtime._frame",
     "CallInfo": "interpreters.models._base",
     "ClaudeCodeBackend": "interpreters.agents",
     "CliBackend": "interpreters.agents",
@@ -99,7 +90,7 @@ _WHERE: dict[str, str] = {
     "Entry": "interpreters.journal",
     "EventBus": "interpreters.runtime._events",
     "Expect": "interpreters.testing._scripted",
-    "Handlers": "interpreters.runtime._driver",
+    "Handlers": "interpreters.runtime._frame",
     "Journal": "interpreters.journal",
     "JournalError": "interpreters.journal",
     "JsonlSink": "interpreters._sinks",
@@ -111,7 +102,7 @@ _WHERE: dict[str, str] = {
     "NoopBackend": "interpreters.agents",
     "Plan": "interpreters._durable",
     "ProgramNotFound": "interpreters._durable",
-    "RecordedEffect": "interpreters.runtime._driver",
+    "RecordedEffect": "interpreters.runtime._frame",
     "ReplayedError": "interpreters.runtime._replay",
     "RunLocked": "interpreters.journal",
     "RunRecord": "interpreters.journal",
@@ -126,7 +117,7 @@ _WHERE: dict[str, str] = {
     "ToolLike": "interpreters.tools._bound",
     "ToolRegistry": "interpreters.tools._bound",
     "VirtualClock": "interpreters.runtime._clock",
-    "WaitingForAnswer": "interpreters.runtime._driver",
+    "WaitingForAnswer": "interpreters.runtime._frame",
     "Workspace": "interpreters.tools._workspace",
     "WorkspaceError": "interpreters.tools._workspace",
     "aanswer": "interpreters._durable",

@@ -23,9 +23,6 @@ from interpreters.models._base import Model, ScriptedModel, resolve_model
 from interpreters.models._http import HttpModel, Prices
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
 from interpreters.runtime._driver import (
-    Call,
-    Handlers,
-    RecordedEffect,
     RunResult,
     execute,
     nearest_checkpoint,
@@ -33,6 +30,7 @@ from interpreters.runtime._driver import (
     program_name,
 )
 from interpreters.runtime._events import EventBus, Sink, as_sinks
+from interpreters.runtime._frame import Call, Handlers, RecordedEffect
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import Tool, ToolLike, ToolRegistry

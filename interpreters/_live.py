@@ -15,16 +15,9 @@ from interpreters.journal import Journal, RunRecord
 from interpreters.models._base import Model, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters.runtime._clock import Clock, SystemClock
-from interpreters.runtime._driver import (
-    Call,
-    Handlers,
-    RecordedEffect,
-    RunResult,
-    WaitingForAnswer,
-    execute,
-    new_run_id,
-)
+from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
+from interpreters.runtime._frame import Call, Handlers, RecordedEffect, WaitingForAnswer
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace, say_once

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 
 import anyio
 
-from interpreters.runtime._driver import Call
+from interpreters.runtime._frame import Call
 from interpreters.tools._process import kill_group
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import (

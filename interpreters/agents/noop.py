@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import final
 
 from interpreters.agents._base import _Turn, register_backend
-from interpreters.runtime._driver import Call
+from interpreters.runtime._frame import Call
 from op import Agent, AgentEnd, AgentStart, TurnRecord
 
 __all__ = ["NoopBackend"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeAlias, final, runtime_checkable
 
-from interpreters.runtime._driver import Call
+from interpreters.runtime._frame import Call
 from op import ModelError, ModelRequest, Response
 
 __all__ = [

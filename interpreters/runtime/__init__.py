@@ -7,20 +7,22 @@ enforces it), so an interpreter that runs inside another engine can reuse it.
 
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
 from interpreters.runtime._driver import (
-    Call,
     Driver,
-    Frame,
-    Handlers,
-    RecordedEffect,
-    Replica,
     RunResult,
-    WaitingForAnswer,
     execute,
     nearest_checkpoint,
     new_run_id,
     program_name,
 )
 from interpreters.runtime._events import EventBus, Sink, as_sinks
+from interpreters.runtime._frame import (
+    Call,
+    Frame,
+    Handlers,
+    RecordedEffect,
+    Replica,
+    WaitingForAnswer,
+)
 from interpreters.runtime._redact import REDACTED, Redactor
 from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
 

@@ -17,7 +17,7 @@ Invariants (everything else in ``interpreters/`` relies on them):
    and finished (``completed``/``failed``/``cancelled``) before the program sees the result.
    Each ``EffectStarted`` event is closed by exactly one ``EffectFinished``.
 5. **Budgets.** Before every effect, every enclosing ``limit`` is checked, outermost first; a
-   spent one stops its body (``_BudgetStop`` unwinds to it). After the effect, its usage is
+   spent one stops its body (``BudgetStop`` unwinds to it). After the effect, its usage is
    charged to every enclosing ``limit``.
 6. **State.** Each branch has a replica: an id (root ``r``, a branch of the ``par`` at ``a``
    ``r/a.i``), a state and a Lamport counter. Branches start from the parent's state and
@@ -35,10 +35,9 @@ import json
 import signal
 import threading
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, assert_never, cast, final
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, assert_never, cast, final
 
 import anyio
 from returns.result import Failure, Result, Success
@@ -47,14 +46,24 @@ from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
 from interpreters.journal._status import FINISHED, EndStatus
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
+from interpreters.runtime._frame import (
+    BudgetStop,
+    Call,
+    Frame,
+    Handlers,
+    RecordedEffect,
+    ReplayStop,
+    Replica,
+    Scope,
+    WaitingForAnswer,
+    is_failure,
+)
+from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Perform, Replay
 from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import (
     Divergence,
     ReplayLog,
-    decode_error,
-    decode_result,
     divergence,
-    error_json,
     source_line,
 )
 from op import (
@@ -65,15 +74,10 @@ from op import (
     Budget,
     BudgetExhausted,
     Checkpoint,
-    CheckpointSaved,
     ConflictDetected,
-    EffectFinished,
-    EffectStarted,
     Emit,
-    Emitted,
     Get,
     Infer,
-    LeafEffect,
     Limit,
     Merge,
     MergeConflict,
@@ -89,19 +93,14 @@ from op import (
     RunNotFinished,
     RunStarted,
     Sleep,
-    Spent,
     TimedOut,
     Timeout,
-    TokenDelta,
     Tool,
-    ToolResult,
     Update,
-    Usage,
     Uuid,
     default_state,
-    usage_of,
 )
-from state import CRDTModel, Stamp, StateError, canonical_json, dump_jsonable, to_jsonable
+from state import CRDTModel, StateError, canonical_json, to_jsonable
 
 __all__ = [
     "Call",
@@ -118,186 +117,9 @@ __all__ = [
     "program_name",
 ]
 
-RecordedEffect = LeafEffect
-"""The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
-
 T = TypeVar("T")
 
 _EFFECT_SET = frozenset(EFFECT_TYPES)
-
-
-class WaitingForAnswer(BaseException):
-    """Raised by an ``ask`` handler that has no answer yet: the run stops as ``waiting``."""
-
-    def __init__(self, question: str) -> None:
-        super().__init__(question)
-        self.question = question
-
-
-class _BudgetStop(BaseException):
-    """Unwinds from the effect that found a budget spent to the ``limit`` that owns it."""
-
-    def __init__(self, scope: _Scope, exhausted: BudgetExhausted) -> None:
-        super().__init__(exhausted.exceeded)
-        self.scope = scope
-        self.exhausted = exhausted
-
-
-@final
-@dataclass(slots=True)
-class Call:
-    """What a handler knows about the effect it performs (``CallInfo`` is its public name)."""
-
-    run_id: str
-    address: str
-    clock: Clock
-    bus: EventBus
-    #: inside a ``timeout``: a blocking (sync) tool runs in a worker thread so the deadline
-    #: can fire while it works
-    off_loop: bool = False
-
-    @property
-    def idempotency_key(self) -> str:
-        """Stable across a crash and a resume: the same effect gets the same key."""
-        return f"{self.run_id}:{self.address}"
-
-    def token(self, text: str) -> None:
-        if self.bus.active:
-            self.bus.emit(
-                TokenDelta(run_id=self.run_id, at=self.clock.now(), address=self.address, text=text)
-            )
-
-
-class Handlers(ABC):
-    """Performs the world-facing effects. Interpreters differ in their handlers.
-
-    For ``checkpoint``, ``perform`` may return a snapshot of the world (a workspace tree):
-    it is journaled with the checkpoint and handed to :meth:`restore` when a run is forked
-    from there; the program itself sees ``None``.
-    """
-
-    @abstractmethod
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
-        """Do what ``effect`` asks and return its result (or raise, to throw into the program)."""
-
-    async def restore(self, snapshot: Any) -> None:  # noqa: B027 - nothing to restore by default
-        """Put the world back as a checkpoint's snapshot recorded it (forks)."""
-
-    def unpriced(self, effect: Infer | Agent) -> str | None:
-        """Why the cost of ``effect`` cannot be known before it runs, if it cannot (a model
-        without a price): a ``usd`` budget then stops it instead of counting it as free."""
-        return None
-
-
-@dataclass(slots=True)
-class Replica:
-    """A branch's replica of the state."""
-
-    id: str
-    state: CRDTModel | None
-    lamport: int = 0
-
-    def stamp(self) -> Stamp:
-        self.lamport += 1
-        return Stamp(self.id, self.lamport)
-
-
-@dataclass(slots=True)
-class _Scope:
-    """A ``limit`` scope being run: its budget and what has been spent in it."""
-
-    budget: Budget
-    started: float
-    #: False while replaying a finished scope: time is not measured again
-    timed: bool = True
-    tokens: int = 0
-    usd: float = 0.0
-    model_calls: int = 0
-    tool_calls: int = 0
-    usd_unknown: int = 0
-
-    def spent(self, now: float) -> Spent:
-        return Spent(
-            tokens=self.tokens,
-            usd=self.usd,
-            model_calls=self.model_calls,
-            tool_calls=self.tool_calls,
-            seconds=max(0.0, now - self.started),
-            usd_unknown=self.usd_unknown,
-        )
-
-    def exceeded(self, effect: AnyEffect, now: float) -> str | None:
-        """The measure that stops ``effect`` from running in this scope, if any."""
-        b = self.budget
-        calls_model = isinstance(effect, Infer | Agent)
-        if b.seconds is not None and self.timed and now - self.started >= b.seconds:
-            return "seconds"
-        if b.tokens is not None and (
-            self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
-        ):
-            return "tokens"
-        if b.usd is not None and (
-            self.usd > b.usd or (calls_model and (self.usd >= b.usd or self.usd_unknown))
-        ):
-            return "usd"
-        if b.model_calls is not None and calls_model and self.model_calls >= b.model_calls:
-            return "model_calls"
-        if (
-            b.tool_calls is not None
-            and isinstance(effect, Tool)
-            and self.tool_calls >= b.tool_calls
-        ):
-            return "tool_calls"
-        return None
-
-    def charge(self, effect: AnyEffect, usage: Usage | None) -> None:
-        if isinstance(effect, Infer | Agent):
-            self.model_calls += 1
-        elif isinstance(effect, Tool):
-            self.tool_calls += 1
-        if usage is not None:
-            self.tokens += usage.total_tokens
-            if usage.cost_usd is None:
-                self.usd_unknown += 1 if isinstance(effect, Infer | Agent) else 0
-            else:
-                self.usd += usage.cost_usd
-
-    def exhausted(self, measure: str, now: float, reason: str | None = None) -> BudgetExhausted:
-        if (
-            reason is None
-            and measure == "usd"
-            and self.usd_unknown
-            and self.usd <= (self.budget.usd or 0.0)
-        ):
-            reason = (
-                f"{self.usd_unknown} model call(s) in this scope had no known price, so a usd budget "
-                "cannot be kept; give the model's price in a file named by OPDSL_PRICES"
-            )
-        data = {"budget": self.budget, "spent": self.spent(now), "exceeded": measure}
-        if reason is not None:
-            data["reason"] = reason
-        return BudgetExhausted.model_validate(data)
-
-
-@dataclass(slots=True)
-class Frame:
-    """One generator being driven: its address prefix, replica and enclosing budgets."""
-
-    prefix: str
-    replica: Replica
-    scopes: tuple[_Scope, ...] = ()
-    #: the innermost enclosing scope whose record is finished (replaying), if any
-    finished_scope: Entry | None = None
-    gen: Generator[Any, Any, Any] | None = None
-    #: inside a ``timeout`` scope
-    deadline: bool = False
-    count: int = 0
-    last: str = field(default="")
-
-    def next_address(self) -> str:
-        self.count += 1
-        self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
-        return self.last
 
 
 def new_run_id() -> str:
@@ -310,13 +132,6 @@ def program_name(program: object) -> str:
     module = getattr(program, "__module__", None) or "?"
     qual = getattr(program, "__qualname__", None) or type(program).__name__
     return f"{module}:{qual}"
-
-
-def _charge(frame: Frame, effect: AnyEffect, usage: Usage | None) -> None:
-    """The one place budgets are charged: every enclosing ``limit`` of the frame, whether the
-    effect ran now or its outcome came from the record."""
-    for scope in frame.scopes:
-        scope.charge(effect, usage)
 
 
 def _mark(exc: BaseException, address: str) -> None:
@@ -344,20 +159,6 @@ def _not_an_effect(program: str, address: str, value: object) -> str:
     )
 
 
-def _is_failure(entry: Entry | None) -> bool:
-    """Whether a finished scope entry recorded a ``Failure`` outcome."""
-    return (
-        entry is not None
-        and entry.status == "completed"
-        and (entry.result_json or "").startswith('{"error"')
-    )
-
-
-class _ReplayStop(BaseException):
-    """Replaying reached the point where the recorded run's scope was cut off (a timeout, a
-    spent budget): unwinds to the innermost scope whose record is a ``Failure``."""
-
-
 @final
 class Driver:
     """Runs one run's generators; see the module docstring for its invariants."""
@@ -381,12 +182,24 @@ class Driver:
         self.clock = clock
         self.log = log
         self.last_checkpoint: tuple[str, str] | None = None
-        self._record = journal is not None or bus.active
         #: secrets are replaced before anything is journaled (events: the bus does the same)
         self.redact = Redactor.from_env()
         self._secrets = bool(self.redact.secrets)
         #: Ctrl-C was pressed: the run stops before its next effect (see :meth:`interrupt`)
         self.interrupted = False
+        self._payload_of: object = None
+        self._payload: Any = None
+        # the chain of layers a leaf effect goes through (see ``_layers``): each is there
+        # only when its job exists, so a live run with nothing to record is the handlers alone
+        perform: Perform = Handled(self).perform
+        self._journaled = None if journal is None else Journaled(self, perform)
+        perform = perform if self._journaled is None else self._journaled.perform
+        self._announced = Announced(self, perform) if bus.active else None
+        perform = perform if self._announced is None else self._announced.perform
+        self._replay = None if log is None else Replay(self, perform)
+        self._leaf: Perform = perform if self._replay is None else self._replay.perform
+        #: the same chain inside a ``limit``: usage is charged to the enclosing budgets
+        self._charged: Perform = Charge(self, self._leaf).perform
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -430,43 +243,38 @@ class Driver:
 
         self.perform = stopped  # type: ignore[method-assign]
 
-    def _clean(self, text: str) -> str:
+    def clean(self, text: str) -> str:
+        """``text`` with secrets replaced (what is journaled)."""
         # the redactor's own checks, skipped when there is nothing it could replace
         return self.redact(text) if self._secrets or "@" in text else text
 
     async def perform(self, effect: AnyEffect, address: str, frame: Frame) -> Any:
-        """Check budgets, then perform one effect."""
-        if frame.scopes and not self._in_record(address):
-            # budgets judge what runs now; an effect the record finished is fed back as it
-            # was, so a resume after a deadline agrees with a replay (and is charged below)
-            now = self.clock.monotonic()
-            for scope in frame.scopes:
-                measure = scope.exceeded(effect, now)
-                if measure is not None:
-                    raise _BudgetStop(scope, scope.exhausted(measure, now))
-                if scope.budget.usd is not None and isinstance(effect, Infer | Agent):
-                    # fail closed: a call whose price cannot be known would be counted as free
-                    why = self.handlers.unpriced(effect)
-                    if why is not None:
-                        raise _BudgetStop(scope, scope.exhausted("usd", now, why))
+        """Check budgets, then perform one effect: a leaf through the chain of layers
+        (``_layers``), a scope or state effect here."""
+        if frame.scopes:
+            if not self._in_record(address):
+                # budgets judge what runs now; an effect the record finished is fed back as it
+                # was, so a resume after a deadline agrees with a replay (and is charged)
+                self._check_budgets(effect, frame)
+            chain = self._charged
+        else:
+            chain = self._leaf
         match effect:
-            case (
-                Tool()
-                | Infer()
-                | Agent()
-                | Emit()
-                | Checkpoint()
-                | Now()
-                | Random()
-                | Uuid()
-                | Sleep()
-                | Ask()
-            ):
-                return await self._recorded(effect, address, frame)
+            case Tool() | Infer() | Agent() | Emit() | Now() | Random() | Uuid() | Sleep() | Ask():
+                return await chain(effect, address, frame)
+            case Checkpoint():
+                # the handler's snapshot of the world is journaled; the program sees None
+                await chain(effect, address, frame)
+                self.last_checkpoint = (effect.name, address)
+                return None
             case Limit():
-                return await self._limit(effect, address, frame)
+                return await self._bounded(
+                    effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds
+                )
             case Timeout():
-                return await self._timeout(effect, address, frame)
+                return await self._bounded(
+                    effect, address, frame, budget=None, seconds=effect.seconds
+                )
             case Par():
                 return await self._par(effect, address, frame)
             case Get():
@@ -480,25 +288,42 @@ class Driver:
             case _:
                 assert_never(effect)
 
+    def _check_budgets(self, effect: AnyEffect, frame: Frame) -> None:
+        now = self.clock.monotonic()
+        for scope in frame.scopes:
+            measure = scope.exceeded(effect, now)
+            if measure is not None:
+                raise BudgetStop(scope, scope.exhausted(measure, now))
+            if scope.budget.usd is not None and isinstance(effect, Infer | Agent):
+                # fail closed: a call whose price cannot be known would be counted as free
+                why = self.handlers.unpriced(effect)
+                if why is not None:
+                    raise BudgetStop(scope, scope.exhausted("usd", now, why))
+
     def _in_record(self, address: str) -> bool:
         if self.log is None:
             return False
         entry = self.log.entries.get(address)
         return entry is not None and entry.status in FINISHED
 
-    # -- recording --------------------------------------------------------------------------
+    # -- what the layers share --------------------------------------------------------------
 
-    def _payload(self, effect: AnyEffect, address: str) -> Any:
+    def payload(self, effect: AnyEffect, address: str) -> Any:
+        """The effect as JSON data (computed once per effect for all the layers)."""
+        if effect is self._payload_of:
+            return self._payload
         try:
-            return to_jsonable(effect)
+            data = to_jsonable(effect)
         except NotSerializable as exc:
             raise NotSerializable(
                 f"{self.program}: the {effect.kind} effect at address {address} cannot be "
                 f"recorded: {exc}",
                 path=exc.path,
             ) from None
+        self._payload_of, self._payload = effect, data
+        return data
 
-    def _json(self, value: Any, what: str, address: str) -> str:
+    def json(self, value: Any, what: str, address: str) -> str:
         try:
             return canonical_json(value)
         except NotSerializable as exc:
@@ -507,70 +332,7 @@ class Driver:
                 path=exc.path,
             ) from None
 
-    def _begin(self, effect: AnyEffect, address: str) -> float:
-        """Journal (or begin again, after a crash) and announce an effect starting."""
-        if self._record:
-            data = self._payload(effect, address)
-            now = self.clock.now()
-            if self.journal is not None:
-                self.journal.begin(
-                    self.run_id, address, effect.kind, self._clean(dump_jsonable(data)), now
-                )
-            if self.bus.active:
-                self.bus.emit(
-                    EffectStarted(
-                        run_id=self.run_id, at=now, address=address, kind=effect.kind, effect=data
-                    )
-                )
-        return self.clock.monotonic()
-
-    def _end(
-        self,
-        effect: AnyEffect,
-        address: str,
-        t0: float,
-        *,
-        result_json: str | None = None,
-        usage: Usage | None = None,
-        exc: BaseException | None = None,
-        tool_error: str | None = None,
-    ) -> None:
-        if not self._record:
-            return
-        status: Literal["completed", "failed", "cancelled"] = "completed"
-        # a tool that failed completed as an effect; its error still reaches the sinks
-        error = None if tool_error is None else f"tool failed: {tool_error}"
-        if exc is not None:
-            status = "failed" if isinstance(exc, Exception) else "cancelled"
-            error = f"{type(exc).__name__}: {exc}"
-        now = self.clock.now()
-        if self.journal is not None:
-            self.journal.finish(
-                self.run_id,
-                address,
-                status,
-                at=now,
-                result_json=None if result_json is None else self._clean(result_json),
-                error_json=None if exc is None else self._clean(error_json(exc)),
-                usage_json=None if usage is None else canonical_json(usage),
-            )
-        if self.bus.active:
-            self.bus.emit(
-                EffectFinished(
-                    run_id=self.run_id,
-                    at=now,
-                    address=address,
-                    kind=effect.kind,
-                    status=status,
-                    duration_s=self.clock.monotonic() - t0,
-                    usage=usage,
-                    error=error,
-                )
-            )
-
-    # -- replay -----------------------------------------------------------------------------
-
-    def _diverged(
+    def diverged(
         self, frame: Frame, address: str, reason: str, recorded: str | None, now: str | None
     ) -> Divergence:
         return divergence(
@@ -583,171 +345,8 @@ class Driver:
             reason=reason,
         )
 
-    def _lookup(self, effect: AnyEffect, address: str, frame: Frame) -> Entry | None:
-        """The recorded entry for this effect, checked against it; None to go live."""
-        log = self.log
-        if log is None:
-            return None
-        entry = log.entries.get(address)
-        if entry is None:
-            if _is_failure(frame.finished_scope):
-                raise _ReplayStop()
-            if frame.finished_scope is not None:
-                raise self._diverged(
-                    frame,
-                    address,
-                    f"the record finished the scope at {frame.finished_scope.address} without this effect",
-                    None,
-                    dump_jsonable(self._payload(effect, address)),
-                )
-            if log.strict:
-                raise self._diverged(
-                    frame,
-                    address,
-                    "the record ends before this effect",
-                    None,
-                    dump_jsonable(self._payload(effect, address)),
-                )
-            return None
-        now = self._clean(dump_jsonable(self._payload(effect, address)))
-        if now != entry.effect_json:
-            raise self._diverged(
-                frame,
-                address,
-                "the program asks for a different effect here",
-                entry.effect_json,
-                now,
-            )
-        log.used.add(address)
-        return entry
-
-    async def _replayed(
-        self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry
-    ) -> Any:
-        """The recorded outcome of a finished entry, as the program saw it the first time."""
-        if entry.status == "completed":
-            if isinstance(effect, Checkpoint):
-                self.last_checkpoint = (effect.name, address)
-                if self.log is not None and self.log.restore_at == address:
-                    self._restore(frame, address, entry)
-                    world = json.loads(entry.result_json or "{}").get("world")
-                    if world is not None:
-                        await self.handlers.restore(world)
-            if frame.scopes:
-                usage = Usage.model_validate_json(entry.usage_json) if entry.usage_json else None
-                _charge(frame, effect, usage)
-            return decode_result(effect, entry.result_json)
-        if entry.status == "failed":
-            raise decode_error(entry.error_json)
-        # cancelled: a timeout or budget cut it off, or a par sibling's failure did
-        if _is_failure(frame.finished_scope):
-            raise _ReplayStop()
-        await anyio.sleep_forever()
-
-    def _restore(self, frame: Frame, address: str, entry: Entry) -> None:
-        """At a fork's checkpoint: the replayed state must be the recorded snapshot."""
-        snapshot = json.loads(entry.result_json or "{}")
-        recorded = snapshot.get("state")
-        state = frame.replica.state
-        same = state.matches(recorded) if state is not None else recorded is None
-        if not same:
-            now = None if state is None else json.loads(state.canonical())
-            raise self._diverged(
-                frame,
-                address,
-                "the state at this checkpoint differs from the recorded snapshot",
-                canonical_json(recorded),
-                canonical_json(now),
-            )
-        frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
-
-    async def _recorded(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
-        if self.log is not None:
-            entry = self._lookup(effect, address, frame)
-            if entry is not None:
-                reopen = (
-                    entry.status == "cancelled"
-                    and not self.log.strict
-                    and not _is_failure(frame.finished_scope)
-                )
-                if entry.status != "started" and not reopen:
-                    return await self._replayed(effect, address, frame, entry)
-                if self.log.strict:
-                    if isinstance(effect, Ask):
-                        raise WaitingForAnswer(effect.question)
-                    raise self._diverged(
-                        frame,
-                        address,
-                        "the record ends inside this effect (it started and never finished)",
-                        entry.effect_json,
-                        entry.effect_json,
-                    )
-                # a crash or a stop left it unfinished: perform it again (at least once), with
-                # the same idempotency key
-        elif not self._record:
-            # the fast path: nothing listens, nothing is journaled; budgets still count
-            result = await self.handlers.perform(
-                effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline)
-            )
-            if frame.scopes:
-                _charge(frame, effect, usage_of(result))
-            return result
-        t0 = self._begin(effect, address)
-        try:
-            result = await self.handlers.perform(
-                effect, Call(self.run_id, address, self.clock, self.bus, frame.deadline)
-            )
-        except WaitingForAnswer:
-            # the entry stays ``started``: the question is open until it is answered
-            if self.bus.active:
-                self.bus.emit(
-                    EffectFinished(
-                        run_id=self.run_id,
-                        at=self.clock.now(),
-                        address=address,
-                        kind=effect.kind,
-                        status="unresolved",
-                        error="waiting for an answer",
-                    )
-                )
-            raise
-        except BaseException as exc:
-            self._end(effect, address, t0, exc=exc)
-            raise
-        usage = usage_of(result)
-        if frame.scopes:
-            _charge(frame, effect, usage)
-        result_json = None
-        recorded = result
-        if isinstance(effect, Checkpoint):
-            recorded = {**self._snapshot(frame), "world": result}
-            result = None
-        if self.journal is not None:
-            result_json = self._json(recorded, f"the result of {effect.kind}", address)
-        failed = result.error if isinstance(result, ToolResult) and not result.ok else None
-        self._end(effect, address, t0, result_json=result_json, usage=usage, tool_error=failed)
-        if isinstance(effect, Checkpoint):
-            self.last_checkpoint = (effect.name, address)
-        if self.bus.active:
-            if isinstance(effect, Emit):
-                self.bus.emit(
-                    Emitted(
-                        run_id=self.run_id,
-                        at=self.clock.now(),
-                        address=address,
-                        name=effect.name,
-                        data=to_jsonable(effect.data),
-                    )
-                )
-            elif isinstance(effect, Checkpoint):
-                self.bus.emit(
-                    CheckpointSaved(
-                        run_id=self.run_id, at=self.clock.now(), address=address, name=effect.name
-                    )
-                )
-        return result
-
-    def _snapshot(self, frame: Frame) -> dict[str, Any]:
+    def snapshot(self, frame: Frame) -> dict[str, Any]:
+        """What a checkpoint journals besides the world: the frame's state and replica."""
         state = frame.replica.state
         return {
             "state": None if state is None else to_jsonable(state),
@@ -756,25 +355,49 @@ class Driver:
             "lamport": frame.replica.lamport,
         }
 
+    # -- scopes: opened and closed in the journal and on the bus like a leaf ----------------
+
+    def _begin(self, effect: AnyEffect, address: str) -> float:
+        if self._journaled is not None or self._announced is not None:
+            data = self.payload(effect, address)
+            if self._announced is not None:
+                self._announced.started(effect, address, data)
+            if self._journaled is not None:
+                self._journaled.begin(effect, address, data, self.clock.now())
+        return self.clock.monotonic()
+
+    def _end(
+        self,
+        effect: AnyEffect,
+        address: str,
+        t0: float,
+        *,
+        result_json: str | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        if self._journaled is not None:
+            if exc is None:
+                self._journaled.finish(address, "completed", result_json=result_json)
+            else:
+                self._journaled.finish(
+                    address, "failed" if isinstance(exc, Exception) else "cancelled", exc=exc
+                )
+        if self._announced is not None:
+            if exc is None:
+                self._announced.finished(effect, address, t0, "completed")
+            else:
+                self._announced.failed(effect, address, t0, exc)
+
     # -- scopes -----------------------------------------------------------------------------
 
     def _open_scope(
         self, effect: AnyEffect, address: str, frame: Frame
     ) -> tuple[Entry | None, bool, float]:
         """Look the scope up in the record; begin it if it runs live. Returns (entry, live, t0)."""
-        entry = self._lookup(effect, address, frame)
+        entry = None if self._replay is None else self._replay.lookup(effect, address, frame)
         # unfinished in the record (a crash left it started; a stop, cancelled): run it live,
         # as the effects inside it are
-        live = (
-            entry is None
-            or entry.status == "started"
-            or (
-                entry.status == "cancelled"
-                and self.log is not None
-                and not self.log.strict
-                and not _is_failure(frame.finished_scope)
-            )
-        )
+        live = entry is None or (self._replay is not None and self._replay.reopens(entry, frame))
         t0 = self._begin(effect, address) if live else 0.0
         return entry, live, t0
 
@@ -792,35 +415,23 @@ class Driver:
             data = json.loads(entry.result_json or "{}")
             if "error" in data:
                 if isinstance(outcome, Success):
-                    raise self._diverged(
+                    raise self.diverged(
                         frame,
                         address,
                         "the record says this scope was cut off, but its body finished now",
                         entry.result_json,
-                        self._json(outcome, "the outcome", address),
+                        self.json(outcome, "the outcome", address),
                     )
                 return Failure(error_type.model_validate(data["error"]))
             if isinstance(outcome, Failure):
-                raise self._diverged(
+                raise self.diverged(
                     frame,
                     address,
                     "the record says this scope finished, but it was cut off now",
                     entry.result_json,
-                    self._json(outcome, "the outcome", address),
+                    self.json(outcome, "the outcome", address),
                 )
         return outcome
-
-    async def _limit(
-        self, effect: Limit[Any], address: str, frame: Frame
-    ) -> Result[Any, BudgetExhausted]:
-        return await self._bounded(
-            effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds
-        )
-
-    async def _timeout(
-        self, effect: Timeout[Any], address: str, frame: Frame
-    ) -> Result[Any, TimedOut]:
-        return await self._bounded(effect, address, frame, budget=None, seconds=effect.seconds)
 
     async def _bounded(
         self,
@@ -841,7 +452,7 @@ class Driver:
         )
         scope = None
         if budget is not None:
-            scope = _Scope(budget, self.clock.monotonic() - elapsed, timed=live)
+            scope = Scope(budget, self.clock.monotonic() - elapsed, timed=live)
 
         def cut() -> BudgetExhausted | TimedOut:
             if scope is not None:
@@ -864,14 +475,14 @@ class Driver:
                 with self.clock.deadline(max(0.0, seconds - elapsed)) as cancel:
                     value = await self.drive(effect.body, child)
                 outcome = Failure(cut()) if cancel.cancelled_caught else Success(value)
-        except _BudgetStop as stop:
+        except BudgetStop as stop:
             if scope is None or stop.scope is not scope:
                 if live:
                     self._end(effect, address, t0, exc=stop)
                 raise
             outcome = Failure(stop.exhausted)
-        except _ReplayStop:
-            if not _is_failure(entry):
+        except ReplayStop:
+            if not is_failure(entry):
                 raise
             outcome = Failure(cut())
         except BaseException as exc:
@@ -890,7 +501,7 @@ class Driver:
     def _outcome_json(self, outcome: Result[Any, Any], address: str) -> str | None:
         if self.journal is None:
             return None
-        return self._json(outcome, "the outcome of the scope", address)
+        return self.json(outcome, "the outcome of the scope", address)
 
     async def _par(self, effect: Par, address: str, frame: Frame) -> tuple[Any, ...]:
         entry, live, t0 = self._open_scope(effect, address, frame)
@@ -935,7 +546,7 @@ class Driver:
             # among those the first branch's
             ranked = sorted(
                 (
-                    (isinstance(e, _ReplayStop), i, e)
+                    (isinstance(e, ReplayStop), i, e)
                     for i, e in errors
                     if not isinstance(e, cancelled)
                 ),
@@ -992,7 +603,7 @@ class Driver:
             result_json = (
                 None
                 if self.journal is None
-                else self._json(list(values), "the par results", address)
+                else self.json(list(values), "the par results", address)
             )
             self._end(effect, address, t0, result_json=result_json)
         return values
@@ -1197,7 +808,7 @@ async def execute(
         with _stop_on_interrupt(driver):
             value = await driver.drive(gen, root)
         if journal is not None:
-            result_json = driver._json(value, "the program's return value", root.last or "0")
+            result_json = driver.json(value, "the program's return value", root.last or "0")
         if log is not None and log.strict:
             unused = sorted(set(log.entries) - log.used, key=lambda a: log.entries[a].seq)
             if unused:

@@ -18,15 +18,9 @@ from typing import Any, TypeVar, final
 
 from interpreters.journal._base import Journal
 from interpreters.runtime._clock import Clock, VirtualClock
-from interpreters.runtime._driver import (
-    Call,
-    Handlers,
-    RecordedEffect,
-    RunResult,
-    execute,
-    new_run_id,
-)
+from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
+from interpreters.runtime._frame import Call, Handlers, RecordedEffect
 from interpreters.runtime._sync import blocking
 from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel

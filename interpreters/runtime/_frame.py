@@ -1,0 +1,239 @@
+"""What the driver and its layers share about one effect in flight: the frame (a generator
+being driven, with its address prefix, replica and enclosing budgets), the budget scopes, the
+handler interface and the ``Call`` a handler receives. Plain data, no I/O."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from interpreters.journal._base import Entry
+from interpreters.runtime._clock import Clock
+from interpreters.runtime._events import EventBus
+from op import (
+    Agent,
+    AnyEffect,
+    Budget,
+    BudgetExhausted,
+    Infer,
+    LeafEffect,
+    Spent,
+    TokenDelta,
+    Tool,
+    Usage,
+)
+from state import CRDTModel, Stamp
+
+__all__ = [
+    "BudgetStop",
+    "Call",
+    "Frame",
+    "Handlers",
+    "RecordedEffect",
+    "Replica",
+    "ReplayStop",
+    "Scope",
+    "WaitingForAnswer",
+    "charge_scopes",
+    "is_failure",
+]
+
+RecordedEffect = LeafEffect
+"""The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
+
+
+class WaitingForAnswer(BaseException):
+    """Raised by an ``ask`` handler that has no answer yet: the run stops as ``waiting``."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
+
+
+class BudgetStop(BaseException):
+    """Unwinds from the effect that found a budget spent to the ``limit`` that owns it."""
+
+    def __init__(self, scope: Scope, exhausted: BudgetExhausted) -> None:
+        super().__init__(exhausted.exceeded)
+        self.scope = scope
+        self.exhausted = exhausted
+
+
+@final
+@dataclass(slots=True)
+class Call:
+    """What a handler knows about the effect it performs (``CallInfo`` is its public name)."""
+
+    run_id: str
+    address: str
+    clock: Clock
+    bus: EventBus
+    #: inside a ``timeout``: a blocking (sync) tool runs in a worker thread so the deadline
+    #: can fire while it works
+    off_loop: bool = False
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across a crash and a resume: the same effect gets the same key."""
+        return f"{self.run_id}:{self.address}"
+
+    def token(self, text: str) -> None:
+        if self.bus.active:
+            self.bus.emit(
+                TokenDelta(run_id=self.run_id, at=self.clock.now(), address=self.address, text=text)
+            )
+
+
+class Handlers(ABC):
+    """Performs the world-facing effects. Interpreters differ in their handlers.
+
+    For ``checkpoint``, ``perform`` may return a snapshot of the world (a workspace tree):
+    it is journaled with the checkpoint and handed to :meth:`restore` when a run is forked
+    from there; the program itself sees ``None``.
+    """
+
+    @abstractmethod
+    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+        """Do what ``effect`` asks and return its result (or raise, to throw into the program)."""
+
+    async def restore(self, snapshot: Any) -> None:  # noqa: B027 - nothing to restore by default
+        """Put the world back as a checkpoint's snapshot recorded it (forks)."""
+
+    def unpriced(self, effect: Infer | Agent) -> str | None:
+        """Why the cost of ``effect`` cannot be known before it runs, if it cannot (a model
+        without a price): a ``usd`` budget then stops it instead of counting it as free."""
+        return None
+
+
+@dataclass(slots=True)
+class Replica:
+    """A branch's replica of the state."""
+
+    id: str
+    state: CRDTModel | None
+    lamport: int = 0
+
+    def stamp(self) -> Stamp:
+        self.lamport += 1
+        return Stamp(self.id, self.lamport)
+
+
+@dataclass(slots=True)
+class Scope:
+    """A ``limit`` scope being run: its budget and what has been spent in it."""
+
+    budget: Budget
+    started: float
+    #: False while replaying a finished scope: time is not measured again
+    timed: bool = True
+    tokens: int = 0
+    usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    usd_unknown: int = 0
+
+    def spent(self, now: float) -> Spent:
+        return Spent(
+            tokens=self.tokens,
+            usd=self.usd,
+            model_calls=self.model_calls,
+            tool_calls=self.tool_calls,
+            seconds=max(0.0, now - self.started),
+            usd_unknown=self.usd_unknown,
+        )
+
+    def exceeded(self, effect: AnyEffect, now: float) -> str | None:
+        """The measure that stops ``effect`` from running in this scope, if any."""
+        b = self.budget
+        calls_model = isinstance(effect, Infer | Agent)
+        if b.seconds is not None and self.timed and now - self.started >= b.seconds:
+            return "seconds"
+        if b.tokens is not None and (
+            self.tokens > b.tokens or (calls_model and self.tokens >= b.tokens)
+        ):
+            return "tokens"
+        if b.usd is not None and (
+            self.usd > b.usd or (calls_model and (self.usd >= b.usd or self.usd_unknown))
+        ):
+            return "usd"
+        if b.model_calls is not None and calls_model and self.model_calls >= b.model_calls:
+            return "model_calls"
+        if (
+            b.tool_calls is not None
+            and isinstance(effect, Tool)
+            and self.tool_calls >= b.tool_calls
+        ):
+            return "tool_calls"
+        return None
+
+    def charge(self, effect: AnyEffect, usage: Usage | None) -> None:
+        if isinstance(effect, Infer | Agent):
+            self.model_calls += 1
+        elif isinstance(effect, Tool):
+            self.tool_calls += 1
+        if usage is not None:
+            self.tokens += usage.total_tokens
+            if usage.cost_usd is None:
+                self.usd_unknown += 1 if isinstance(effect, Infer | Agent) else 0
+            else:
+                self.usd += usage.cost_usd
+
+    def exhausted(self, measure: str, now: float, reason: str | None = None) -> BudgetExhausted:
+        if (
+            reason is None
+            and measure == "usd"
+            and self.usd_unknown
+            and self.usd <= (self.budget.usd or 0.0)
+        ):
+            reason = (
+                f"{self.usd_unknown} model call(s) in this scope had no known price, so a usd budget "
+                "cannot be kept; give the model's price in a file named by OPDSL_PRICES"
+            )
+        data = {"budget": self.budget, "spent": self.spent(now), "exceeded": measure}
+        if reason is not None:
+            data["reason"] = reason
+        return BudgetExhausted.model_validate(data)
+
+
+@dataclass(slots=True)
+class Frame:
+    """One generator being driven: its address prefix, replica and enclosing budgets."""
+
+    prefix: str
+    replica: Replica
+    scopes: tuple[Scope, ...] = ()
+    #: the innermost enclosing scope whose record is finished (replaying), if any
+    finished_scope: Entry | None = None
+    gen: Generator[Any, Any, Any] | None = None
+    #: inside a ``timeout`` scope
+    deadline: bool = False
+    count: int = 0
+    last: str = field(default="")
+
+    def next_address(self) -> str:
+        self.count += 1
+        self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
+        return self.last
+
+
+def charge_scopes(frame: Frame, effect: AnyEffect, usage: Usage | None) -> None:
+    """The one place budgets are charged: every enclosing ``limit`` of the frame, whether the
+    effect ran now or its outcome came from the record."""
+    for scope in frame.scopes:
+        scope.charge(effect, usage)
+
+
+def is_failure(entry: Entry | None) -> bool:
+    """Whether a finished scope entry recorded a ``Failure`` outcome."""
+    return (
+        entry is not None
+        and entry.status == "completed"
+        and (entry.result_json or "").startswith('{"error"')
+    )
+
+
+class ReplayStop(BaseException):
+    """Replaying reached the point where the recorded run's scope was cut off (a timeout, a
+    spent budget): unwinds to the innermost scope whose record is a ``Failure``."""

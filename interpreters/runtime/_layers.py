@@ -1,0 +1,362 @@
+"""The path of one leaf effect (``infer``, ``tool``, ``agent``, ``emit``, ``checkpoint``,
+``now``, ``random``, ``uuid``, ``sleep``, ``ask``): a chain of layers, each with one job.
+
+::
+
+    Driver.perform ─► Charge ─► Replay ─► Announced ─► Journaled ─► Handled
+                      budgets   the record  events      write-ahead   the handlers
+
+- ``Charge`` charges the effect's usage to every enclosing ``limit`` (the one place budgets
+  are charged: live or from the record alike). Budgets are *checked* before every effect,
+  leaf or not, by ``Driver.perform``.
+- ``Replay`` looks the address up in the record: a finished entry is fed back as the program
+  saw it the first time; a changed effect is a divergence; an unfinished one runs again.
+- ``Announced`` sends ``EffectStarted``/``EffectFinished`` (and ``Emitted``,
+  ``CheckpointSaved``) to the event bus; every start is closed by exactly one finish.
+- ``Journaled`` writes the entry ``started`` before the handler runs and finishes it before
+  the program sees the result (write-ahead).
+- ``Handled`` calls the interpreter's handlers.
+
+A layer is in the chain only when its job exists (a budget, a record, a listener, a
+journal), so the fast path, a live run with none of them, is ``Handled`` alone. The chains
+are built once per driver; see ``Driver.__init__``.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, final
+
+import anyio
+
+from interpreters.journal._base import Entry
+from interpreters.runtime._frame import (
+    Call,
+    Frame,
+    RecordedEffect,
+    ReplayStop,
+    WaitingForAnswer,
+    charge_scopes,
+    is_failure,
+)
+from interpreters.runtime._replay import decode_error, decode_result, error_json
+from op import (
+    AnyEffect,
+    Ask,
+    Checkpoint,
+    CheckpointSaved,
+    EffectFinished,
+    EffectStarted,
+    Emit,
+    Emitted,
+    ToolResult,
+    Usage,
+    usage_of,
+)
+from state import canonical_json, dump_jsonable, to_jsonable
+
+if TYPE_CHECKING:
+    from interpreters.runtime._driver import Driver
+
+__all__ = ["Announced", "Charge", "Handled", "Journaled", "Layer", "Perform", "Replay"]
+
+Perform = Callable[[RecordedEffect, str, Frame], Awaitable[Any]]
+"""``perform(effect, address, frame)``: the rest of the chain, as a layer sees it."""
+
+EndStatus = Literal["completed", "failed", "cancelled"]
+
+
+def _status(exc: BaseException) -> EndStatus:
+    return "failed" if isinstance(exc, Exception) else "cancelled"
+
+
+class Layer(ABC):
+    """One job on the path of a leaf effect. ``inner`` performs the rest of the chain."""
+
+    __slots__ = ("driver", "inner")
+
+    def __init__(self, driver: Driver, inner: Perform) -> None:
+        self.driver = driver
+        self.inner = inner
+
+    @abstractmethod
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        """Do this layer's job around ``self.inner``."""
+
+
+@final
+class Handled:
+    """The end of every chain: the interpreter's handlers perform the effect."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        d = self.driver
+        return await d.handlers.perform(
+            effect, Call(d.run_id, address, d.clock, d.bus, frame.deadline)
+        )
+
+
+@final
+class Charge(Layer):
+    """Charges the effect to every enclosing ``limit`` of its frame once it has an outcome."""
+
+    __slots__ = ()
+
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        result = await self.inner(effect, address, frame)
+        charge_scopes(frame, effect, usage_of(result))
+        return result
+
+
+@final
+class Journaled(Layer):
+    """Write-ahead: the entry is ``started`` before the handler runs, finished after."""
+
+    __slots__ = ()
+
+    def begin(self, effect: AnyEffect, address: str, data: Any, now: float) -> None:
+        d = self.driver
+        assert d.journal is not None
+        d.journal.begin(d.run_id, address, effect.kind, d.clean(dump_jsonable(data)), now)
+
+    def finish(
+        self,
+        address: str,
+        status: EndStatus,
+        *,
+        result_json: str | None = None,
+        usage: Usage | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        d = self.driver
+        assert d.journal is not None
+        d.journal.finish(
+            d.run_id,
+            address,
+            status,
+            at=d.clock.now(),
+            result_json=None if result_json is None else d.clean(result_json),
+            error_json=None if exc is None else d.clean(error_json(exc)),
+            usage_json=None if usage is None else canonical_json(usage),
+        )
+
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        d = self.driver
+        self.begin(effect, address, d.payload(effect, address), d.clock.now())
+        try:
+            result = await self.inner(effect, address, frame)
+        except WaitingForAnswer:
+            # the entry stays ``started``: the question is open until it is answered
+            raise
+        except BaseException as exc:
+            self.finish(address, _status(exc), exc=exc)
+            raise
+        # a checkpoint's handler returns the world's snapshot: journaled with the state's
+        recorded = (
+            {**d.snapshot(frame), "world": result} if isinstance(effect, Checkpoint) else result
+        )
+        result_json = d.json(recorded, f"the result of {effect.kind}", address)
+        self.finish(address, "completed", result_json=result_json, usage=usage_of(result))
+        return result
+
+
+@final
+class Announced(Layer):
+    """Tells the event bus an effect started and how it finished."""
+
+    __slots__ = ()
+
+    def started(self, effect: AnyEffect, address: str, data: Any) -> float:
+        d = self.driver
+        d.bus.emit(
+            EffectStarted(
+                run_id=d.run_id, at=d.clock.now(), address=address, kind=effect.kind, effect=data
+            )
+        )
+        return d.clock.monotonic()
+
+    def finished(
+        self,
+        effect: AnyEffect,
+        address: str,
+        t0: float | None,
+        status: Literal["completed", "failed", "cancelled", "unresolved"],
+        *,
+        usage: Usage | None = None,
+        error: str | None = None,
+    ) -> None:
+        d = self.driver
+        d.bus.emit(
+            EffectFinished(
+                run_id=d.run_id,
+                at=d.clock.now(),
+                address=address,
+                kind=effect.kind,
+                status=status,
+                duration_s=0.0 if t0 is None else d.clock.monotonic() - t0,
+                usage=usage,
+                error=error,
+            )
+        )
+
+    def failed(self, effect: AnyEffect, address: str, t0: float, exc: BaseException) -> None:
+        self.finished(effect, address, t0, _status(exc), error=f"{type(exc).__name__}: {exc}")
+
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        d = self.driver
+        t0 = self.started(effect, address, d.payload(effect, address))
+        try:
+            result = await self.inner(effect, address, frame)
+        except WaitingForAnswer:
+            self.finished(effect, address, None, "unresolved", error="waiting for an answer")
+            raise
+        except BaseException as exc:
+            self.failed(effect, address, t0, exc)
+            raise
+        # a tool that failed completed as an effect; its error still reaches the sinks
+        failed = result.error if isinstance(result, ToolResult) and not result.ok else None
+        self.finished(
+            effect,
+            address,
+            t0,
+            "completed",
+            usage=usage_of(result),
+            error=None if failed is None else f"tool failed: {failed}",
+        )
+        if isinstance(effect, Emit):
+            d.bus.emit(
+                Emitted(
+                    run_id=d.run_id,
+                    at=d.clock.now(),
+                    address=address,
+                    name=effect.name,
+                    data=to_jsonable(effect.data),
+                )
+            )
+        elif isinstance(effect, Checkpoint):
+            d.bus.emit(
+                CheckpointSaved(
+                    run_id=d.run_id, at=d.clock.now(), address=address, name=effect.name
+                )
+            )
+        return result
+
+
+@final
+class Replay(Layer):
+    """Feeds the record back: a finished entry's outcome instead of performing the effect."""
+
+    __slots__ = ()
+
+    def lookup(self, effect: AnyEffect, address: str, frame: Frame) -> Entry | None:
+        """The recorded entry for this effect (leaf or scope), checked against it; None to go
+        live."""
+        d = self.driver
+        log = d.log
+        assert log is not None
+        entry = log.entries.get(address)
+        if entry is None:
+            if is_failure(frame.finished_scope):
+                raise ReplayStop()
+            if frame.finished_scope is not None:
+                raise d.diverged(
+                    frame,
+                    address,
+                    f"the record finished the scope at {frame.finished_scope.address} without this effect",
+                    None,
+                    dump_jsonable(d.payload(effect, address)),
+                )
+            if log.strict:
+                raise d.diverged(
+                    frame,
+                    address,
+                    "the record ends before this effect",
+                    None,
+                    dump_jsonable(d.payload(effect, address)),
+                )
+            return None
+        now = d.clean(dump_jsonable(d.payload(effect, address)))
+        if now != entry.effect_json:
+            raise d.diverged(
+                frame,
+                address,
+                "the program asks for a different effect here",
+                entry.effect_json,
+                now,
+            )
+        log.used.add(address)
+        return entry
+
+    def reopens(self, entry: Entry, frame: Frame) -> bool:
+        """Whether an unfinished entry runs again: a crash left it ``started``, or a stop
+        ``cancelled`` it outside a scope the record cut off."""
+        log = self.driver.log
+        assert log is not None
+        return entry.status == "started" or (
+            entry.status == "cancelled" and not log.strict and not is_failure(frame.finished_scope)
+        )
+
+    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+        entry = self.lookup(effect, address, frame)
+        if entry is None:
+            return await self.inner(effect, address, frame)
+        if not self.reopens(entry, frame):
+            return await self.replayed(effect, address, frame, entry)
+        d = self.driver
+        assert d.log is not None
+        if d.log.strict:
+            if isinstance(effect, Ask):
+                raise WaitingForAnswer(effect.question)
+            raise d.diverged(
+                frame,
+                address,
+                "the record ends inside this effect (it started and never finished)",
+                entry.effect_json,
+                entry.effect_json,
+            )
+        # a crash or a stop left it unfinished: perform it again (at least once), with the
+        # same idempotency key
+        return await self.inner(effect, address, frame)
+
+    async def replayed(
+        self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry
+    ) -> Any:
+        """The recorded outcome of a finished entry, as the program saw it the first time."""
+        d = self.driver
+        if entry.status == "completed":
+            if isinstance(effect, Checkpoint) and d.log is not None and d.log.restore_at == address:
+                d.last_checkpoint = (effect.name, address)
+                self.restore(frame, address, entry)
+                world = json.loads(entry.result_json or "{}").get("world")
+                if world is not None:
+                    await d.handlers.restore(world)
+            return decode_result(effect, entry.result_json)
+        if entry.status == "failed":
+            raise decode_error(entry.error_json)
+        # cancelled: a timeout or budget cut it off, or a par sibling's failure did
+        if is_failure(frame.finished_scope):
+            raise ReplayStop()
+        await anyio.sleep_forever()
+
+    def restore(self, frame: Frame, address: str, entry: Entry) -> None:
+        """At a fork's checkpoint: the replayed state must be the recorded snapshot."""
+        snapshot = json.loads(entry.result_json or "{}")
+        recorded = snapshot.get("state")
+        state = frame.replica.state
+        same = state.matches(recorded) if state is not None else recorded is None
+        if not same:
+            now = None if state is None else json.loads(state.canonical())
+            raise self.driver.diverged(
+                frame,
+                address,
+                "the state at this checkpoint differs from the recorded snapshot",
+                canonical_json(recorded),
+                canonical_json(now),
+            )
+        frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
