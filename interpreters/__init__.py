@@ -10,6 +10,7 @@
 """
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ if TYPE_CHECKING:
         ScriptMismatch,
         expect,
     )
-    from interpreters.tools._bound import Tool, ToolLike, ToolRegistry, read_only
+    from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, read_only
+    from interpreters.tools._bound import BoundTool as Tool  # noqa: F401 - the name before 0.3.0
     from interpreters.tools._workspace import Workspace, WorkspaceError
 
 
@@ -113,7 +115,7 @@ _WHERE: dict[str, str] = {
     "Sink": "interpreters.runtime._events",
     "SqliteJournal": "interpreters.journal",
     "SystemClock": "interpreters.runtime._clock",
-    "Tool": "interpreters.tools._bound",
+    "BoundTool": "interpreters.tools._bound",
     "ToolLike": "interpreters.tools._bound",
     "ToolRegistry": "interpreters.tools._bound",
     "VirtualClock": "interpreters.runtime._clock",
@@ -151,6 +153,7 @@ __all__ = [
     "ANY",
     "AgentBackend",
     "AgentError",
+    "BoundTool",
     "Call",
     "CallInfo",
     "ClaudeCodeBackend",
@@ -186,7 +189,6 @@ __all__ = [
     "Sink",
     "SqliteJournal",
     "SystemClock",
-    "Tool",
     "ToolLike",
     "ToolRegistry",
     "VirtualClock",
@@ -220,6 +222,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    if name == "Tool":
+        warnings.warn(
+            "interpreters.Tool is now interpreters.BoundTool (op.Tool is the effect)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        name = "BoundTool"
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'interpreters' has no attribute {name!r}")

@@ -33,7 +33,7 @@ from interpreters.runtime._events import EventBus, Sink, as_sinks
 from interpreters.runtime._frame import Call, Handlers, RecordedEffect
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence
 from interpreters.runtime._sync import blocking
-from interpreters.tools._bound import Tool, ToolLike, ToolRegistry
+from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
 from op import (
     Agent,
@@ -146,7 +146,7 @@ def _program_of(
 def _tool_refs(tools: Iterable[ToolLike]) -> list[str] | None:
     refs = []
     for t in tools:
-        fn = t.fn if isinstance(t, Tool) else t
+        fn = t.fn if isinstance(t, BoundTool) else t
         ref = program_name(fn)
         if "<locals>" in ref or "<lambda>" in ref:
             return None
@@ -179,9 +179,9 @@ def load_tools(refs: Iterable[str]) -> list[ToolLike]:
     for ref in refs:
         obj = load_object(ref, "tool")
         for t in obj if isinstance(obj, list | tuple) else [obj]:
-            if not (isinstance(t, Tool) or callable(t)):
+            if not (isinstance(t, BoundTool) or callable(t)):
                 raise ProgramNotFound(
-                    f"tool {ref}: {type(t).__name__} {t!r:.40} is not a function or Tool"
+                    f"tool {ref}: {type(t).__name__} {t!r:.40} is not a function or BoundTool"
                 )
             out.append(t)
     return out

@@ -56,6 +56,7 @@ from op._effects import (
 )
 from op._errors import (
     DuplicateTool,
+    Fatal,
     MergeConflict,
     ModelError,
     NotAnEffect,
@@ -142,6 +143,7 @@ __all__ = [
     "ModelRequest",
     "NotAProgram",
     "NotAnEffect",
+    "Fatal",
     "NotSerializable",
     "Now",
     "Op",

@@ -1,18 +1,20 @@
 """Errors a program or its caller can see.
 
-Errors marked ``opdsl_fatal`` are defects of the program or of a test script: the driver does
-not throw them into the program (where an ``except Exception`` could swallow them) but ends
-the run with them.
+Errors that are :class:`Fatal` are defects of the program, of a test script or of the
+record: the driver does not throw them into the program (where an ``except Exception`` could
+swallow them) but ends the run with them.
 """
 
 from __future__ import annotations
 
+from abc import ABC
 from typing import Any
 
 from state import NotSerializable
 
 __all__ = [
     "DuplicateTool",
+    "Fatal",
     "MergeConflict",
     "ModelError",
     "NotAProgram",
@@ -28,16 +30,22 @@ class OpdslError(Exception):
     """Base of opdsl's own errors."""
 
 
-class NotAnEffect(OpdslError, TypeError):
+class Fatal(ABC):  # noqa: B024 - a marker: nothing to implement
+    """Marks an error class as fatal: it ends the run instead of being thrown into the
+    program. Subclass it next to the error's base (``class Mine(OpdslError, Fatal)``), or
+    ``Fatal.register(cls)`` a class you do not own."""
+
+
+# a value the journal cannot hold is a defect of the program that produced it
+Fatal.register(NotSerializable)
+
+
+class NotAnEffect(OpdslError, TypeError, Fatal):
     """A program yielded something that is not an effect."""
 
-    opdsl_fatal = True
 
-
-class NotAProgram(OpdslError, TypeError):
+class NotAProgram(OpdslError, TypeError, Fatal):
     """What was run is not a function returning a generator of effects."""
-
-    opdsl_fatal = True
 
 
 class DuplicateTool(OpdslError, ValueError):

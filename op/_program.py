@@ -11,8 +11,10 @@ A state passed explicitly (``run(..., state=...)``, ``--state``) still wins.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from op._marker import Marker
 from state import CRDTModel
 
 __all__ = ["WorkspaceOf", "default_state", "program", "workspace_of"]
@@ -21,6 +23,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 WorkspaceOf = Callable[[tuple[Any, ...], dict[str, Any]], "str | None"]
 """Finds a program's workspace folder among its arguments (``args``, ``kwargs``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    state: type[CRDTModel] | None
+    workspace: WorkspaceOf | None
+
+
+_DECLARED = Marker("program", _Declared)
 
 
 def program(
@@ -48,10 +59,8 @@ def program(
         )
 
     def declare(fn: F) -> F:
-        if state is not None:
-            fn.opdsl_state = state  # type: ignore[attr-defined]
-        if workspace is not None:
-            fn.opdsl_workspace = workspace  # type: ignore[attr-defined]
+        if not _DECLARED.put(fn, _Declared(state, workspace)):
+            raise TypeError(f"@program cannot mark {fn!r}: it takes no attributes")
         return fn
 
     return declare
@@ -59,14 +68,14 @@ def program(
 
 def default_state(fn: object) -> CRDTModel | None:
     """A fresh instance of the state type ``fn`` declared, or None."""
-    cls = getattr(fn, "opdsl_state", None)
-    if isinstance(cls, type) and issubclass(cls, CRDTModel):
-        return cls()
-    return None
+    declared = _DECLARED.get(fn)
+    return None if declared is None or declared.state is None else declared.state()
 
 
 def workspace_of(fn: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The workspace folder ``fn`` finds in its arguments, if it declared how."""
-    find = getattr(fn, "opdsl_workspace", None)
-    found = find(args, kwargs) if callable(find) else None
+    declared = _DECLARED.get(fn)
+    found = (
+        None if declared is None or declared.workspace is None else declared.workspace(args, kwargs)
+    )
     return str(found) if isinstance(found, str) and found else None

@@ -28,9 +28,8 @@ __all__ = ["NotSerializable", "canonical_json", "dump_jsonable", "to_jsonable"]
 
 
 class NotSerializable(TypeError):
-    """A value cannot be written as canonical JSON; ``path`` says where in it."""
-
-    opdsl_fatal = True
+    """A value cannot be written as canonical JSON; ``path`` says where in it. (``op``
+    registers it as ``Fatal``: a run that produces one ends with it.)"""
 
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)

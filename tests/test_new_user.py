@@ -386,7 +386,7 @@ def test_bad_inputs_are_one_line_and_exit_2(
         (["run", "bad_syntax:f", "--db", db], "a syntax error in"),
         (
             [*base, "--tools", "tests.fixtures.new_user_programs:NOT_A_TOOL"],
-            "is not a function or Tool",
+            "is not a function or BoundTool",
         ),
         ([*base, "--workspace", str(tmp_path / "missing")], "does not exist"),
         ([*base, "--workspace", str(tmp_path / "a_file")], "is not a folder"),
@@ -431,7 +431,7 @@ def test_bad_inputs_are_one_line_and_exit_2(
                     "--tools",
                     "tests.fixtures.new_user_programs:NOT_A_TOOL",
                 ],
-                "is not a function or Tool",
+                "is not a function or BoundTool",
             ),
         ]
     for argv, message in cases:

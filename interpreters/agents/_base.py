@@ -28,12 +28,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-import anyio
+from typing import Any, ClassVar, Literal, final
 
 from interpreters.runtime._frame import Call
-from interpreters.tools._process import kill_group
+from interpreters.tools._process import run_process
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import (
     Agent,
@@ -236,10 +234,10 @@ class CliBackend(ABC):
         turn = _Turn(call=call, backend=self.name)
         turn.emit(AgentStart(**turn.base(), backend=self.name, model=effect.options.get("model")))
         started = time.monotonic()
-        kind: Literal["timeout", "crash", "refused", "error", "stopped"] | None = None
+        kind: Kind | None = None
         reason: str | None = None
-        process = None
         exit_code: int | None = None
+        reader = _Reader(self, turn, effect)
         try:
             env = {**os.environ, **self.env}
             env.pop("CLAUDECODE", None)
@@ -247,19 +245,23 @@ class CliBackend(ABC):
             if self._confined(effect):
                 argv = self._confine(argv, effect, env)
             # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
-            process = await anyio.open_process(
+            end = await run_process(
                 argv,
-                stdin=-3,
-                stderr=-3,
-                env=env,
                 cwd=effect.options.get("cwd"),
-                start_new_session=True,
+                env=env,
+                timeout=self.timeout,
+                idle_timeout=self.idle_timeout,
+                grace=self.grace,
+                consume=reader.feed,
+                exit_wait=self.grace,
             )
-            kind, reason = await self._read(process, turn, effect)
-            if kind is None:
-                with anyio.move_on_after(self.grace):
-                    await process.wait()
-            exit_code = process.returncode
+            exit_code = end.returncode
+            if end.ending == "timeout":
+                kind, reason = "timeout", f"no final event within {self.timeout:g}s"
+            elif end.ending == "idle":
+                kind, reason = "timeout", f"no output for {self.idle_timeout:g}s"
+            else:
+                kind, reason = reader.verdict
             if kind is None and not turn.finished:
                 kind, reason = (
                     "crash",
@@ -268,13 +270,6 @@ class CliBackend(ABC):
             if kind is None and turn.error is not None:
                 kind, reason = "error", turn.error
         finally:
-            if process is not None:
-                with anyio.CancelScope(shield=True):
-                    if process.returncode is None:
-                        await kill_group(process, self.grace)
-                    exit_code = process.returncode
-                    with anyio.move_on_after(5):
-                        await process.aclose()
             turn.close_all()
             status = {
                 None: "completed",
@@ -290,40 +285,45 @@ class CliBackend(ABC):
             raise AgentError(kind, record)
         return record
 
-    async def _read(self, process: Any, turn: _Turn, effect: Agent) -> tuple[Any, str | None]:
-        assert process.stdout is not None
-        buffer = b""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout", f"no final event within {self.timeout:g}s"
-            chunk = b""
-            with anyio.move_on_after(min(left, self.idle_timeout)) as idle:
-                try:
-                    chunk = await process.stdout.receive(65536)
-                except anyio.EndOfStream:
-                    return None, None
-            if idle.cancelled_caught:
-                if time.monotonic() >= deadline:
-                    return "timeout", f"no final event within {self.timeout:g}s"
-                return "timeout", f"no output for {self.idle_timeout:g}s"
-            buffer += chunk
-            while b"\n" in buffer:
-                raw, buffer = buffer.split(b"\n", 1)
-                verdict = self._line(raw, turn, effect)
-                if verdict is not None:
-                    return verdict
-                if turn.finished:
-                    return None, None
-                if self.stop is not None and self.stop(
-                    self._record(turn, time.monotonic(), None, False, None)
-                ):
-                    return "stopped", "stopped by the program's stop predicate"
-            if len(buffer) > MAX_LINE:
-                return "crash", f"a line longer than {MAX_LINE} bytes"
 
-    def _line(self, raw: bytes, turn: _Turn, effect: Agent) -> tuple[Any, str] | None:
+Kind = Literal["timeout", "crash", "refused", "error", "stopped"]
+"""Why an agent's turn did not complete."""
+
+
+@final
+class _Reader:
+    """Reads a CLI's JSON lines as they come; says when to stop and why."""
+
+    def __init__(self, backend: CliBackend, turn: _Turn, effect: Agent) -> None:
+        self.backend = backend
+        self.turn = turn
+        self.effect = effect
+        self.buffer = b""
+        self.verdict: tuple[Kind | None, str | None] = (None, None)
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take a chunk of output; True to stop reading (a verdict, or the final event)."""
+        self.buffer += chunk
+        backend, turn = self.backend, self.turn
+        while b"\n" in self.buffer:
+            raw, self.buffer = self.buffer.split(b"\n", 1)
+            verdict = self._line(raw)
+            if verdict is not None:
+                self.verdict = verdict
+                return True
+            if turn.finished:
+                return True
+            if backend.stop is not None and backend.stop(
+                backend._record(turn, time.monotonic(), None, False, None)
+            ):
+                self.verdict = ("stopped", "stopped by the program's stop predicate")
+                return True
+        if len(self.buffer) > MAX_LINE:
+            self.verdict = ("crash", f"a line longer than {MAX_LINE} bytes")
+            return True
+        return False
+
+    def _line(self, raw: bytes) -> tuple[Kind, str] | None:
         if len(raw) > MAX_LINE:
             return "crash", f"a line longer than {MAX_LINE} bytes"
         text = raw.decode("utf-8", "replace").strip()
@@ -334,7 +334,7 @@ class CliBackend(ABC):
         except ValueError:
             return "crash", f"a malformed line: {text[:200]}"
         try:
-            self.handle(line, turn, effect)
+            self.backend.handle(line, self.turn, self.effect)
         except _Refused as exc:
             return "refused", str(exc)
         return None

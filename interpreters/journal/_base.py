@@ -39,16 +39,15 @@ __all__ = [
 ]
 
 from interpreters.journal._status import ENTRY_STATUSES, EntryStatus, RunStatus
+from op import Fatal
 
 DEFAULT_DB = Path(".opdsl") / "runs.db"
 
 
-class JournalError(Exception):
+class JournalError(Exception, Fatal):
     """The journal was asked for something its records do not allow, or cannot be read or
     written. Never thrown into a program: a run whose journal fails ends there (failed, and
     resumable once the cause is gone), so no run is recorded as finished with effects missing."""
-
-    opdsl_fatal = True
 
 
 class RunLocked(JournalError):

@@ -10,7 +10,7 @@ Invariants (everything else in ``interpreters/`` relies on them):
    (1-based) of a ``par`` at ``a`` runs with prefix ``a.i``. Addresses never depend on timing,
    so a parallel run replays to the same addresses whatever order its branches finished in.
 3. **Errors.** An ``Exception`` from a handler is thrown into the program at its ``yield``.
-   Fatal errors (``opdsl_fatal``: a program or test-script defect) and ``BaseException``s
+   Fatal errors (``op.Fatal``: a program, test-script or record defect) and ``BaseException``s
    (cancellation, a budget closing its scope, a run suspending) close the generator, so its
    ``finally`` blocks run, and propagate.
 4. **Write-ahead.** A recorded effect is ``begin``-ed in the journal before its handler runs
@@ -76,6 +76,7 @@ from op import (
     Checkpoint,
     ConflictDetected,
     Emit,
+    Fatal,
     Get,
     Infer,
     Limit,
@@ -100,6 +101,7 @@ from op import (
     Uuid,
     default_state,
 )
+from op._marker import Marker
 from state import CRDTModel, StateError, canonical_json, to_jsonable
 
 __all__ = [
@@ -121,6 +123,9 @@ T = TypeVar("T")
 
 _EFFECT_SET = frozenset(EFFECT_TYPES)
 
+_ADDRESS = Marker("address", str)
+"""The address where an exception first left a program (what a failed run reports)."""
+
 
 def new_run_id() -> str:
     """A fresh run id (the interpreter's randomness, never a program's)."""
@@ -136,9 +141,8 @@ def program_name(program: object) -> str:
 
 def _mark(exc: BaseException, address: str) -> None:
     """Remember the address where an exception first left a program."""
-    if getattr(exc, "opdsl_address", None) is None:
-        with contextlib.suppress(AttributeError, TypeError):
-            exc.opdsl_address = address  # type: ignore[attr-defined]
+    if _ADDRESS.get(exc) is None:
+        _ADDRESS.put(exc, address)
 
 
 def _close(gen: Generator[Any, Any, Any]) -> None:
@@ -224,7 +228,7 @@ class Driver:
                 send = await self.perform(effect, address, frame)
                 error = None
             except Exception as exc:
-                if getattr(exc, "opdsl_fatal", False):
+                if isinstance(exc, Fatal):
                     _mark(exc, address)
                     _close(gen)
                     raise
@@ -828,7 +832,7 @@ async def execute(
         status, question, address = "waiting", wait.question, root.last or None
     except Exception as exc:
         status, error = "failed", exc
-        address = getattr(exc, "opdsl_address", None) or root.last or None
+        address = _ADDRESS.get(exc) or root.last or None
     except BaseException:
         status = "cancelled"
         raise

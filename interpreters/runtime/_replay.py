@@ -21,6 +21,7 @@ from op import (
     Ask,
     Checkpoint,
     Emit,
+    Fatal,
     Infer,
     LeafEffect,
     Now,
@@ -45,10 +46,8 @@ __all__ = [
 ]
 
 
-class Divergence(OpdslError):
+class Divergence(OpdslError, Fatal):
     """The program no longer does what its journal recorded."""
-
-    opdsl_fatal = True
 
 
 class ReplayedError(OpdslError):

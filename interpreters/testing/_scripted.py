@@ -22,7 +22,7 @@ from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, Handlers, RecordedEffect
 from interpreters.runtime._sync import blocking
-from op import Checkpoint, Emit, Infer, Response, Sleep, Tool, ToolResult, canonical_json
+from op import Checkpoint, Emit, Fatal, Infer, Response, Sleep, Tool, ToolResult, canonical_json
 from state import CRDTModel
 
 T = TypeVar("T")
@@ -45,10 +45,8 @@ ANY: Any = _Any()
 """Matches any value in an :class:`Expect` field."""
 
 
-class ScriptMismatch(AssertionError):
+class ScriptMismatch(AssertionError, Fatal):
     """The program did something the script did not expect (or left entries unused)."""
-
-    opdsl_fatal = True
 
 
 @final

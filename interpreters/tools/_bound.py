@@ -27,9 +27,10 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from interpreters.models._base import CallInfo
-from op import DuplicateTool, NotSerializable, ToolResult, ToolSpec, canonical_json
+from op import DuplicateTool, Fatal, NotSerializable, ToolResult, ToolSpec, canonical_json
+from op._marker import Marker
 
-__all__ = ["Tool", "ToolLike", "ToolRegistry", "format_validation_error", "read_only"]
+__all__ = ["BoundTool", "ToolLike", "ToolRegistry", "format_validation_error", "read_only"]
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -52,14 +53,14 @@ class _Args(BaseModel):
 
 
 @final
-class Tool:
+class BoundTool:
     """A callable the interpreter binds by name.
 
     Example:
         >>> def add(a: int, b: int = 1) -> int:
         ...     '''Add two numbers.'''
         ...     return a + b
-        >>> t = Tool.from_function(add)
+        >>> t = BoundTool.from_function(add)
         >>> t.spec.parameters["required"], t.spec.description
         (['a'], 'Add two numbers.')
     """
@@ -99,7 +100,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         read_only: bool = False,
-    ) -> Tool:
+    ) -> BoundTool:
         """Make a tool of a typed function; every parameter needs an annotation."""
         tool_name = name or fn.__name__
         fields: dict[str, Any] = {}
@@ -156,6 +157,8 @@ class Tool:
                     functools.partial(self.fn, **kwargs), abandon_on_cancel=True
                 )
         except Exception as exc:
+            if isinstance(exc, Fatal):
+                raise  # a defect (a divergence, a journal that fails): never the model's to read
             return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         if isinstance(out, ToolResult):
             return out
@@ -170,9 +173,12 @@ class Tool:
             )
 
 
-ToolLike = Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]
+ToolLike = BoundTool | Callable[..., Any] | Callable[..., Awaitable[Any]]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+READ_ONLY = Marker("read_only", bool)
+"""Set by :func:`read_only`: the tool has no side effects."""
 
 
 def read_only(fn: F) -> F:
@@ -185,7 +191,7 @@ def read_only(fn: F) -> F:
         >>> ToolRegistry([list_files]).get("list_files").read_only
         True
     """
-    fn.opdsl_read_only = True  # type: ignore[attr-defined]
+    READ_ONLY.put(fn, True)
     return fn
 
 
@@ -194,21 +200,21 @@ class ToolRegistry:
     """The tools bound to a run, by unique name."""
 
     def __init__(self, tools: Iterable[ToolLike] = ()) -> None:
-        self._tools: dict[str, Tool] = {}
+        self._tools: dict[str, BoundTool] = {}
         for t in tools:
             self.add(t)
 
     def add(self, tool: ToolLike) -> None:
         bound = (
             tool
-            if isinstance(tool, Tool)
-            else Tool.from_function(tool, read_only=bool(getattr(tool, "opdsl_read_only", False)))
+            if isinstance(tool, BoundTool)
+            else BoundTool.from_function(tool, read_only=READ_ONLY.get(tool) is True)
         )
         if bound.name in self._tools:
             raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
         self._tools[bound.name] = bound
 
-    def get(self, name: str) -> Tool | None:
+    def get(self, name: str) -> BoundTool | None:
         return self._tools.get(name)
 
     def names(self) -> list[str]:

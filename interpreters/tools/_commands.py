@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-import anyio
-
 from interpreters.runtime._redact import Redactor, looks_secret
 from interpreters.tools._files import _Files
 from interpreters.tools._paths import (
@@ -14,7 +12,7 @@ from interpreters.tools._paths import (
     _fail,
     say_once,
 )
-from interpreters.tools._process import kill_group
+from interpreters.tools._process import run_process
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import ToolResult
 
@@ -95,39 +93,31 @@ class _Commands(_Files):
             )
         chunks: list[bytes] = []
         size = 0
-        reason = None
+
+        def keep(data: bytes) -> bool:
+            nonlocal size
+            if size < self.max_output * 2:  # enough to cut at max_output once decoded
+                chunks.append(data)
+            size += len(data)
+            return False
+
         try:
-            process = await anyio.open_process(
-                argv, cwd=where, env=self._env(), stdin=None, stderr=-2, start_new_session=True
+            end = await run_process(
+                argv,
+                cwd=where,
+                env=self._env(),
+                timeout=limit,
+                idle_timeout=self.idle_timeout,
+                grace=self.grace,
+                consume=keep,
+                merge_stderr=True,
             )
         except OSError as exc:
             return _fail(f"cannot start {program!r}: {exc.strerror or exc}")
-        try:
-            assert process.stdout is not None
-            with anyio.move_on_after(limit) as hard:
-                while True:
-                    data = b""
-                    with anyio.move_on_after(self.idle_timeout) as idle:
-                        try:
-                            data = await process.stdout.receive(65536)
-                        except anyio.EndOfStream:
-                            break
-                    if idle.cancelled_caught:
-                        reason = f"no output for {self.idle_timeout:g}s"
-                        break
-                    size += len(data)
-                    if sum(len(c) for c in chunks) < self.max_output * 2:
-                        chunks.append(data)
-            if hard.cancelled_caught:
-                reason = f"timed out after {limit:g}s"
-            if reason is None:
-                await process.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                if process.returncode is None:
-                    await kill_group(process, self.grace)
-                with anyio.move_on_after(5):
-                    await process.aclose()
+        reason = {
+            "timeout": f"timed out after {limit:g}s",
+            "idle": f"no output for {self.idle_timeout:g}s",
+        }.get(end.ending)
         text = self._redact(b"".join(chunks).decode("utf-8", "replace"))
         if len(text) > self.max_output:
             text = (
@@ -137,7 +127,7 @@ class _Commands(_Files):
             return ToolResult.failure(
                 f"{reason}; the command and its children were killed", output=text
             )
-        code = process.returncode
+        code = end.returncode
         if code != 0:
             return ToolResult.failure(f"exit code {code}", output=text)
         return ToolResult(output=text)

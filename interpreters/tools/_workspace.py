@@ -8,7 +8,7 @@ from typing import Any, final
 
 import git
 
-from interpreters.tools._bound import Tool
+from interpreters.tools._bound import BoundTool
 from interpreters.tools._paths import (
     DEFAULT_ALLOW,
     FORBIDDEN,
@@ -45,7 +45,7 @@ class Workspace(_Snapshots):
 
     # -- as tools -----------------------------------------------------------------------------
 
-    def tools(self) -> list[Tool]:
+    def tools(self) -> list[BoundTool]:
         """The tools a model gets: files, search, commands and read-only git."""
         read_only = {"read_file", "list_files", "search", "git_status", "git_diff", "git_log"}
         fns: list[Callable[..., Any]] = [
@@ -60,7 +60,7 @@ class Workspace(_Snapshots):
             self.git_diff,
             self.git_log,
         ]
-        return [Tool.from_function(fn, read_only=fn.__name__ in read_only) for fn in fns]
+        return [BoundTool.from_function(fn, read_only=fn.__name__ in read_only) for fn in fns]
 
     def snapshot_files(self, name: str) -> ToolResult:
         """Snapshot the workspace's files under ``name``; answers the tree id."""
@@ -77,7 +77,7 @@ class Workspace(_Snapshots):
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(f"cannot restore: {exc}")
 
-    def program_tools(self) -> list[Tool]:
+    def program_tools(self) -> list[BoundTool]:
         """Tools for programs rather than models: staging, committing, the branch, snapshots."""
         fns = (
             self.git_add,
@@ -86,4 +86,4 @@ class Workspace(_Snapshots):
             self.snapshot_files,
             self.restore_files,
         )
-        return [Tool.from_function(fn) for fn in fns]
+        return [BoundTool.from_function(fn) for fn in fns]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from interpreters import JournalError, SqliteJournal, Tool, open_journal, resume, run
+from interpreters import BoundTool, JournalError, SqliteJournal, open_journal, resume, run
 from interpreters.cli._main import main
 from op import Op, tool
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
@@ -157,4 +157,4 @@ def grab_again(db: str) -> str:
     return "grabbed again"
 
 
-lambda_free_tool = Tool.from_function(grab_again, name="grab_the_journal")
+lambda_free_tool = BoundTool.from_function(grab_again, name="grab_the_journal")
