@@ -26,6 +26,7 @@ repository in its config, so ``opdsl run programs.coder:coder --arg repo=PATH`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +39,7 @@ from op import (
     Message,
     Op,
     Response,
+    ToolCall,
     ToolResult,
     checkpoint,
     emit,
@@ -51,6 +53,7 @@ from op import (
 )
 from op import Append as AppendOp
 from op import Assign as AssignOp
+from programs.loop import tool_loop
 from state import CRDTModel, GCounter, GSet, Log, LWWRegister
 
 __all__ = ["CodeState", "CoderConfig", "CoderResult", "coder"]
@@ -280,32 +283,43 @@ def _charge(reply: Response) -> Op[None]:
 
 
 def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations: int) -> Op[str]:
-    """Let the model work with the tools until it stops calling them."""
+    """Let the model work with the tools until it stops calling them (``tool_loop``, with the
+    Coder's rules as hooks: cost charged, written files noted, a stuck loop stopped, a
+    checkpoint after a turn whose tools failed)."""
     last: list[str] = []
-    for step in range(iterations):
-        reply = yield from infer(history, tools=WORK_TOOLS, model=cfg.model)
-        yield from _charge(reply)
-        if not reply.tool_calls:
-            return reply.text
-        history.append(reply.as_message())
-        failed = False
-        for call in reply.tool_calls:
-            result = yield from tool(call.name, call.arguments)
-            history.append(Message.tool_result(call, result))
-            failed = failed or not result.ok
-            if call.name in WRITES and result.ok and isinstance(call.arguments.get("path"), str):
-                yield from update(files_modified=Add(call.arguments["path"]))
-            last.append(
-                f"{call.name} {sorted(call.arguments.items())} -> {result.ok} {result.output[:200]} {result.error}"
-            )
+
+    def noted(call: ToolCall, result: ToolResult) -> Op[None] | None:
+        last.append(
+            f"{call.name} {sorted(call.arguments.items())} -> {result.ok} {result.output[:200]} {result.error}"
+        )
+        if call.name in WRITES and result.ok and isinstance(call.arguments.get("path"), str):
+            return update(files_modified=Add(call.arguments["path"]))
+        return None
+
+    def judged(step: int, calls: Sequence[tuple[ToolCall, ToolResult]]) -> Op[None] | None:
         if len(last) >= cfg.stuck_repeats and len(set(last[-cfg.stuck_repeats :])) == 1:
             raise _Failed(
                 phase,
                 f"stuck: the same tool call with the same result {cfg.stuck_repeats} times in a row",
             )
-        if failed and phase == "work":
-            yield from checkpoint(f"work-blocked-{step}")
-    raise _Failed(phase, f"the model was still calling tools after {iterations} turns")
+        if phase == "work" and not all(result.ok for _, result in calls):
+            return checkpoint(f"work-blocked-{step - 1}")
+        return None
+
+    def exhausted(steps: int) -> None:
+        raise _Failed(phase, f"the model was still calling tools after {steps} turns")
+
+    reply, _ = yield from tool_loop(
+        history,
+        tools=WORK_TOOLS,
+        max_steps=iterations,
+        model=cfg.model,
+        on_reply=_charge,
+        on_result=noted,
+        on_turn=judged,
+        on_max_steps=exhausted,
+    )
+    return reply.text
 
 
 def _work(cfg: CoderConfig) -> Op[str]:

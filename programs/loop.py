@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
-from op import Message, Op, Response, emit, infer, tool
+from op import Message, Op, Response, ToolCall, ToolResult, emit, infer, tool
 
-__all__ = ["tool_loop"]
+__all__ = ["Hook", "tool_loop"]
+
+Hook = Op[None] | None
+"""What a hook returns: effects to run (a generator), or None when it has none."""
 
 
 def tool_loop(
@@ -16,25 +19,58 @@ def tool_loop(
     tools: Sequence[str] | Literal["all"] = "all",
     max_steps: int = 20,
     model: str | None = None,
+    on_reply: Callable[[Response], Hook] | None = None,
+    on_result: Callable[[ToolCall, ToolResult], Hook] | None = None,
+    on_turn: Callable[[int, Sequence[tuple[ToolCall, ToolResult]]], Hook] | None = None,
+    on_max_steps: Callable[[int], Hook] | None = None,
 ) -> Op[tuple[Response, list[Message]]]:
     """Ask the model, run the tools it calls, feed the results back, until it stops calling.
 
     Returns the last response and the whole conversation. Tool failures are given to the model
-    as tool messages (it can read them and try again); after ``max_steps`` model calls the loop
-    stops and emits ``max_steps_reached``.
+    as tool messages (it can read them and try again). After ``max_steps`` model calls the
+    loop stops, and the last response still has its tool calls; ``on_max_steps(steps)`` runs
+    then (default: emit ``max_steps_reached``).
+
+    A program adds its own rules with hooks, each a function that may return effects to run:
+    ``on_reply(response)`` after every model call (charge its cost), ``on_result(call,
+    result)`` after every tool call (note a written file), ``on_turn(step, calls)`` after the
+    tools of model call number ``step`` ran (stop a loop that is stuck, checkpoint). A hook
+    stops the loop by raising.
+
+    Example:
+        >>> from op import Message
+        >>> loop = tool_loop([Message.user("hi")], on_max_steps=lambda steps: None)
+        >>> type(loop).__name__
+        'generator'
     """
     history = list(messages)
-    reply = yield from infer(history, tools=tools, model=model)
-    steps = 1
-    while reply.tool_calls:
+    steps = 0
+    while True:
+        reply = yield from infer(history, tools=tools, model=model)
+        steps += 1
+        if on_reply is not None:
+            yield from _run(on_reply(reply))
+        if not reply.tool_calls:
+            history.append(reply.as_message())
+            return reply, history
         history.append(reply.as_message())
+        calls: list[tuple[ToolCall, ToolResult]] = []
         for call in reply.tool_calls:
             result = yield from tool(call.name, call.arguments)
             history.append(Message.tool_result(call, result))
+            calls.append((call, result))
+            if on_result is not None:
+                yield from _run(on_result(call, result))
+        if on_turn is not None:
+            yield from _run(on_turn(steps, calls))
         if steps >= max_steps:
-            yield from emit("max_steps_reached", {"steps": steps})
-            break
-        reply = yield from infer(history, tools=tools, model=model)
-        steps += 1
-    history.append(reply.as_message())
-    return reply, history
+            if on_max_steps is None:
+                yield from emit("max_steps_reached", {"steps": steps})
+            else:
+                yield from _run(on_max_steps(steps))
+            return reply, history
+
+
+def _run(effects: Hook) -> Op[None]:
+    if effects is not None:
+        yield from effects
