@@ -30,7 +30,7 @@ from interpreters.runtime._driver import (
     program_name,
 )
 from interpreters.runtime._events import EventBus, Sink, as_sinks
-from interpreters.runtime._frame import Call, Handlers, RecordedEffect
+from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry
@@ -44,6 +44,7 @@ from op import (
     Emit,
     Event,
     Infer,
+    LeafEffect,
     Now,
     OpdslError,
     Random,
@@ -434,7 +435,7 @@ async def aanswer(run_id: str, text: str, **kwargs: Any) -> RunResult[Any]:
 class _Unreachable(Handlers):
     """Handlers for a replay: every effect must come from the journal."""
 
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         raise Divergence(f"replay tried to perform the {effect.kind} effect at {call.address} live")
 
 
@@ -609,7 +610,7 @@ class DryRunHandlers(Handlers):
                 step.note = note
                 return
 
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         match effect:
             case Infer():
                 if isinstance(self.model, ScriptedModel):  # offline by nature: it answers

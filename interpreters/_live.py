@@ -17,7 +17,7 @@ from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, def
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
-from interpreters.runtime._frame import Call, Handlers, RecordedEffect, WaitingForAnswer
+from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace, say_once
@@ -27,6 +27,7 @@ from op import (
     Checkpoint,
     Emit,
     Infer,
+    LeafEffect,
     ModelError,
     ModelRequest,
     Now,
@@ -129,7 +130,7 @@ class LiveHandlers(Handlers):
         seed = call.run_id if self.seed is None else self.seed
         return _random.Random(f"{seed}:{call.address}")
 
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         match effect:
             case Tool():
                 bound = self.tools.get(effect.name)

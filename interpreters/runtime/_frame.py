@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 RecordedEffect = LeafEffect
-"""The effects handlers perform (``op.LeafEffect``); the driver owns scopes and state."""
+"""The name ``op.LeafEffect`` had here before 0.3.0 (the effects handlers perform; the
+driver owns scopes and state)."""
 
 
 class WaitingForAnswer(BaseException):

@@ -35,7 +35,6 @@ from interpreters.journal._base import Entry
 from interpreters.runtime._frame import (
     Call,
     Frame,
-    RecordedEffect,
     ReplayStop,
     WaitingForAnswer,
     charge_scopes,
@@ -51,6 +50,7 @@ from op import (
     EffectStarted,
     Emit,
     Emitted,
+    LeafEffect,
     ToolResult,
     Usage,
     usage_of,
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Announced", "Charge", "Handled", "Journaled", "Layer", "Perform", "Replay"]
 
-Perform = Callable[[RecordedEffect, str, Frame], Awaitable[Any]]
+Perform = Callable[[LeafEffect, str, Frame], Awaitable[Any]]
 """``perform(effect, address, frame)``: the rest of the chain, as a layer sees it."""
 
 EndStatus = Literal["completed", "failed", "cancelled"]
@@ -82,7 +82,7 @@ class Layer(ABC):
         self.inner = inner
 
     @abstractmethod
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         """Do this layer's job around ``self.inner``."""
 
 
@@ -95,7 +95,7 @@ class Handled:
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
 
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
         return await d.handlers.perform(
             effect, Call(d.run_id, address, d.clock, d.bus, frame.deadline)
@@ -108,7 +108,7 @@ class Charge(Layer):
 
     __slots__ = ()
 
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         result = await self.inner(effect, address, frame)
         charge_scopes(frame, effect, usage_of(result))
         return result
@@ -146,7 +146,7 @@ class Journaled(Layer):
             usage_json=None if usage is None else canonical_json(usage),
         )
 
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
         self.begin(effect, address, d.payload(effect, address), d.clock.now())
         try:
@@ -208,7 +208,7 @@ class Announced(Layer):
     def failed(self, effect: AnyEffect, address: str, t0: float, exc: BaseException) -> None:
         self.finished(effect, address, t0, _status(exc), error=f"{type(exc).__name__}: {exc}")
 
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
         t0 = self.started(effect, address, d.payload(effect, address))
         try:
@@ -302,7 +302,7 @@ class Replay(Layer):
             entry.status == "cancelled" and not log.strict and not is_failure(frame.finished_scope)
         )
 
-    async def perform(self, effect: RecordedEffect, address: str, frame: Frame) -> Any:
+    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         entry = self.lookup(effect, address, frame)
         if entry is None:
             return await self.inner(effect, address, frame)
@@ -324,9 +324,7 @@ class Replay(Layer):
         # same idempotency key
         return await self.inner(effect, address, frame)
 
-    async def replayed(
-        self, effect: RecordedEffect, address: str, frame: Frame, entry: Entry
-    ) -> Any:
+    async def replayed(self, effect: LeafEffect, address: str, frame: Frame, entry: Entry) -> Any:
         """The recorded outcome of a finished entry, as the program saw it the first time."""
         d = self.driver
         if entry.status == "completed":

@@ -20,9 +20,20 @@ from interpreters.journal._base import Journal
 from interpreters.runtime._clock import Clock, VirtualClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
-from interpreters.runtime._frame import Call, Handlers, RecordedEffect
+from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._sync import blocking
-from op import Checkpoint, Emit, Fatal, Infer, Response, Sleep, Tool, ToolResult, canonical_json
+from op import (
+    Checkpoint,
+    Emit,
+    Fatal,
+    Infer,
+    LeafEffect,
+    Response,
+    Sleep,
+    Tool,
+    ToolResult,
+    canonical_json,
+)
 from state import CRDTModel
 
 T = TypeVar("T")
@@ -57,7 +68,7 @@ class Expect:
     kind: str
     fields: dict[str, Any]
 
-    def matches(self, effect: RecordedEffect) -> bool:
+    def matches(self, effect: LeafEffect) -> bool:
         if effect.kind != self.kind:
             return False
         for name, want in self.fields.items():
@@ -90,11 +101,11 @@ def expect(kind: str, **fields: Any) -> Expect:
     return Expect(kind, fields)
 
 
-Matcher = Expect | RecordedEffect | Callable[[RecordedEffect], bool]
+Matcher = Expect | LeafEffect | Callable[[LeafEffect], bool]
 Answer = Any
 
 
-def _matches(matcher: Matcher, effect: RecordedEffect) -> bool:
+def _matches(matcher: Matcher, effect: LeafEffect) -> bool:
     if isinstance(matcher, Expect):
         return matcher.matches(effect)
     if callable(matcher) and not hasattr(matcher, "kind"):
@@ -106,7 +117,7 @@ def _kind_of(matcher: Matcher) -> str | None:
     return getattr(matcher, "kind", None)
 
 
-def _show(effect: RecordedEffect) -> str:
+def _show(effect: LeafEffect) -> str:
     parts = []
     for f in fields(effect):
         if f.metadata.get("serialize", True):
@@ -121,7 +132,7 @@ class _ScriptedHandlers(Handlers):
         self.position = 0
         self.log: list[str] = []
 
-    def _mismatch(self, effect: RecordedEffect, address: str) -> ScriptMismatch:
+    def _mismatch(self, effect: LeafEffect, address: str) -> ScriptMismatch:
         lines = [f"effect at address {address} does not match the script", *self.log]
         lines.append(f"NOT FOUND: {address} {_show(effect)}")
         if self.position < len(self.script):
@@ -131,7 +142,7 @@ class _ScriptedHandlers(Handlers):
         return ScriptMismatch("\n".join(lines))
 
     @staticmethod
-    async def _clock(effect: RecordedEffect, call: Call) -> None:
+    async def _clock(effect: LeafEffect, call: Call) -> None:
         if isinstance(effect, Sleep):
             await call.clock.sleep(effect.seconds)
 
@@ -143,7 +154,7 @@ class _ScriptedHandlers(Handlers):
             "\n".join([*self.log, f"the program finished but the script expects more:\n{rest}"])
         )
 
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         nxt = self.script[self.position] if self.position < len(self.script) else None
         optional = isinstance(effect, Emit | Checkpoint | Sleep)
         if nxt is None or not _matches(nxt[0], effect):

@@ -14,7 +14,7 @@ import pytest
 
 from interpreters import LiveInterpreter, MemoryJournal, ScriptedModel, SqliteJournal, run
 from interpreters.runtime import Driver, EventBus, SystemClock
-from interpreters.runtime._frame import Call, Handlers, RecordedEffect
+from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Replay
 from interpreters.runtime._replay import ReplayLog
 from op import (
@@ -24,6 +24,7 @@ from op import (
     Event,
     Failure,
     Fatal,
+    LeafEffect,
     Op,
     RunFailed,
     checkpoint,
@@ -37,7 +38,7 @@ from state import CRDTModel, GCounter
 
 
 class _Nothing(Handlers):
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         return None
 
 

@@ -3,12 +3,12 @@
 # expect-pyright: Argument of type "Ask" cannot be assigned to parameter "arg" of type "Never"
 from typing import Any, assert_never
 
-from interpreters import Call, Handlers, RecordedEffect
-from op import Agent, Checkpoint, Emit, Infer, Now, Random, Sleep, Tool, Uuid
+from interpreters import Call, Handlers
+from op import Agent, Checkpoint, Emit, Infer, LeafEffect, Now, Random, Sleep, Tool, Uuid
 
 
 class Forgetful(Handlers):
-    async def perform(self, effect: RecordedEffect, call: Call) -> Any:
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
         match effect:
             case (
                 Infer()
