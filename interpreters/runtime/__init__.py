@@ -5,7 +5,7 @@ It does no I/O of its own and imports no HTTP, git, SQLite or console library (a
 enforces it), so an interpreter that runs inside another engine can reuse it.
 """
 
-from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
+from interpreters.runtime._clock import Clock, Deadline, SystemClock, VirtualClock
 from interpreters.runtime._driver import (
     Driver,
     RunResult,
@@ -25,8 +25,12 @@ from interpreters.runtime._frame import (
 )
 from interpreters.runtime._redact import REDACTED, Redactor
 from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
+from interpreters.runtime._schedule import AnyioScheduler, Scheduler
 
 __all__ = [
+    "AnyioScheduler",
+    "Deadline",
+    "Scheduler",
     "REDACTED",
     "Call",
     "Clock",

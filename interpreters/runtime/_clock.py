@@ -18,11 +18,21 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import final
+from typing import Protocol, final
 
 import anyio
 
-__all__ = ["Clock", "SystemClock", "VirtualClock"]
+__all__ = ["Clock", "Deadline", "SystemClock", "VirtualClock"]
+
+
+class Deadline(Protocol):
+    """What the driver reads of a deadline once its body has ended (an anyio cancel scope
+    is one; an engine with its own event loop brings its own)."""
+
+    @property
+    def cancelled_caught(self) -> bool:
+        """Whether the deadline passed and cut the body off."""
+        ...
 
 
 class Clock(ABC):
@@ -42,8 +52,8 @@ class Clock(ABC):
 
     @abstractmethod
     @contextmanager
-    def deadline(self, seconds: float) -> Iterator[anyio.CancelScope]:
-        """A cancel scope that cancels its body after ``seconds``."""
+    def deadline(self, seconds: float) -> Iterator[Deadline]:
+        """Cancel the body once, ``seconds`` from now; say afterwards whether it did."""
         yield anyio.CancelScope()  # pragma: no cover
 
     def task_started(self) -> None:  # noqa: B027 - a hook; real time needs no bookkeeping

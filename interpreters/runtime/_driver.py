@@ -30,6 +30,7 @@ Nothing here does I/O beyond calling the journal, the sinks and the handlers it 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import signal
@@ -39,7 +40,6 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, assert_never, cast, final
 
-import anyio
 from returns.result import Failure, Result, Success
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
@@ -65,6 +65,7 @@ from interpreters.runtime._replay import (
     divergence,
     source_line,
 )
+from interpreters.runtime._schedule import AnyioScheduler, Scheduler
 from op import (
     EFFECT_TYPES,
     Agent,
@@ -177,6 +178,7 @@ class Driver:
         bus: EventBus,
         clock: Clock,
         log: ReplayLog | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.run_id = run_id
         self.program = program
@@ -185,6 +187,8 @@ class Driver:
         self.bus = bus
         self.clock = clock
         self.log = log
+        #: how branches run and tasks wait: anyio's unless another engine's loop runs the run
+        self.scheduler = scheduler if scheduler is not None else AnyioScheduler()
         self.last_checkpoint: tuple[str, str] | None = None
         #: secrets are replaced before anything is journaled (events: the bus does the same)
         self.redact = Redactor.from_env()
@@ -518,7 +522,7 @@ class Driver:
         ]
         results: list[Any] = [None] * len(effect.bodies)
         errors: list[tuple[int, BaseException]] = []
-        cancelled = anyio.get_cancelled_exc_class()
+        cancelled = self.scheduler.cancelled()
 
         async def branch(i: int) -> None:
             try:
@@ -542,9 +546,9 @@ class Driver:
             self.clock.task_started()
         self.clock.task_done()
         try:
-            async with anyio.create_task_group() as tg:
-                for i in range(len(effect.bodies)):
-                    tg.start_soon(branch, i)
+            await self.scheduler.run_all(
+                [functools.partial(branch, i) for i in range(len(effect.bodies))]
+            )
         except BaseExceptionGroup as group:
             # the error that reaches the parent: a real one before a replay cut-off, and
             # among those the first branch's
@@ -733,12 +737,14 @@ async def execute(
     state: CRDTModel | None = None,
     log: ReplayLog | None = None,
     record: RunRecord | None = None,
+    scheduler: Scheduler | None = None,
 ) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
     ``record``: the run as it will be journaled (its config, parent and fork point); when it
     already exists in ``journal``, the run is resumed in place. ``log``: recorded entries the
     program is fed from before it goes live (resume, fork) or instead of going live (replay).
+    ``scheduler``: how ``par`` branches run (default: anyio's task groups).
     """
     name = program_name(program)
     if state is not None and not isinstance(state, CRDTModel):
@@ -761,6 +767,7 @@ async def execute(
         bus=bus,
         clock=clock,
         log=log,
+        scheduler=scheduler,
     )
     locked = False
     prior: RunRecord | None = None  # the run as it was, when it is resumed in place

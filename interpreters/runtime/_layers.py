@@ -29,8 +29,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
-import anyio
-
 from interpreters.journal._base import Entry
 from interpreters.runtime._frame import (
     Call,
@@ -340,7 +338,7 @@ class Replay(Layer):
         # cancelled: a timeout or budget cut it off, or a par sibling's failure did
         if is_failure(frame.finished_scope):
             raise ReplayStop()
-        await anyio.sleep_forever()
+        await d.scheduler.wait_forever()
 
     def restore(self, frame: Frame, address: str, entry: Entry) -> None:
         """At a fork's checkpoint: the replayed state must be the recorded snapshot."""
