@@ -514,15 +514,37 @@ def test_a_bad_model_timeout_is_one_line_naming_the_setting(
     value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setenv("OPDSL_MODEL_TIMEOUT", value)
-    code = main(["run", "tests.fixtures.model_programs:summarize", "--arg", "path=x",
-                 "--model", "openai-compatible:m@http://127.0.0.1:9/v1", "--db", str(tmp_path / "r.db"), "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "tests.fixtures.model_programs:summarize",
+            "--arg",
+            "path=x",
+            "--model",
+            "openai-compatible:m@http://127.0.0.1:9/v1",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(
         f"opdsl: error: OPDSL_MODEL_TIMEOUT={value!r}: expected a positive"
     ), err
     monkeypatch.delenv("OPDSL_MODEL_TIMEOUT")
-    code = main(["run", "tests.fixtures.model_programs:summarize", "--arg", "path=x", "--model-timeout", value,
-                 "--db", str(tmp_path / "r.db"), "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "tests.fixtures.model_programs:summarize",
+            "--arg",
+            "path=x",
+            "--model-timeout",
+            value,
+            "--db",
+            str(tmp_path / "r.db"),
+            "--quiet",
+        ]
+    )
     assert (
         code == 2 and f"--model-timeout={value!r}: expected a positive" in capsys.readouterr().err
     )
@@ -536,11 +558,28 @@ def test_model_timeout_on_the_command_line_bounds_a_hanging_call(tmp_path: Path)
     with ScriptedServer([hang(), hang(), hang()]) as srv:
         t0 = time.monotonic()
         out = subprocess.run(
-            [sys.executable, "-m", "interpreters", "run", "tests.fixtures.model_programs:summarize",
-             "--arg", "path=x", "--tools", "tests.fixtures.model_programs:TOOLS",
-             "--model", f"openai-compatible:m@{srv.url}/v1", "--model-timeout", "1",
-             "--db", str(tmp_path / "r.db"), "--quiet"],
-            cwd=root, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "interpreters",
+                "run",
+                "tests.fixtures.model_programs:summarize",
+                "--arg",
+                "path=x",
+                "--tools",
+                "tests.fixtures.model_programs:TOOLS",
+                "--model",
+                f"openai-compatible:m@{srv.url}/v1",
+                "--model-timeout",
+                "1",
+                "--db",
+                str(tmp_path / "r.db"),
+                "--quiet",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 1 and time.monotonic() - t0 < 15, out.stderr
     assert "deadline of 1s" in out.stderr
