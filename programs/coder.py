@@ -12,7 +12,8 @@ repository in its config, so ``opdsl run programs.coder:coder --arg repo=PATH`` 
 - **work** (``before-work``, under ``work_budget``): a tool-calling loop until the model stops
   calling tools, at most ``max_work_iterations`` model calls, stopping early when it is stuck
   (the same call with the same result ``stuck_repeats`` times in a row); a checkpoint
-  ``work-blocked-N`` after an iteration whose tools failed.
+  ``work-blocked-N`` after an iteration whose tools failed. An answer cut by ``max_tokens``
+  is never taken as done: the model is asked to go on (``programs.loop.tool_loop``).
 - **verify** (``before-verify``): lint (with fix), build, test, each under its timeout; a failure
   goes back to the model with its output for a fix, up to ``verify_retries`` times. When a
   runner itself cannot run (not installed, not allowed) the loop stops instead of spinning;
@@ -79,6 +80,8 @@ class CoderConfig(BaseModel):
     task: str = Field(min_length=1)
     repo: str = Field(min_length=1)
     model: str | None = None
+    #: the most tokens one model answer may have (default: the model's own cap)
+    max_tokens: int | None = Field(default=None, ge=1)
     lint: list[str] | None = None
     build: list[str] | None = None
     test: list[str] | None = None
@@ -274,6 +277,11 @@ SYSTEM = (
 )
 
 
+def _params(cfg: CoderConfig) -> dict[str, Any]:
+    """What every model call of the Coder is given."""
+    return {} if cfg.max_tokens is None else {"max_tokens": cfg.max_tokens}
+
+
 def _charge(reply: Response) -> Op[None]:
     cost = reply.usage.cost_usd
     if cost is None:
@@ -307,7 +315,10 @@ def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations:
         return None
 
     def exhausted(steps: int) -> None:
-        raise _Failed(phase, f"the model was still calling tools after {steps} turns")
+        raise _Failed(
+            phase,
+            f"the model had not finished (still calling tools, or cut off) after {steps} turns",
+        )
 
     reply, _ = yield from tool_loop(
         history,
@@ -318,6 +329,7 @@ def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations:
         on_result=noted,
         on_turn=judged,
         on_max_steps=exhausted,
+        params=_params(cfg),
     )
     return reply.text
 
@@ -400,8 +412,10 @@ def _commit(cfg: CoderConfig) -> Op[tuple[str, str]]:
             Message.user(f"Task: {cfg.task}\n\nDiff:\n{diff[:20000]}"),
         ],
         model=cfg.model,
+        **_params(cfg),
     )
     yield from _charge(reply)
+    # a message cut by max_tokens is still a message; the subject line is what counts
     message = reply.text.strip() or f"opdsl coder: {cfg.task[:60]}"
     sha = _ok((yield from tool("git_commit", {"message": message})), "commit", "the commit failed")
     return sha, message

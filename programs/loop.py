@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from op import Message, Op, Response, ToolCall, ToolResult, emit, infer, tool
 
-__all__ = ["Hook", "tool_loop"]
+__all__ = ["CUT_OFF", "Hook", "tool_loop"]
+
+CUT_OFF = (
+    "Your answer was cut off at the limit on its length. Go on from where it stopped, "
+    "more briefly, or call a tool."
+)
+"""What the loop tells the model when its answer was cut by ``max_tokens``."""
 
 Hook = Op[None] | None
 """What a hook returns: effects to run (a generator), or None when it has none."""
@@ -23,13 +29,16 @@ def tool_loop(
     on_result: Callable[[ToolCall, ToolResult], Hook] | None = None,
     on_turn: Callable[[int, Sequence[tuple[ToolCall, ToolResult]]], Hook] | None = None,
     on_max_steps: Callable[[int], Hook] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Op[tuple[Response, list[Message]]]:
     """Ask the model, run the tools it calls, feed the results back, until it stops calling.
 
     Returns the last response and the whole conversation. Tool failures are given to the model
-    as tool messages (it can read them and try again). After ``max_steps`` model calls the
-    loop stops, and the last response still has its tool calls; ``on_max_steps(steps)`` runs
-    then (default: emit ``max_steps_reached``).
+    as tool messages (it can read them and try again). An answer cut by ``max_tokens`` is
+    not taken as the end: the model is told so (:data:`CUT_OFF`) and asked again. After
+    ``max_steps`` model calls the loop stops with the last response, which still has its
+    tool calls (or was cut); ``on_max_steps(steps)`` runs then (default: emit
+    ``max_steps_reached``). ``params`` go with every model call (``max_tokens=512``, ...).
 
     A program adds its own rules with hooks, each a function that may return effects to run:
     ``on_reply(response)`` after every model call (charge its cost), ``on_result(call,
@@ -46,23 +55,25 @@ def tool_loop(
     history = list(messages)
     steps = 0
     while True:
-        reply = yield from infer(history, tools=tools, model=model)
+        reply = yield from infer(history, tools=tools, model=model, **dict(params or {}))
         steps += 1
         if on_reply is not None:
             yield from _run(on_reply(reply))
-        if not reply.tool_calls:
-            history.append(reply.as_message())
-            return reply, history
         history.append(reply.as_message())
-        calls: list[tuple[ToolCall, ToolResult]] = []
-        for call in reply.tool_calls:
-            result = yield from tool(call.name, call.arguments)
-            history.append(Message.tool_result(call, result))
-            calls.append((call, result))
-            if on_result is not None:
-                yield from _run(on_result(call, result))
-        if on_turn is not None:
-            yield from _run(on_turn(steps, calls))
+        if reply.tool_calls:
+            calls: list[tuple[ToolCall, ToolResult]] = []
+            for call in reply.tool_calls:
+                result = yield from tool(call.name, call.arguments)
+                history.append(Message.tool_result(call, result))
+                calls.append((call, result))
+                if on_result is not None:
+                    yield from _run(on_result(call, result))
+            if on_turn is not None:
+                yield from _run(on_turn(steps, calls))
+        elif reply.stop_reason == "max_tokens":
+            history.append(Message.user(CUT_OFF))
+        else:
+            return reply, history
         if steps >= max_steps:
             if on_max_steps is None:
                 yield from emit("max_steps_reached", {"steps": steps})

@@ -140,7 +140,8 @@ def resolve_model(spec: str | Model | None) -> Model | None:
     """
     if spec is None or isinstance(spec, Model):
         return spec
-    provider, sep, rest = spec.partition(":")
+    base, options = _spec_options(spec)
+    provider, sep, rest = base.partition(":")
     if not sep or not rest:
         raise ValueError(f"model spec {spec!r} should look like provider:name")
     if provider == "scripted":
@@ -162,4 +163,27 @@ def resolve_model(spec: str | Model | None) -> Model | None:
         raise ValueError(
             f"unknown model provider {provider!r} in {spec!r} (known: {', '.join(providers())})"
         )
-    return factory(rest, spec)
+    model = factory(rest, spec)
+    if options:
+        configure = getattr(model, "configure", None)
+        if not callable(configure):
+            raise ValueError(f"model spec {spec!r}: the {provider} provider takes no options")
+        try:
+            configure(options)
+        except ValueError as exc:
+            raise ValueError(f"model spec {spec!r}: {exc}") from None
+    if hasattr(model, "spec"):
+        model.spec = spec  # errors name the model as the user wrote it
+    return model
+
+
+def _spec_options(spec: str) -> tuple[str, dict[str, str]]:
+    """``base?k=v&k=v`` split into the base and its options (a base URL keeps its own ``?``
+    only if what follows is not ``key=value`` pairs)."""
+    base, sep, tail = spec.rpartition("?")
+    if not sep or not tail:
+        return spec, {}
+    pairs = [p.partition("=") for p in tail.split("&")]
+    if not all(k and eq and k.replace("_", "").isalnum() for k, eq, _ in pairs):
+        return spec, {}
+    return base, {k: v for k, _, v in pairs}

@@ -76,6 +76,30 @@ def _timeout_from_env() -> float:
     return seconds_setting("OPDSL_MODEL_TIMEOUT", raw) if raw else 600.0
 
 
+DEFAULT_MAX_TOKENS = 4096
+"""The most tokens a model may write in one answer unless told otherwise: without a cap, a
+small local model can write until its context is full (minutes, thousands of tokens)."""
+
+
+def count_setting(name: str, raw: object) -> int:
+    """A positive whole number given as text or a number, or a ValueError naming ``name``."""
+    if isinstance(raw, bool):
+        raw = "bad"
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: expected a positive whole number")
+    return value
+
+
+def _max_tokens_from_env() -> int:
+    """``$OPDSL_MAX_TOKENS``, else :data:`DEFAULT_MAX_TOKENS`."""
+    raw = os.environ.get("OPDSL_MAX_TOKENS")
+    return count_setting("OPDSL_MAX_TOKENS", raw) if raw else DEFAULT_MAX_TOKENS
+
+
 class ProviderError(ModelError):
     """A model provider refused or failed a request."""
 
@@ -229,10 +253,15 @@ class HttpModel(ABC):
         connect_timeout: float = 10.0,
         idle_timeout: float = 120.0,
         max_answer_bytes: int = 16 * 1024 * 1024,
+        max_tokens: int | None = None,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
         self.model = model
+        #: the spec as the user wrote it (``resolve_model`` sets it): errors name the model so
+        self.spec = f"{self.provider}:{model}"
+        #: the most tokens one answer may have, unless a call says otherwise (``max_tokens``)
+        self.max_tokens = _max_tokens_from_env() if max_tokens is None else max_tokens
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.stream = stream
@@ -254,6 +283,31 @@ class HttpModel(ABC):
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    def configure(self, options: Mapping[str, str]) -> None:
+        """Apply a spec's options (``openai:gpt-4.1?max_tokens=512&stream=false``):
+        ``max_tokens``, ``stream`` (true or false) and ``timeout`` (seconds a call may take)."""
+        for key, raw in options.items():
+            if key == "max_tokens":
+                self.max_tokens = count_setting("max_tokens", raw)
+            elif key == "stream" and raw in ("true", "false"):
+                self.stream = raw == "true"
+            elif key == "timeout":
+                self.deadline = seconds_setting("timeout", raw)
+                self.timeout = httpx.Timeout(
+                    min(self.timeout.read or self.deadline, self.deadline),
+                    connect=min(self.timeout.connect or self.deadline, self.deadline),
+                )
+            else:
+                raise ValueError(
+                    f"{key}={raw!r}: not an option of a model spec "
+                    "(max_tokens=N, stream=true|false, timeout=SECONDS)"
+                )
+
+    def max_tokens_of(self, request: ModelRequest) -> int:
+        """The answer's cap: the call's ``max_tokens`` if it gives one, else the model's."""
+        raw = request.params.get("max_tokens")
+        return self.max_tokens if raw is None else count_setting("max_tokens", raw)
 
     def _http(self, key: str) -> httpx.AsyncClient:
         # Clients belong to one event loop: connections are reused within it, never across
@@ -285,7 +339,7 @@ class HttpModel(ABC):
     def error(
         self, message: str, status: int | None = None, *, retryable: bool = False
     ) -> ProviderError:
-        where = f"{self.provider} model {self.model}"
+        where = f"model {self.spec}"
         head = f"{where}: HTTP {status}" if status is not None else where
         return ProviderError(
             self._redact(f"{head}: {message}"), status=status, retryable=retryable, detail=message
@@ -331,7 +385,13 @@ class HttpModel(ABC):
             update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
         )
 
+    async def _preflight(  # noqa: B027 - a hook: most providers check nothing
+        self, request: ModelRequest, call: CallInfo
+    ) -> None:
+        """Checks a provider makes before the first request of a kind (default: none)."""
+
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        await self._preflight(request, call)
         stream = bool(request.params.get("stream", self.stream))
         body = self._body(request, stream)
         url = self.base_url + self._path()

@@ -71,7 +71,7 @@ class AnthropicModel(HttpModel):
                 messages.append({"role": m.role, "content": m.content})
         body: dict[str, Any] = {
             "model": request.model or self.model,
-            "max_tokens": int(request.params.get("max_tokens", 4096)),
+            "max_tokens": self.max_tokens_of(request),
             "messages": messages,
         }
         if system:

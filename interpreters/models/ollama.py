@@ -54,10 +54,13 @@ class OllamaModel(HttpModel):
         if request.tools:
             body["tools"] = [_openai_tool(t) for t in request.tools]
         options = {
-            k: v for k, v in request.params.items() if k not in ("stream", "think", "keep_alive")
+            k: v
+            for k, v in request.params.items()
+            if k not in ("stream", "think", "keep_alive", "max_tokens")
         }
-        if options:
-            body["options"] = options
+        # Ollama's name for the answer's cap
+        options.setdefault("num_predict", self.max_tokens_of(request))
+        body["options"] = options
         for key in ("think", "keep_alive"):
             if key in request.params:
                 body[key] = request.params[key]

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any, final
 
+import anyio
 import httpx
 
 from interpreters.models._base import CallInfo, register_provider
@@ -37,8 +38,36 @@ class OpenAIModel(HttpModel):
 
     provider = "openai"
 
+    #: whether the server can use tools: None until asked (``openai-compatible`` only)
+    _tools_usable: bool | None = None
+
     def _path(self) -> str:
         return "/chat/completions"
+
+    async def _preflight(self, request: ModelRequest, call: CallInfo) -> None:
+        if request.tools and self.provider == "openai-compatible" and self._tools_usable is None:
+            self._tools_usable = await self._server_takes_tools(call)
+        if request.tools and self._tools_usable is False:
+            raise self.error(
+                "the server says its chat template cannot use tools (/props: "
+                "chat_template_caps.supports_tools is false), so it would drop the "
+                f"{len(request.tools)} tool(s) and answer as if there were none; start "
+                "llama-server with --jinja and a --chat-template-file that renders tools"
+            )
+
+    async def _server_takes_tools(self, call: CallInfo) -> bool:
+        """llama.cpp answers an OpenAI request with tools its chat template cannot render by
+        dropping them, silently (HTTP 200, a plain answer); it says so in ``/props``. Other
+        servers have no ``/props``, and are trusted."""
+        root = self.base_url.removesuffix("/v1")
+        try:
+            with anyio.fail_after(10):
+                answer = await self._http(call.run_id).get(f"{root}/props", headers=self._headers())
+            data = answer.json() if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, TimeoutError):
+            return True
+        caps = data.get("chat_template_caps") if isinstance(data, dict) else None
+        return not (isinstance(caps, dict) and caps.get("supports_tools") is False)
 
     def _headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -50,7 +79,11 @@ class OpenAIModel(HttpModel):
         }
         if request.tools:
             body["tools"] = [_openai_tool(t) for t in request.tools]
-        body.update({k: v for k, v in request.params.items() if k != "stream"})
+        # OpenAI's own API names the cap max_completion_tokens (its reasoning models refuse
+        # max_tokens); the servers that copy the API (llama.cpp, vLLM, ...) know max_tokens
+        cap = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
+        body[cap] = self.max_tokens_of(request)
+        body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

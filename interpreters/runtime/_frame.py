@@ -35,6 +35,7 @@ __all__ = [
     "Replica",
     "ReplayStop",
     "Scope",
+    "TokenLimit",
     "WaitingForAnswer",
     "charge_scopes",
     "is_failure",
@@ -74,6 +75,10 @@ class Call:
     #: inside a ``timeout``: a blocking (sync) tool runs in a worker thread so the deadline
     #: can fire while it works
     off_loop: bool = False
+    #: tokens streamed so far (one per :meth:`token`), and how many the enclosing ``tokens``
+    #: budgets leave: reaching it stops the call (``TokenLimit``)
+    streamed: int = 0
+    token_limit: int | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -81,10 +86,20 @@ class Call:
         return f"{self.run_id}:{self.address}"
 
     def token(self, text: str) -> None:
+        """A streamed piece of the answer (about one token): told to the sinks, counted
+        against the budget."""
+        self.streamed += 1
         if self.bus.active:
             self.bus.emit(
                 TokenDelta(run_id=self.run_id, at=self.clock.now(), address=self.address, text=text)
             )
+        if self.token_limit is not None and self.streamed >= self.token_limit:
+            raise TokenLimit()
+
+
+class TokenLimit(BaseException):
+    """A streamed call reached what its ``tokens`` budget left: the driver stops it there
+    (a ``BaseException``, so no provider code swallows it on the way out)."""
 
 
 class Handlers(ABC):

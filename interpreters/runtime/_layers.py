@@ -31,9 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal, final
 
 from interpreters.journal._base import Entry
 from interpreters.runtime._frame import (
+    BudgetStop,
     Call,
     Frame,
     ReplayStop,
+    Scope,
+    TokenLimit,
     WaitingForAnswer,
     charge_scopes,
     is_failure,
@@ -95,9 +98,35 @@ class Handled:
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
-        return await d.handlers.perform(
-            effect, Call(d.run_id, address, d.clock, d.bus, frame.deadline)
-        )
+        call = Call(d.run_id, address, d.clock, d.bus, frame.deadline)
+        if not frame.scopes:
+            return await d.handlers.perform(effect, call)
+        tightest = _tokens_left(frame)
+        if tightest is not None:
+            call.token_limit = tightest[1]
+        try:
+            return await d.handlers.perform(effect, call)
+        except TokenLimit:
+            assert tightest is not None
+            charge_scopes(frame, effect, Usage(output_tokens=call.streamed))
+            scope = tightest[0]
+            raise BudgetStop(scope, scope.exhausted("tokens", d.clock.monotonic())) from None
+        except BaseException:
+            # cut off (a timeout, a failing sibling): what it streamed was still spent
+            if call.streamed:
+                charge_scopes(frame, effect, Usage(output_tokens=call.streamed))
+            raise
+
+
+def _tokens_left(frame: Frame) -> tuple[Scope, int] | None:
+    """The enclosing scope with the fewest tokens left, and how many (at least one)."""
+    best: tuple[Scope, int] | None = None
+    for scope in frame.scopes:
+        if scope.budget.tokens is not None:
+            left = max(1, scope.budget.tokens - scope.tokens)
+            if best is None or left < best[1]:
+                best = (scope, left)
+    return best
 
 
 @final

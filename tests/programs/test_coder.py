@@ -174,9 +174,10 @@ def test_a_model_that_never_stops_calling_tools(repo: Path) -> None:
         state=CodeState(),
         db=MemoryJournal(),
     ).value
-    assert (out.ok, out.phase) == (False, "work") and "still calling tools after 6 turns" in (
-        out.reason or ""
-    )
+    assert (out.ok, out.phase) == (
+        False,
+        "work",
+    ) and "had not finished (still calling tools, or cut off) after 6 turns" in (out.reason or "")
     same = ScriptedModel([call("read_file", {"path": "calc.py"})] * 10)
     out = run(coder, config(repo), model=same, state=CodeState(), db=MemoryJournal()).value
     assert "stuck: the same tool call with the same result 3 times" in (out.reason or "")

@@ -182,7 +182,7 @@ def test_529_overloaded_is_retried_and_gives_up_after_max_retries() -> None:
             db=MemoryJournal(),
         )
         assert len(srv.requests) == 3
-    assert result.value == "error: anthropic model claude-sonnet-4-5: HTTP 529: Overloaded"
+    assert result.value == "error: model anthropic:claude-sonnet-4-5: HTTP 529: Overloaded"
 
 
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 413, 422])
@@ -194,7 +194,7 @@ def test_client_errors_are_not_retried_and_name_everything_but_the_key(code: int
         assert len(srv.requests) == 1
     assert (
         result.value
-        == f"error: openai model gpt-4.1-mini: HTTP {code}: bad request (*** was rejected)"
+        == f"error: model openai:gpt-4.1-mini: HTTP {code}: bad request (*** was rejected)"
     )
     everything = export_run(journal, result.run_id) + "".join(
         e.model_dump_json() for e in rec.events
@@ -224,7 +224,7 @@ def test_a_stream_cut_before_any_output_is_retried_after_output_it_is_an_error()
         result = run(ask_catching, model=openai_model(srv), clock=clock, db=MemoryJournal())
         assert len(srv.requests) == 1
     assert result.value.startswith(
-        "error: openai model gpt-4.1-mini: HTTP 200: the stream was cut before it finished"
+        "error: model openai:gpt-4.1-mini: HTTP 200: the stream was cut before it finished"
     )
 
 
@@ -244,14 +244,14 @@ def test_an_ollama_error_after_status_200() -> None:
         )
     assert (
         result.value
-        == "error: ollama model qwen3:8b: HTTP 200: model runner has unexpectedly stopped"
+        == "error: model ollama:qwen3:8b: HTTP 200: model runner has unexpectedly stopped"
     )
 
 
 def test_an_empty_choice_list_is_an_error_the_program_sees() -> None:
     with ScriptedServer([openai("x", choices=False)]) as srv:
         result = run(ask_catching, model=openai_model(srv, stream=False), db=MemoryJournal())
-    assert result.value == "error: openai model gpt-4.1-mini: HTTP 200: the answer has no choices"
+    assert result.value == "error: model openai:gpt-4.1-mini: HTTP 200: the answer has no choices"
 
 
 def test_invalid_json_in_tool_arguments_gives_the_model_a_readable_tool_error(notes: str) -> None:
@@ -425,7 +425,7 @@ def test_a_model_call_has_one_deadline_retries_included(monkeypatch: pytest.Monk
         result = run(_ask, model=model, db=MemoryJournal())
         took = time.monotonic() - t0
     assert result.status == "failed" and took < 5, (took, result.describe())
-    assert "openai model m" in str(result.error) and "1.5s" in str(result.error)
+    assert "model openai:m" in str(result.error) and "1.5s" in str(result.error)
     monkeypatch.setenv("OPDSL_MODEL_TIMEOUT", "0.5")
     with ScriptedServer([hang()]) as srv:
         t0 = time.monotonic()
@@ -460,7 +460,7 @@ def test_a_malformed_answer_names_the_provider_model_and_status(body: Any) -> No
         model = OpenAIModel("gpt-x", base_url=f"{srv.url}/v1", stream=False)
         result = run(_ask, model=model, db=MemoryJournal())
     assert result.status == "failed", result.describe()
-    assert isinstance(result.error, ModelError) and "openai model gpt-x" in str(result.error), (
+    assert isinstance(result.error, ModelError) and "model openai:gpt-x" in str(result.error), (
         result.describe()
     )
     assert "HTTP 200" in str(result.error) or "not an object" in str(result.error), (
@@ -503,10 +503,7 @@ def test_malformed_answers_of_every_provider_are_clear_errors(
         result = run(_ask, model=model, db=MemoryJournal())
     assert result.status == "failed", result.describe()
     text = str(result.error)
-    assert (
-        isinstance(result.error, ModelError)
-        and f"{model.provider} model {model.model}: HTTP 200" in text
-    ), text
+    assert isinstance(result.error, ModelError) and f"model {model.spec}: HTTP 200" in text, text
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf"])
