@@ -39,6 +39,9 @@ class ScriptedServer:
         self.answers: deque[Answer] = deque(answers or [])
         self.requests: list[Request] = []
         self.headers: list[dict[str, str]] = []
+        #: what GET /props answers (llama.cpp's server description); None: 404, as elsewhere
+        self.props: Any = None
+        self.gets: list[str] = []
         self._stop = threading.Event()
         server = self
 
@@ -47,6 +50,13 @@ class ScriptedServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                server.gets.append(self.path)
+                if self.path == "/props" and server.props is not None:
+                    self._send(Reply(body=server.props))
+                else:
+                    self._send(Reply(status=404, body={"error": {"message": "File Not Found"}}))
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)

@@ -172,8 +172,8 @@ def resolve_model(spec: str | Model | None) -> Model | None:
             configure(options)
         except ValueError as exc:
             raise ValueError(f"model spec {spec!r}: {exc}") from None
-    if hasattr(model, "spec"):
-        model.spec = spec  # errors name the model as the user wrote it
+    if isinstance(getattr(model, "spec", None), str):
+        setattr(model, "spec", spec)  # noqa: B010 - errors name the model as the user wrote it
     return model
 
 

@@ -74,6 +74,20 @@ def test_success_commits_the_fix_with_the_generated_message(repo: Path) -> None:
     assert names == ["before-init", "before-work", "before-verify", "before-commit"]
 
 
+def test_max_tokens_goes_with_every_model_call(repo: Path) -> None:
+    model = session(*GOOD)
+    out = run(coder, config(repo, max_tokens=300), model=model, state=CodeState()).value
+    assert out.ok, out
+    assert [r.params for r in model.requests] == [{"max_tokens": 300}] * len(model.requests)
+
+
+def test_a_work_answer_cut_by_max_tokens_is_not_taken_as_done(repo: Path) -> None:
+    cut = Response(text="I will now", stop_reason="max_tokens", usage=Usage(output_tokens=20))
+    model = session(cut, *GOOD)
+    out = run(coder, config(repo), model=model, state=CodeState()).value
+    assert out.ok and out.files == ["calc.py"], out  # it went on working after the cut
+
+
 def test_init_detects_a_broken_repository_and_blames_no_model(repo: Path) -> None:
     (repo / "calc.py").write_text("def add(a, b:\n")
     sh(repo, "commit", "-qam", "broken")

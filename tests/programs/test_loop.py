@@ -8,7 +8,7 @@ import pytest
 
 from interpreters import MemoryJournal, ScriptedModel, run
 from op import Inc, Message, Op, Response, RunFailed, ToolCall, ToolResult, emit, update
-from programs.loop import tool_loop
+from programs.loop import CUT_OFF, tool_loop
 from state import CRDTModel, GCounter
 
 
@@ -100,3 +100,23 @@ def test_a_hook_that_raises_stops_the_loop() -> None:
     result = run(prog, model=ScriptedModel([_call(1), _call(2)]), tools=[echo])
     with pytest.raises(RunFailed, match="still calling tools after 2 turns"):
         _ = result.value
+
+
+def test_an_answer_cut_by_max_tokens_is_not_taken_as_the_end() -> None:
+    def prog() -> Op[tuple[str, list[str]]]:
+        reply, history = yield from tool_loop([Message.user("go")], params={"max_tokens": 7})
+        return reply.text, [m.role for m in history]
+
+    model = ScriptedModel([Response(text="half an ans", stop_reason="max_tokens"), "done"])
+    assert run(prog, model=model).value == ("done", ["user", "assistant", "user", "assistant"])
+    assert model.requests[1].messages[-1].content == CUT_OFF
+    assert [r.params for r in model.requests] == [{"max_tokens": 7}] * 2
+
+
+def test_a_loop_that_is_only_ever_cut_off_ends_at_max_steps() -> None:
+    def prog() -> Op[str]:
+        reply, _ = yield from tool_loop([Message.user("go")], max_steps=2)
+        return reply.stop_reason
+
+    cut = Response(text="...", stop_reason="max_tokens")
+    assert run(prog, model=ScriptedModel([cut, cut])).value == "max_tokens"
