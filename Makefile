@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean cli sandbox model
+.PHONY: demo test lint typecheck pytest bench clean cli sandbox model browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,12 @@ sandbox:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
 		|| echo "bubblewrap could not be installed: workspace commands will be refused"
 
+# Chromium and its driver, for the test that opens `opdsl report`'s page in a real browser
+# (skipped, saying why, when they cannot be installed)
+browser:
+	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) \
+		|| (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+		|| echo "chromium could not be installed: the report's browser test will be skipped"
 
 # The real Claude Code and Codex CLIs (their native binaries), for the agent backends' offline tests. It is
 # fetched from the npm registry into .cli/; when that cannot be done, those tests are skipped
@@ -45,7 +51,7 @@ $(MODEL_DIR)/ready: tests/real_model/fetch.py | $(STAMP)
 
 model: $(MODEL_DIR)/ready
 
-test: $(STAMP) lint model typecheck cli sandbox pytest
+test: $(STAMP) lint model typecheck cli sandbox browser pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check op state interpreters programs tests bench

@@ -280,6 +280,19 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+    from interpreters.observe import render_report
+
+    journal = open_journal(a.db, read_only=True)
+    r = journal.run(a.run)
+    page = render_report(r, list(journal.entries(r.run_id)))
+    out = Path(a.output or f"{r.run_id}.html")
+    out.write_text(page, encoding="utf-8")
+    print(f"wrote {out} ({len(page.encode()):,} bytes): open it in a browser")
+    return 0
+
+
 def cmd_checkpoints(a: argparse.Namespace) -> int:
     from interpreters import open_journal
     from interpreters._durable import checkpoint_labels
@@ -481,6 +494,9 @@ def _parser() -> argparse.ArgumentParser:
     p = add("show", cmd_show, "a run's timeline")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = add("report", cmd_report, "a run as one HTML page: timeline, every effect, totals")
+    p.add_argument("run")
+    p.add_argument("-o", "--output", help="the file to write (default: RUN.html)")
     p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="machine-readable output")

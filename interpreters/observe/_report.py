@@ -1,0 +1,418 @@
+"""``opdsl report RUN``: one self-contained HTML page that shows a run at a glance.
+
+Everything is inlined (style, script, data): the page opens from a file, offline, in any
+browser. The run's data travels as JSON inside a ``<script type="application/json">`` tag
+with every ``<`` escaped, and the page puts it on screen with ``textContent`` only, so text a
+model or a tool wrote can never become markup or script. What the journal holds is already
+redacted; the page shows nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from interpreters.journal._base import Entry, RunRecord
+from op import Usage
+
+__all__ = ["render_report", "report_data"]
+
+#: a longer string is cut in the page (the journal keeps it whole)
+MAX_TEXT = 20_000
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) <= MAX_TEXT:
+            return value
+        return (
+            value[:MAX_TEXT] + f"\n[... {len(value) - MAX_TEXT:,} more characters in the journal]"
+        )
+    if isinstance(value, list):
+        return [_cut(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut(v) for k, v in value.items()}
+    return value
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _tool_error(e: Entry) -> str | None:
+    if e.kind != "tool" or e.status != "completed":
+        return None
+    result = _loads(e.result_json)
+    if isinstance(result, dict) and result.get("ok") is False:
+        return str(result.get("error") or "failed")
+    return None
+
+
+def _inside(address: str, scope: str) -> bool:
+    return address.startswith(scope + ".")
+
+
+def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
+    """What the effects inside a scope spent, and its budget if it is a ``limit``."""
+    total = Usage()
+    unknown = 0
+    model_calls = tool_calls = 0
+    for e in entries:
+        if not _inside(e.address, scope.address):
+            continue
+        if e.kind in ("infer", "agent"):
+            model_calls += 1
+        elif e.kind == "tool":
+            tool_calls += 1
+        if e.usage_json:
+            usage = Usage.model_validate_json(e.usage_json)
+            total = Usage(
+                input_tokens=total.input_tokens + usage.input_tokens,
+                output_tokens=total.output_tokens + usage.output_tokens,
+                cached_tokens=total.cached_tokens + usage.cached_tokens,
+                cost_usd=(total.cost_usd or 0.0) + (usage.cost_usd or 0.0),
+            )
+            if usage.cost_usd is None and e.kind in ("infer", "agent"):
+                unknown += 1
+    budget = None
+    if scope.kind == "limit":
+        budget = (_loads(scope.effect_json) or {}).get("budget")
+    return {
+        "tokens": total.total_tokens,
+        "cost_usd": None if unknown else (total.cost_usd or 0.0),
+        "cost_unknown_calls": unknown,
+        "model_calls": model_calls,
+        "tool_calls": tool_calls,
+        "budget": budget,
+    }
+
+
+def report_data(run: RunRecord, entries: Sequence[Entry]) -> dict[str, Any]:
+    """What the page shows, as plain data (the tests read it too)."""
+    from interpreters._durable import checkpoint_labels
+
+    labels = {e.address: label for label, e in checkpoint_labels(list(entries))}
+    items = []
+    for e in entries:
+        usage = None if e.usage_json is None else Usage.model_validate_json(e.usage_json)
+        result = _loads(e.result_json)
+        if e.kind == "checkpoint" and isinstance(result, dict):
+            result = {"state": result.get("state"), "world": result.get("world")}
+        item: dict[str, Any] = {
+            "address": e.address,
+            "kind": e.kind,
+            "status": e.status,
+            "started_at": e.started_at,
+            "finished_at": e.finished_at,
+            "effect": _loads(e.effect_json),
+            "result": result,
+            "error": _loads(e.error_json),
+            "tool_error": _tool_error(e),
+            "usage": None if usage is None else usage.model_dump(),
+        }
+        if e.kind in ("limit", "timeout", "par"):
+            item["totals"] = _totals(e, entries)
+        if e.address in labels:
+            item["label"] = labels[e.address]
+            item["command"] = f"opdsl resume {run.run_id} --from {labels[e.address]}"
+        items.append(item)
+    waiting = [
+        (_loads(e.effect_json) or {}).get("question")
+        for e in entries
+        if e.kind == "ask" and e.status == "started"
+    ]
+    ends = [t for e in entries for t in (e.started_at, e.finished_at) if t]
+    data: dict[str, Any] = _cut(
+        {
+            "run": {
+                "run_id": run.run_id,
+                "program": run.program,
+                "status": run.status,
+                "args": _loads(run.args_json),
+                "created_at": run.created_at,
+                "finished_at": run.finished_at,
+                "parent_run": run.parent_run,
+                "fork_checkpoint": run.fork_checkpoint,
+                "result": _loads(run.result_json),
+                "error": _loads(run.error_json),
+                "final_state": _loads(run.final_state_json),
+                "waiting_for": [q for q in waiting if q],
+            },
+            "start": min([run.created_at, *ends]) if run.created_at or ends else 0.0,
+            "end": max([run.finished_at or 0.0, *ends, run.created_at]),
+            "entries": items,
+        }
+    )
+    return data
+
+
+def render_report(run: RunRecord, entries: Sequence[Entry]) -> str:
+    """The page for ``run``: HTML with its style, script and data inlined."""
+    data = json.dumps(report_data(run, entries), ensure_ascii=False, sort_keys=True)
+    # inside <script>: no "</script>", no "<!--", whatever the run's text holds
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    title = f"opdsl run {run.run_id}"
+    return (
+        _PAGE.replace("__TITLE__", json.dumps(title)[1:-1].replace("<", "&lt;"))
+        .replace("__STYLE__", _STYLE)
+        .replace("__DATA__", data)
+        .replace("__SCRIPT__", _SCRIPT)
+    )
+
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>__TITLE__</title>
+<style>__STYLE__</style>
+</head>
+<body>
+<header id="head"></header>
+<main>
+  <section id="timeline" aria-label="timeline">
+    <div id="axis"></div>
+    <div id="rows"></div>
+  </section>
+  <aside id="detail" aria-label="detail"><p class="hint">Click an effect to see it.</p></aside>
+</main>
+<script type="application/json" id="run-data">__DATA__</script>
+<script>__SCRIPT__</script>
+</body>
+</html>
+"""
+
+_STYLE = """
+:root { --fg: #1d2330; --muted: #6b7385; --line: #e3e6ee; --bg: #fff; --accent: #3661d8;
+  --ok: #2e9d5b; --bad: #c83232; --warn: #c98a12; --scope: #eef1fb; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 13px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg); }
+header { padding: 12px 18px; border-bottom: 1px solid var(--line); }
+header h1 { font-size: 16px; margin: 0 0 4px; }
+header .meta { color: var(--muted); }
+header .status-completed { color: var(--ok); font-weight: 600; }
+header .status-failed, header .status-cancelled { color: var(--bad); font-weight: 600; }
+header .status-waiting, header .status-running { color: var(--warn); font-weight: 600; }
+header .question { margin-top: 6px; padding: 6px 10px; background: #fff6e0; border-left: 3px solid var(--warn); }
+header a { color: var(--accent); }
+main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(280px, 2fr); min-height: calc(100vh - 70px); }
+#timeline { border-right: 1px solid var(--line); overflow: auto; padding: 8px 0; }
+#axis { position: relative; height: 22px; margin-left: 300px; margin-right: 12px; border-bottom: 1px solid var(--line); color: var(--muted); font-size: 11px; }
+#axis span { position: absolute; transform: translateX(-50%); white-space: nowrap; }
+#axis span:last-child { transform: translateX(-100%); }
+#axis span:first-child { transform: none; }
+.row { display: grid; grid-template-columns: 300px 1fr; align-items: center; min-height: 24px; cursor: pointer; border-bottom: 1px solid #f4f5f8; }
+.row:hover, .row.selected { background: #f3f6ff; }
+.label { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; padding: 0 8px; font-family: ui-monospace, monospace; font-size: 12px; }
+.label .addr { color: var(--muted); }
+.lane { font-size: 10px; color: var(--accent); margin-right: 4px; }
+.track { position: relative; height: 20px; margin-right: 12px; }
+.bar { position: absolute; top: 4px; height: 12px; min-width: 2px; border-radius: 3px; background: var(--accent); opacity: .85; }
+.bar.scope { top: 2px; height: 16px; background: var(--scope); border: 1px solid #b7c3ec; opacity: 1; }
+.bar.failed, .bar.cancelled { background: var(--bad); }
+.bar.started { background: var(--warn); }
+.bar.tool { background: #6d4fc2; }
+.bar.agent { background: #0f8a8a; }
+.bar.tool-failed { background: var(--bad); }
+.marker { position: absolute; top: 3px; width: 12px; height: 12px; transform: translateX(-6px) rotate(45deg); background: #b03ab0; }
+.totals { color: var(--muted); font-size: 11px; margin-left: 6px; }
+.track .totals { position: absolute; right: 0; top: 2px; background: rgba(255,255,255,.85); padding: 0 4px; }
+.over { color: var(--bad); font-weight: 600; }
+#detail { padding: 12px 16px; overflow: auto; max-height: calc(100vh - 70px); }
+#detail h2 { font-size: 14px; margin: 0 0 6px; }
+#detail h3 { font-size: 12px; margin: 12px 0 4px; color: var(--muted); text-transform: uppercase; letter-spacing: .04em; }
+#detail pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fb; padding: 8px; border-radius: 4px; margin: 0; font-size: 12px; }
+#detail .error { color: var(--bad); background: #fdf0f0; }
+#detail dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; margin: 0; }
+#detail dt { color: var(--muted); }
+.msg { margin-bottom: 6px; }
+.msg .role { font-weight: 600; font-size: 11px; color: var(--muted); }
+.hint { color: var(--muted); }
+"""
+
+_SCRIPT = r"""
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("run-data").textContent);
+  const run = data.run;
+  const entries = data.entries;
+  const span = Math.max(data.end - data.start, 1e-6);
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v;
+      else if (k === "style") node.setAttribute("style", v);
+      else node.setAttribute(k, v);
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+  const pct = (t) => (100 * (t - data.start) / span).toFixed(3) + "%";
+  const secs = (s) => (s === null || s === undefined) ? "" : (s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(2) + " s");
+  const money = (u) => (u === null || u === undefined) ? "unknown" : "$" + u.toFixed(4);
+  const text = (v) => typeof v === "string" ? v : JSON.stringify(v, null, 2);
+
+  // -- the header ------------------------------------------------------------------------
+  const head = document.getElementById("head");
+  head.append(el("h1", {}, "run " + run.run_id + " ", el("span", { class: "status-" + run.status }, run.status)));
+  head.append(el("div", { class: "meta" }, run.program + "  ·  " + entries.length + " effects  ·  " +
+    secs(data.end - data.start)));
+  if (run.parent_run) {
+    head.append(el("div", { class: "meta", id: "fork" }, "forked from ",
+      el("a", { href: run.parent_run + ".html" }, run.parent_run),
+      " at checkpoint " + (run.fork_checkpoint || "?")));
+  }
+  for (const q of run.waiting_for) {
+    head.append(el("div", { class: "question", id: "question" }, "waiting for an answer: " + q +
+      "  —  opdsl answer " + run.run_id + " TEXT"));
+  }
+  if (run.error) {
+    head.append(el("div", { class: "meta error-line" },
+      el("span", { class: "status-failed" }, "error at address " + (run.error.address || "?") + ": "),
+      (run.error.type || "") + ": " + (run.error.message || "")));
+  }
+
+  // -- the time axis ---------------------------------------------------------------------
+  const axis = document.getElementById("axis");
+  for (let i = 0; i <= 4; i++) {
+    const t = data.start + span * i / 4;
+    axis.append(el("span", { style: "left:" + (25 * i) + "%" }, secs(t - data.start)));
+  }
+
+  // -- the rows: one per effect, in address order, scopes around their bodies ------------
+  const rows = document.getElementById("rows");
+  const key = (a) => a.split(".").map(Number);
+  const ordered = entries.map((e, i) => [e, i]).sort((x, y) => {
+    const a = key(x[0].address), b = key(y[0].address);
+    for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+    return a.length - b.length;
+  });
+  const kinds = {};
+  for (const e of entries) kinds[e.address] = e.kind;
+  function lane(address) {
+    // the branch of the innermost par this effect runs in, if any
+    const parts = address.split(".");
+    for (let n = parts.length - 1; n >= 1; n--) {
+      const parent = parts.slice(0, n).join(".");
+      if (kinds[parent] === "par") return "branch " + parts[n];
+    }
+    return null;
+  }
+  function what(e) {
+    const f = e.effect || {};
+    if (e.kind === "tool") return f.name || "";
+    if (e.kind === "infer") {
+      const m = f.messages || [];
+      return m.length ? String(m[m.length - 1].content || "").slice(0, 60) : "";
+    }
+    if (e.kind === "agent") return (f.backend || "") + " " + String(f.prompt || "").slice(0, 40);
+    if (e.kind === "checkpoint" || e.kind === "emit") return f.name || "";
+    if (e.kind === "ask") return f.question || "";
+    if (e.kind === "limit") return "budget";
+    if (e.kind === "timeout") return (f.seconds || "") + " s";
+    return "";
+  }
+  function totals(t) {
+    if (!t) return null;
+    const b = t.budget || {};
+    const part = (name, spent, limit, fmt) => {
+      const shown = fmt ? fmt(spent) : String(spent);
+      if (limit === null || limit === undefined) return name + " " + shown;
+      return name + " " + shown + "/" + (fmt ? fmt(limit) : limit);
+    };
+    const over = (b.tokens != null && t.tokens > b.tokens) || (b.model_calls != null && t.model_calls > b.model_calls) ||
+      (b.tool_calls != null && t.tool_calls > b.tool_calls);
+    const parts = [];
+    if (t.tokens || b.tokens != null) parts.push(part("tokens", t.tokens, b.tokens));
+    if (t.model_calls || b.usd != null) parts.push("cost " + money(t.cost_usd) + (b.usd != null ? "/" + money(b.usd) : ""));
+    if (t.model_calls || b.model_calls != null) parts.push(part("model", t.model_calls, b.model_calls));
+    if (t.tool_calls || b.tool_calls != null) parts.push(part("tools", t.tool_calls, b.tool_calls));
+    return el("span", { class: "totals" + (over ? " over" : "") }, parts.join(" · "));
+  }
+  ordered.forEach(([e, i]) => {
+    const depth = e.address.split(".").length - 1;
+    const branch = lane(e.address);
+    const label = el("div", { class: "label", style: "padding-left:" + (8 + 14 * depth) + "px" },
+      branch ? el("span", { class: "lane" }, branch) : null,
+      el("span", { class: "addr" }, e.address + " "), e.kind + " ", what(e));
+    const track = el("div", { class: "track" });
+    const end = e.finished_at || data.end;
+    if (e.kind === "checkpoint") {
+      track.append(el("div", { class: "marker", style: "left:" + pct(e.started_at), title: e.command || "" }));
+      track.append(el("span", { class: "totals", style: "position:absolute;left:calc(" + pct(e.started_at) + " + 10px)" },
+        e.command || ""));
+    } else {
+      const scope = ["limit", "timeout", "par"].includes(e.kind);
+      const cls = ["bar", e.kind, e.status, scope ? "scope" : "", e.tool_error ? "tool-failed" : ""].join(" ");
+      track.append(el("div", { class: cls, style: "left:" + pct(e.started_at) + ";width:calc(" + pct(end) + " - " + pct(e.started_at) + ")" }));
+      if (scope) track.append(totals(e.totals));
+    }
+    const row = el("div", { class: "row", "data-address": e.address, "data-kind": e.kind, tabindex: "0" }, label, track);
+    row.addEventListener("click", () => show(e, row));
+    row.addEventListener("keydown", (ev) => { if (ev.key === "Enter") show(e, row); });
+    rows.append(row);
+  });
+
+  // -- the detail of one effect ----------------------------------------------------------
+  const detail = document.getElementById("detail");
+  function block(title, value, cls) {
+    if (value === null || value === undefined || value === "") return null;
+    return el("div", {}, el("h3", {}, title), el("pre", { class: cls || "" }, text(value)));
+  }
+  function messages(list) {
+    return el("div", {}, el("h3", {}, "prompt"), ...(list || []).map((m) =>
+      el("div", { class: "msg" }, el("div", { class: "role" }, m.role + (m.tool_call_id ? " (" + m.tool_call_id + ")" : "")),
+        el("pre", {}, text(m.content || "") + (m.tool_calls && m.tool_calls.length ? "\n" + text(m.tool_calls) : "")))));
+  }
+  function show(e, row) {
+    for (const r of rows.querySelectorAll(".row.selected")) r.classList.remove("selected");
+    row.classList.add("selected");
+    detail.replaceChildren();
+    const f = e.effect || {};
+    const u = e.usage;
+    detail.append(el("h2", {}, e.kind + " at " + e.address));
+    const facts = el("dl", {},
+      el("dt", {}, "status"), el("dd", {}, e.tool_error ? "failed (tool)" : e.status),
+      el("dt", {}, "duration"), el("dd", {}, e.finished_at ? secs(e.finished_at - e.started_at) : "unfinished"));
+    if (u) {
+      facts.append(el("dt", {}, "tokens"), el("dd", {}, u.input_tokens + " in, " + u.output_tokens + " out" +
+        (u.cached_tokens ? ", " + u.cached_tokens + " cached" : "")));
+      facts.append(el("dt", {}, "cost"), el("dd", {}, money(u.cost_usd)));
+    }
+    if (e.command) facts.append(el("dt", {}, "fork"), el("dd", {}, e.command));
+    detail.append(facts);
+    if (e.kind === "infer") {
+      detail.append(messages(f.messages));
+      const r = e.result || {};
+      detail.append(block("response", r.text));
+      if (r.tool_calls && r.tool_calls.length) detail.append(block("tool calls", r.tool_calls));
+      if (r.stop_reason) detail.append(block("stop reason", r.stop_reason));
+    } else if (e.kind === "tool") {
+      detail.append(block("tool", f.name), block("arguments", f.args));
+      const r = e.result || {};
+      detail.append(block("output", r.output));
+      if (e.tool_error) detail.append(block("error", e.tool_error, "error"));
+    } else if (e.kind === "agent") {
+      detail.append(block("backend", f.backend), block("prompt", f.prompt));
+      const r = e.result || {};
+      detail.append(block("answer", r.text), block("tool calls", (r.tool_calls || []).length ? r.tool_calls : null));
+    } else if (["limit", "timeout", "par"].includes(e.kind)) {
+      detail.append(block("spent inside", e.totals), block("effect", f), block("outcome", e.result));
+    } else {
+      detail.append(block("effect", f), block("result", e.result));
+    }
+    if (e.error) detail.append(block("error", (e.error.type || "") + ": " + (e.error.message || text(e.error)), "error"));
+  }
+})();
+"""
