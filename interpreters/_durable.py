@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never, final
@@ -21,6 +22,7 @@ from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_j
 from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, ScriptedModel, resolve_model
 from interpreters.models._http import HttpModel, Prices
+from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
 from interpreters.runtime._driver import (
     RunResult,
@@ -347,7 +349,7 @@ async def aresume(
         run_id=target_id,
         handlers=handlers,
         journal=journal_for_run,
-        bus=EventBus(as_sinks(on_event)),
+        bus=EventBus([*as_sinks(on_event), *trace_sinks(model)]),
         clock=clock or SystemClock(),
         state=state,
         log=log,
@@ -476,6 +478,8 @@ async def areplay(
     if isinstance(result.error, Divergence):
         raise result.error
     _compare(record, result, entries)
+    if os.environ.get("OPDSL_OTEL_REPLAY", "").lower() in ("1", "true") and trace_sinks():
+        export_journal(record, entries)  # asked for: the replayed run's trace, from its journal
     return result
 
 

@@ -14,6 +14,7 @@ from interpreters.agents._base import backends
 from interpreters.journal import Journal, RunRecord
 from interpreters.models._base import Model, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
+from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
@@ -236,7 +237,8 @@ class LiveInterpreter:
             workspace=as_workspace(workspace),
         )
         self.journal = journal
-        self.bus = EventBus(sinks)
+        # with an OTLP endpoint set (and opdsl[otel] installed), every run exports its trace
+        self.bus = EventBus([*sinks, *trace_sinks(model)])
         self.clock = clock or SystemClock()
 
     async def run(
