@@ -201,6 +201,21 @@ def _tool_failure(e: Any) -> str | None:
     return None
 
 
+def cmd_tail(a: argparse.Namespace) -> int:
+    from interpreters import ConsoleSink, open_journal
+    from interpreters.observe._follow import WriterGone, follow
+
+    journal = open_journal(a.db, read_only=True)
+    try:
+        run = follow(journal, a.run, ConsoleSink(_console()))
+    except WriterGone as exc:
+        print(f"opdsl: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 1 if run.status == "failed" else 0
+
+
 def cmd_show(a: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
@@ -208,6 +223,8 @@ def cmd_show(a: argparse.Namespace) -> int:
     from interpreters import open_journal
     from op import Usage
 
+    if a.follow:
+        return cmd_tail(a)
     journal = open_journal(a.db, read_only=True)
     r = journal.run(a.run)
     if a.json:
@@ -291,6 +308,20 @@ def cmd_report(a: argparse.Namespace) -> int:
     out.write_text(page, encoding="utf-8")
     print(f"wrote {out} ({len(page.encode()):,} bytes): open it in a browser")
     return 0
+
+
+def cmd_diff(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+    from interpreters.observe._diff import diff_runs
+
+    journal = open_journal(a.db, read_only=True)
+    first, second = journal.run(a.run_a), journal.run(a.run_b)
+    found = diff_runs(first, journal.entries(first.run_id), second, journal.entries(second.run_id))
+    if a.json:
+        _print_json(found.as_json())
+    else:
+        print("\n".join(found.lines()))
+    return 0 if found.same else 1
 
 
 def cmd_checkpoints(a: argparse.Namespace) -> int:
@@ -494,9 +525,16 @@ def _parser() -> argparse.ArgumentParser:
     p = add("show", cmd_show, "a run's timeline")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--follow", action="store_true", help="follow the run as it goes (opdsl tail)")
+    p = add("tail", cmd_tail, "follow a run another process is running, until it ends")
+    p.add_argument("run")
     p = add("report", cmd_report, "a run as one HTML page: timeline, every effect, totals")
     p.add_argument("run")
     p.add_argument("-o", "--output", help="the file to write (default: RUN.html)")
+    p = add("diff", cmd_diff, "where two runs part: the first differing effect, and end states")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("checkpoints", cmd_checkpoints, "a run's checkpoints")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -376,6 +376,14 @@ class SqliteJournal(Journal):
 
     # -- one writer per run -----------------------------------------------------------------
 
+    def writer_alive(self, run_id: str) -> bool | None:
+        """Whether the process that holds ``run_id``'s lock is alive: None when no process
+        holds it, or when it runs on another machine (it cannot be asked from here)."""
+        row = self._exec("SELECT pid, host FROM locks WHERE run_id=?", (run_id,)).fetchone()
+        if row is None or row[1] != socket.gethostname():
+            return None
+        return _pid_alive(int(row[0]))
+
     def acquire(self, run_id: str) -> None:
         self._runs_known.pop(run_id, None)
         me, host = _holder(), socket.gethostname()

@@ -1,0 +1,140 @@
+"""``opdsl tail RUN``: follow a run that another process is executing, effect by effect.
+
+The journal is the only channel: it is read (read-only) a few times a second, and what
+changed since the last look is told to a sink as the events the running process's own
+console saw, so the view is the same. It ends when the run does, or when the process that
+was running it is gone (it crashed or was killed: the run can be resumed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from interpreters.journal._base import Entry, Journal, RunRecord
+from op import (
+    CheckpointSaved,
+    EffectFinished,
+    EffectStarted,
+    Emitted,
+    Event,
+    RunFinished,
+    RunStarted,
+    Usage,
+)
+
+__all__ = ["WriterGone", "follow"]
+
+
+class WriterGone(Exception):
+    """The process running the followed run is gone while the run was not finished."""
+
+
+def _error(e: Entry) -> str | None:
+    if e.error_json:
+        err = json.loads(e.error_json)
+        if isinstance(err, dict):
+            return f"{err.get('type')}: {err.get('message')}"
+        return str(err)
+    if e.kind == "tool" and e.result_json:
+        result = json.loads(e.result_json)
+        if isinstance(result, dict) and result.get("ok") is False:
+            return f"tool failed: {result.get('error')}"
+    return None
+
+
+def _finished(e: Entry) -> list[Event]:
+    out: list[Event] = []
+    effect: Any = json.loads(e.effect_json)
+    at = e.finished_at or e.started_at
+    if e.status == "completed":
+        if e.kind == "checkpoint":
+            out.append(
+                CheckpointSaved(run_id=e.run_id, at=at, address=e.address, name=effect["name"])
+            )
+        elif e.kind == "emit":
+            out.append(
+                Emitted(
+                    run_id=e.run_id,
+                    at=at,
+                    address=e.address,
+                    name=effect["name"],
+                    data=effect.get("data"),
+                )
+            )
+    out.insert(
+        0,
+        EffectFinished(
+            run_id=e.run_id,
+            at=at,
+            address=e.address,
+            kind=e.kind,
+            status="completed"
+            if e.status == "completed"
+            else ("failed" if e.status == "failed" else "cancelled"),
+            duration_s=max(0.0, at - e.started_at),
+            usage=Usage.model_validate_json(e.usage_json) if e.usage_json else None,
+            error=_error(e),
+        ),
+    )
+    return out
+
+
+def follow(
+    journal: Journal,
+    run_id: str,
+    sink: Callable[[Event], None],
+    *,
+    poll: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunRecord:
+    """Tell ``sink`` what ``run_id`` does until it ends; returns its record then. Raises
+    :class:`WriterGone` when the process running it is gone first."""
+    run = journal.run(run_id)
+    sink(
+        RunStarted(run_id=run_id, at=run.created_at, program=run.program, parent_run=run.parent_run)
+    )
+    told: dict[str, str] = {}  # address -> the status last told
+    writer_alive = getattr(journal, "writer_alive", None)
+    while True:
+        run = journal.run(run_id)  # read first: every entry of a finished run is then seen
+        for e in journal.entries(run_id):
+            before = told.get(e.address)
+            if before is None:
+                sink(
+                    EffectStarted(
+                        run_id=run_id,
+                        at=e.started_at,
+                        address=e.address,
+                        kind=e.kind,
+                        effect=json.loads(e.effect_json),
+                    )
+                )
+                told[e.address] = "started"
+            if e.status != "started" and told[e.address] == "started":
+                for event in _finished(e):
+                    sink(event)
+                told[e.address] = e.status
+        if run.status != "running":
+            error = None
+            if run.error_json:
+                err = json.loads(run.error_json)
+                error = (
+                    f"{err.get('type')}: {err.get('message')}"
+                    if isinstance(err, dict)
+                    else str(err)
+                )
+            sink(
+                RunFinished(
+                    run_id=run_id, at=run.finished_at or time.time(), status=run.status, error=error
+                )
+            )
+            return run
+        if callable(writer_alive) and writer_alive(run_id) is False:
+            raise WriterGone(
+                f"the process running {run_id} is gone (it crashed or was killed); "
+                f"continue it with: opdsl resume {run_id}"
+            )
+        sleep(poll)
