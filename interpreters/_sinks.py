@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, final
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
 
 from op import (
     CheckpointSaved,
@@ -19,6 +26,7 @@ from op import (
     RunFinished,
     RunStarted,
     TokenDelta,
+    Usage,
     canonical_json,
 )
 
@@ -62,14 +70,128 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_WAITS = frozenset({"infer", "tool", "agent", "ask"})
+_SCOPES = frozenset({"limit", "timeout"})
+
+
+@dataclass
+class _Waiting:
+    """An effect the run waits on: its spinner and when it began."""
+
+    kind: str
+    what: str
+    started: float
+    spinner: Spinner
+    streamed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _ScopeView:
+    """An open ``limit`` or ``timeout``: its budget and what its effects spent so far."""
+
+    kind: str
+    budget: dict[str, Any]
+    started: float
+    tokens: int = 0
+    usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+
+    def measures(self, now: float) -> list[tuple[str, float, float | None]]:
+        """(name, spent, limit) for each measure the scope limits (or has spent)."""
+        b = self.budget
+        out: list[tuple[str, float, float | None]] = []
+        for name, spent in (
+            ("tokens", float(self.tokens)),
+            ("usd", self.usd),
+            ("model", float(self.model_calls)),
+            ("tools", float(self.tool_calls)),
+        ):
+            key = {"model": "model_calls", "tools": "tool_calls"}.get(name, name)
+            limit = b.get(key)
+            if limit is not None or spent:
+                out.append((name, spent, None if limit is None else float(limit)))
+        seconds = b.get("seconds")
+        out.append(("s", now - self.started, None if seconds is None else float(seconds)))
+        return out
+
+
 @final
 class ConsoleSink:
-    """A live, human-readable view of a run on the terminal (rich)."""
+    """A live, human-readable view of a run on the terminal (rich).
 
-    def __init__(self, console: Console | None = None, *, show_tokens: bool = True) -> None:
+    Each effect is a line as it happens. On a terminal, below them, a live area shows every
+    open ``limit`` and ``timeout`` with its budget as a bar (spent against the limit), and a
+    spinner with the elapsed time on each effect the run waits on (a model call, a command,
+    an agent turn), with the tail of what a model is streaming. Piped, only the lines.
+    """
+
+    def __init__(
+        self, console: Console | None = None, *, show_tokens: bool = True, live: bool | None = None
+    ) -> None:
         self.console = console or Console(highlight=False)
         self.show_tokens = show_tokens
+        self.live = self.console.is_terminal if live is None else live
         self._streaming = False
+        self._waiting: dict[str, _Waiting] = {}
+        self._scopes: dict[str, _ScopeView] = {}
+        self._live: Live | None = None
+
+    # -- the live area ------------------------------------------------------------------------
+
+    def __rich__(self) -> RenderableType:
+        now = time.monotonic()
+        grid = Table.grid(padding=(0, 1))
+        for address, scope in self._scopes.items():
+            measures = scope.measures(now)
+            fractions = [spent / limit for _, spent, limit in measures if limit]
+            worst = max(fractions, default=0.0)
+            text = " · ".join(
+                f"{name} ${spent:.4f}" + ("" if limit is None else f"/${limit:.4f}")
+                if name == "usd"
+                else f"{name} {_num(spent)}" + ("" if limit is None else f"/{_num(limit)}")
+                for name, spent, limit in measures
+            )
+            bar = ProgressBar(total=1.0, completed=min(worst, 1.0), width=20)
+            grid.add_row(
+                Text(f"{scope.kind} {address}", style="cyan"), bar, Text(text, style="dim")
+            )
+        for address, w in self._waiting.items():
+            tail = "".join(w.streamed)[-60:].replace("\n", " ")
+            label = Text(f"{w.kind} {address} {now - w.started:.1f}s ", style="bold")
+            label.append(w.what + (f"  {tail}" if tail else ""), style="dim")
+            w.spinner.update(text=label)
+            grid.add_row(w.spinner, "", "")
+        return grid
+
+    def _start_live(self) -> None:
+        if self.live and self._live is None:
+            self._live = Live(
+                self,
+                console=self.console,
+                transient=True,
+                refresh_per_second=8,
+                redirect_stdout=False,
+            )
+            self._live.start()
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _charge(self, address: str, kind: str, usage: Usage | None) -> None:
+        for scope_address, scope in self._scopes.items():
+            if address.startswith(scope_address + "."):
+                if kind in ("infer", "agent"):
+                    scope.model_calls += 1
+                elif kind == "tool":
+                    scope.tool_calls += 1
+                if usage is not None:
+                    scope.tokens += usage.total_tokens
+                    scope.usd += usage.cost_usd or 0.0
+
+    # -- events -------------------------------------------------------------------------------
 
     def _end_stream(self) -> None:
         if self._streaming:
@@ -79,7 +201,10 @@ class ConsoleSink:
     def __call__(self, event: Event) -> None:
         c = self.console
         if isinstance(event, TokenDelta):
-            if self.show_tokens:
+            waiting = self._waiting.get(event.address)
+            if self._live is not None and waiting is not None:
+                waiting.streamed.append(event.text)  # shown live, printed whole at the end
+            elif self.show_tokens:
                 c.print(event.text, end="", style="dim")
                 self._streaming = True
             return
@@ -87,14 +212,32 @@ class ConsoleSink:
         match event:
             case RunStarted():
                 c.print(f"[bold]▶ run {event.run_id}[/] {event.program}")
+                self._start_live()
             case RunFinished():
+                self._stop_live()
+                self._waiting.clear()
+                self._scopes.clear()
                 style = "green" if event.status == "completed" else "red"
                 extra = f": {event.error}" if event.error else ""
                 c.print(f"[bold {style}]■ {event.status}[/]{extra}")
             case EffectStarted():
-                if event.kind in ("infer", "tool", "agent", "ask"):
+                if event.kind in _WAITS:
                     c.print(f"  [cyan]{event.address:>8}[/] {event.kind} {_describe(event.effect)}")
+                    self._waiting[event.address] = _Waiting(
+                        event.kind, _describe(event.effect), time.monotonic(), Spinner("dots")
+                    )
+                elif event.kind in _SCOPES:
+                    effect = event.effect if isinstance(event.effect, dict) else {}
+                    budget = dict(effect.get("budget") or {})
+                    if event.kind == "timeout":
+                        budget = {"seconds": effect.get("seconds")}
+                    self._scopes[event.address] = _ScopeView(event.kind, budget, time.monotonic())
             case EffectFinished():
+                waited = self._waiting.pop(event.address, None)
+                self._scopes.pop(event.address, None)
+                self._charge(event.address, event.kind, event.usage)
+                if waited is not None and waited.streamed and self.show_tokens:
+                    c.print("".join(waited.streamed), style="dim")
                 if event.status != "completed":
                     c.print(
                         f"  [red]{event.address:>8} {event.kind} {event.status}[/] {escape(event.error or '')}"
@@ -114,6 +257,10 @@ class ConsoleSink:
                 c.print(f"  [yellow]{event.address:>8} • {event.name}[/]{data}")
             case ConflictDetected():
                 c.print(f"  [red]{event.address:>8} conflict[/] {_short(event.conflicts)}")
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
 def _describe(effect: Any) -> str:
