@@ -30,3 +30,18 @@ def test_readme_python_blocks_run_and_match_their_comments() -> None:
         shown = re.findall(r"^# (\[.*\])$", block, re.M)
         for want in shown:
             assert want in printed, (want, printed)
+
+
+def test_every_command_in_the_readme_table_exists() -> None:
+    import pytest
+
+    from interpreters.cli._main import main
+
+    text = README.read_text(encoding="utf-8")
+    table = text.split("## The command", 1)[1].split("\n\n", 2)[1]
+    commands = sorted(set(re.findall(r"^\| `opdsl ([a-z]+)", table, re.M)))
+    assert {"run", "report", "tail", "diff", "show"} <= set(commands)
+    for command in commands:
+        with pytest.raises(SystemExit) as done, contextlib.redirect_stdout(io.StringIO()):
+            main([command, "--help"])
+        assert done.value.code == 0, command
