@@ -67,22 +67,42 @@ def _model_name(model: object) -> str | None:
     return spec if isinstance(spec, str) else None
 
 
-def _provider() -> tuple[Any, bool]:
-    """The tracer provider to use, and whether this run owns it (shuts it down at its end)."""
+_OWN: dict[tuple[str, ...], Any] = {}
+"""The tracer provider opdsl made for this process, by the settings it was made with."""
+
+#: how long the end of a run waits for its spans to be sent (a collector that is down must
+#: not hold a finished run up)
+FLUSH_SECONDS = 2.0
+
+
+def _provider() -> Any:
+    """The program's own SDK tracer provider if it set one up, else opdsl's (one a process)."""
     from opentelemetry import trace
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
-        return current, False
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        return current
+    env = os.environ
+    key = tuple(env.get(k, "") for k in sorted(env) if k.startswith("OTEL_"))
+    if key not in _OWN:
+        for old in _OWN.values():  # the settings changed: the old one's spans go first
+            old.shutdown()
+        _OWN.clear()
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "opdsl"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return provider, True
+        timeout = {}
+        if not (
+            env.get("OTEL_EXPORTER_OTLP_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+        ):
+            timeout = {"timeout": 3.0}  # not the SDK's 10 s: a run's end waits on it
+        resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "opdsl"})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=timeout)))
+        _OWN[key] = provider
+    return _OWN[key]
 
 
 def _ns(seconds: float) -> int:
@@ -107,7 +127,7 @@ class _Spans:
     """Builds one run's spans from what happened, whether told live or read from a journal."""
 
     def __init__(self, run_id: str, program: str, default_model: str | None) -> None:
-        self.provider, self.owned = _provider()
+        self.provider = _provider()
         self.tracer = self.provider.get_tracer("opdsl")
         self.run_id = run_id
         self.program = program
@@ -199,9 +219,7 @@ class _Spans:
             if status == "failed":
                 self.run_span.set_status(Status(StatusCode.ERROR, error or "failed"))
             self.run_span.end(end_time=_ns(at))
-        self.provider.force_flush()
-        if self.owned:
-            self.provider.shutdown()
+        self.provider.force_flush(timeout_millis=int(FLUSH_SECONDS * 1000))
 
 
 @final

@@ -200,3 +200,19 @@ def test_without_an_endpoint_nothing_is_exported(tmp_path: Path) -> None:
     from interpreters.observe._otel import trace_sinks
 
     assert trace_sinks("openai:m") == []
+
+
+def test_a_collector_that_is_down_does_not_hold_the_run_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    result = run(traced, model=_model(), tools=[lookup, broken], db=str(tmp_path / "r.db"))
+    assert result.status == "completed"
+    assert time.monotonic() - t0 < 6  # the run's end waits at most a bounded flush
