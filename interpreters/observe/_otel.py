@@ -93,11 +93,11 @@ def _provider() -> Any:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        timeout = {}
+        timeout: float | None = None  # the user's setting, when there is one
         if not (
             env.get("OTEL_EXPORTER_OTLP_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
         ):
-            timeout = {"timeout": 3.0}  # not the SDK's 10 s: a run's end waits on it
+            timeout = 3.0  # not the SDK's 10 s: a run's end waits on it
         resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or "opdsl"})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=timeout)))
