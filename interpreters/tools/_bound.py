@@ -52,6 +52,19 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_PLAIN = (int, str, float, bool)
+
+
+def _plain_fields(model: type[BaseModel]) -> dict[str, type] | None:
+    fields = model.model_fields
+    plain: dict[str, type] = {}
+    for name, info in fields.items():
+        if info.annotation not in _PLAIN or not info.is_required() or info.metadata:
+            return None
+        plain[name] = info.annotation  # type: ignore[assignment]
+    return plain
+
+
 @final
 class BoundTool:
     """A callable the interpreter binds by name.
@@ -83,6 +96,9 @@ class BoundTool:
         self.read_only = read_only
         self.is_async = inspect.iscoroutinefunction(fn)
         self._validate = args_model.__pydantic_validator__.validate_python
+        #: every parameter's type when all are plain (int, str, float, bool) and required:
+        #: arguments of exactly those types need no validation (the hot path); None otherwise
+        self._plain: dict[str, type] | None = _plain_fields(args_model)
         #: the parameter that receives the :class:`CallInfo`, if the function asks for it
         self.inject: str | None = None
         self.spec = ToolSpec(
@@ -136,13 +152,24 @@ class BoundTool:
                 f"the arguments for tool {self.name!r} are not a JSON object: {raw[:200]!r}; "
                 "call it again with a JSON object of its parameters"
             )
-        try:
-            parsed = self._validate(args)
-        except ValidationError as exc:
-            return ToolResult.failure(
-                f"invalid arguments for tool {self.name!r}: {format_validation_error(exc)}"
-            )
-        kwargs = parsed.__dict__  # the validated fields (the model forbids extras)
+        plain = self._plain
+        exact = plain is not None and len(args) == len(plain)
+        if exact:
+            assert plain is not None
+            for key, kind in plain.items():
+                if type(args.get(key)) is not kind:
+                    exact = False
+                    break
+        if exact:
+            kwargs: Mapping[str, Any] = args  # exactly what validation would give back
+        else:
+            try:
+                parsed = self._validate(args)
+            except ValidationError as exc:
+                return ToolResult.failure(
+                    f"invalid arguments for tool {self.name!r}: {format_validation_error(exc)}"
+                )
+            kwargs = parsed.__dict__  # the validated fields (the model forbids extras)
         if self.inject is not None:
             kwargs = {**kwargs, self.inject: call}
         try:
@@ -165,6 +192,9 @@ class BoundTool:
         if isinstance(out, str):
             made: ToolResult = _ok_result({"output": out})
             return made
+        if type(out) is int:  # its canonical JSON is its decimal digits
+            number: ToolResult = _ok_result({"output": str(out)})
+            return number
         try:
             return ToolResult(output=canonical_json(out))
         except NotSerializable as exc:
