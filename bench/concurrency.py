@@ -1,14 +1,18 @@
-"""Many runs at once: 1,000 runs, each making 20 ``infer`` calls to a loopback
-OpenAI-compatible server that answers after 50 ms, all journaled to one SQLite file.
+"""Many runs at once: 200 and then 1,000 runs, each making 20 ``infer`` calls to a loopback
+OpenAI-compatible server that answers after 50 ms, journaled to one SQLite file.
 
-Prints the wall time next to the ideal (20 x 50 ms: every run waiting in parallel) and the
-memory held per run while the runs wait on the model (the growth of the process's peak
-resident memory over the benchmark, divided by the number of runs). Targets: within 1.5 times the ideal, and
-under 100 KB per run.
+Each figure is measured in the same process run against a bare aiohttp client making the
+same requests (no interpreter, no journal: the client's own limit), and the same opdsl runs
+with no journal (what the journal costs). Targets: opdsl at most 1.5 times the bare client;
+the time per request at 1,000 runs within 1.3 times that at 200; under 100 KB of memory per
+waiting run.
+
+    python bench/concurrency.py [RUNS ...]      (default: 200 1000)
 """
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import socket
 import subprocess
@@ -17,13 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import anyio
-
 from interpreters import LiveInterpreter, SqliteJournal
 from interpreters.models import OpenAIModel
 from op import Op, infer
 
-RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000
+SIZES = [int(a) for a in sys.argv[1:]] or [200, 1_000]
 CALLS = 20
 DELAY = 0.05
 
@@ -34,22 +36,21 @@ def chatty(i: int) -> Op[int]:
     return i
 
 
-async def bare_httpx(url: str) -> float:
-    """The same requests with httpx alone: no interpreter, no journal (the client's limit)."""
-    import httpx
+async def bare_aiohttp(url: str, runs: int) -> float:
+    """The same requests with aiohttp alone."""
+    import aiohttp
 
     body = {"model": "bench", "messages": [{"role": "user", "content": "x"}]}
-    limits = httpx.Limits(max_connections=RUNS, max_keepalive_connections=RUNS)
     t0 = time.perf_counter()
-    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=runs)) as session:
 
         async def one() -> None:
             for _ in range(CALLS):
-                (await client.post(f"{url}/chat/completions", json=body)).raise_for_status()
+                async with session.post(f"{url}/chat/completions", json=body) as r:
+                    r.raise_for_status()
+                    await r.json()
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(RUNS):
-                tg.start_soon(one)
+        await asyncio.gather(*(one() for _ in range(runs)))
     return time.perf_counter() - t0
 
 
@@ -58,32 +59,26 @@ def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
-async def go(url: str, db: Path) -> tuple[float, int, int]:
-    model = OpenAIModel("bench", base_url=url, stream=False, max_connections=RUNS)
-    interp = LiveInterpreter(model=model, journal=SqliteJournal(db))
-    results: list[str] = []
+async def opdsl(url: str, runs: int, db: Path | None) -> tuple[float, int]:
+    model = OpenAIModel("bench", base_url=url, stream=False, max_connections=runs)
+    interp = LiveInterpreter(model=model, journal=None if db is None else SqliteJournal(db))
+    statuses: list[str] = []
     base = _rss()
     t0 = time.perf_counter()
 
     async def one(i: int) -> None:
-        r = await interp.run(chatty, i)
-        results.append(r.status)
+        statuses.append((await interp.run(chatty, i)).status)
 
-    async with anyio.create_task_group() as tg:
-        for i in range(RUNS):
-            tg.start_soon(one, i)
+    await asyncio.gather(*(one(i) for i in range(runs)))
     elapsed = time.perf_counter() - t0
-    peak = _rss()
-    assert results.count("completed") == RUNS, results[:5]
-    return elapsed, peak - base, len(results)
+    assert statuses.count("completed") == runs, statuses[:5]
+    return elapsed, _rss() - base
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def main() -> int:
@@ -98,24 +93,38 @@ def main() -> int:
         stdout=subprocess.PIPE,
         text=True,
     )
+    rows = []
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        db = Path(tempfile.mkdtemp(prefix="opdsl-bench-")) / "runs.db"
-        elapsed, peak, n = anyio.run(go, f"http://127.0.0.1:{port}/v1", db)
-        bare = anyio.run(bare_httpx, f"http://127.0.0.1:{port}/v1")
+        url = f"http://127.0.0.1:{port}/v1"
+        for runs in SIZES:
+            db = Path(tempfile.mkdtemp(prefix="opdsl-bench-")) / "runs.db"
+            journaled, grown = asyncio.run(opdsl(url, runs, db))
+            bare = asyncio.run(bare_aiohttp(url, runs))
+            unjournaled, _ = asyncio.run(opdsl(url, runs, None))
+            rows.append((runs, bare, journaled, unjournaled, grown))
     finally:
         server.terminate()
         server.wait()
-    ideal = CALLS * DELAY
     print(
-        f"{RUNS:,} concurrent runs x {CALLS} infer calls, server answers after {DELAY * 1000:.0f} ms, journaled to SQLite"
+        f"runs x {CALLS} infer calls, the server answers after {DELAY * 1000:.0f} ms, one process"
     )
-    print(f"{'wall time, opdsl runs':<36} {elapsed:8.2f} s")
-    print(f"{'wall time, bare httpx, same requests':<36} {bare:8.2f} s")
-    print(f"{'ideal (20 x 50 ms)':<36} {ideal:8.2f} s")
-    print(f"{'wall / ideal':<36} {elapsed / ideal:8.2f}    (target: at most 1.5)")
-    print(f"{'peak memory added (resident)':<36} {peak / 1e6:8.1f} MB")
-    print(f"{'per run':<36} {peak / n / 1e3:8.1f} KB  (target: under 100 KB)")
+    print(
+        f"{'runs':>6} {'bare aiohttp':>13} {'opdsl+SQLite':>13} {'ratio':>6} "
+        f"{'no journal':>11} {'journal share':>14} {'ms/request':>11} {'KB/run':>7}"
+    )
+    for runs, bare, journaled, unjournaled, grown in rows:
+        share = max(0.0, journaled - unjournaled) / journaled
+        print(
+            f"{runs:>6} {bare:>12.2f}s {journaled:>12.2f}s {journaled / bare:>6.2f} "
+            f"{unjournaled:>10.2f}s {share:>13.0%} {journaled / (runs * CALLS) * 1000:>11.3f} "
+            f"{grown / runs / 1e3:>7.1f}"
+        )
+    print("targets: ratio at most 1.5; KB/run under 100")
+    if len(rows) >= 2:
+        (r1, _, t1, _, _), (r2, _, t2, _, _) = rows[0], rows[-1]
+        growth = (t2 / (r2 * CALLS)) / (t1 / (r1 * CALLS))
+        print(f"time per request at {r2:,} runs / at {r1:,}: {growth:.2f}  (target: at most 1.3)")
     return 0
 
 

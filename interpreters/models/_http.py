@@ -19,6 +19,8 @@ back to a :class:`~op.Response`, streaming or not. What they share lives in
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -26,7 +28,7 @@ import random
 import ssl
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from importlib import resources
@@ -57,6 +59,23 @@ _SHARDS = 16
 def _ssl_context() -> ssl.SSLContext:
     """One TLS context for every client (building one costs tens of milliseconds)."""
     return ssl.create_default_context()
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # trio, or no loop
+        return False
+    return True
+
+
+async def _closed_at_loop_end(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Suspended once; asyncio closes it (running the ``finally``) when its loop shuts down."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()
 
 
 def seconds_setting(name: str, raw: str) -> float:
@@ -277,6 +296,8 @@ class HttpModel(ABC):
         self.max_answer_bytes = max_answer_bytes
         self.retry = retry or RetryPolicy()
         self.prices = prices or Prices()
+        self.max_connections = max_connections
+        self._closers: list[AsyncGenerator[None, None]] = []
         per_shard = max(1, -(-max_connections // _SHARDS))
         self.limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
         self._clients: tuple[object, list[httpx.AsyncClient]] | None = None
@@ -309,16 +330,32 @@ class HttpModel(ABC):
         raw = request.params.get("max_tokens")
         return self.max_tokens if raw is None else count_setting("max_tokens", raw)
 
-    def _http(self, key: str) -> httpx.AsyncClient:
+    async def _http(self, key: str) -> httpx.AsyncClient:
         # Clients belong to one event loop: connections are reused within it, never across
-        # loops. Requests are spread over a few clients by run: httpx's pool looks at every
-        # connection it holds for every request, which grows quadratically with hundreds of
-        # runs waiting at once.
+        # loops. On asyncio the transport is aiohttp's (through httpx-aiohttp: httpx's API,
+        # aiohttp's connection pool, which holds a thousand waiting runs without slowing
+        # down); elsewhere (trio) httpx's own, with requests spread over a few clients by run,
+        # since httpx's pool looks at every connection it holds for every request.
         token = anyio.lowlevel.current_token()
         if self._clients is None or self._clients[0] != token:
-            self._clients = (
-                token,
-                [
+            if _on_asyncio() and os.environ.get("OPDSL_HTTP_TRANSPORT") != "httpx":
+                from httpx_aiohttp import AiohttpTransport
+
+                transport = AiohttpTransport(
+                    verify=_ssl_context(),
+                    trust_env=False,
+                    limits=httpx.Limits(max_connections=self.max_connections),
+                )
+                clients = [
+                    httpx.AsyncClient(transport=transport, timeout=self.timeout, trust_env=False)
+                ]
+                # closed when the event loop shuts down (as it ends its async generators),
+                # so no aiohttp session is left unclosed
+                closer = _closed_at_loop_end(clients[0])
+                await closer.__anext__()
+                self._closers = [closer]  # held here: the loop keeps only a weak reference
+            else:
+                clients = [
                     httpx.AsyncClient(
                         timeout=self.timeout,
                         limits=self.limits,
@@ -326,10 +363,10 @@ class HttpModel(ABC):
                         verify=_ssl_context(),
                     )
                     for _ in range(_SHARDS)
-                ],
-            )
-        clients = self._clients[1]
-        return clients[hash(key) % len(clients)]
+                ]
+            self._clients = (token, clients)
+        shards = self._clients[1]
+        return shards[hash(key) % len(shards)]
 
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
@@ -429,9 +466,8 @@ class HttpModel(ABC):
         headers = {**self._headers(), "content-type": "application/json"}
         headers.setdefault("idempotency-key", call.idempotency_key)
         try:
-            async with self._http(call.run_id).stream(
-                "POST", url, json=body, headers=headers
-            ) as response:
+            client = await self._http(call.run_id)
+            async with client.stream("POST", url, json=body, headers=headers) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     err = self.error(

@@ -62,7 +62,8 @@ class OpenAIModel(HttpModel):
         root = self.base_url.removesuffix("/v1")
         try:
             with anyio.fail_after(10):
-                answer = await self._http(call.run_id).get(f"{root}/props", headers=self._headers())
+                client = await self._http(call.run_id)
+                answer = await client.get(f"{root}/props", headers=self._headers())
             data = answer.json() if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError, TimeoutError):
             return True
