@@ -1,0 +1,76 @@
+"""The transport under the providers: aiohttp's pool on asyncio (through httpx's API), httpx's
+own under trio or when asked; clients closed with their event loop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from interpreters import resolve_model, run
+from interpreters.models._http import HttpModel
+from op import Op, infer
+from tests.servers import ScriptedServer, openai
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def ask() -> Op[str]:
+    return (yield from infer("hi")).text
+
+
+def _transport(model: HttpModel) -> str:
+    assert model._clients is not None
+    return type(model._clients[1][0]._transport).__name__
+
+
+@pytest.mark.parametrize(
+    ("backend", "forced", "expected"),
+    [
+        ("asyncio", None, "AiohttpTransport"),
+        ("trio", None, "AsyncHTTPTransport"),
+        ("asyncio", "httpx", "AsyncHTTPTransport"),
+    ],
+)
+def test_which_transport(
+    backend: str, forced: str | None, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if forced:
+        monkeypatch.setenv("OPDSL_HTTP_TRANSPORT", forced)
+    with ScriptedServer([openai("a"), openai("b")]) as srv:
+        model = resolve_model(f"openai-compatible:m@{srv.url}/v1")
+        assert isinstance(model, HttpModel)
+        assert run(ask, model=model, backend=backend).value == "a"
+        assert _transport(model) == expected
+        # a second run is a second event loop: a client of its own
+        first = model._clients
+        assert run(ask, model=model, backend=backend).value == "b"
+        assert model._clients is not first
+
+
+def test_no_client_is_left_unclosed_when_the_loop_ends() -> None:
+    code = (
+        "import gc\n"
+        "from tests.servers import ScriptedServer, openai\n"
+        "from interpreters import run, resolve_model\n"
+        "from op import infer\n"
+        "def ask():\n"
+        "    return (yield from infer('hi')).text\n"
+        "with ScriptedServer([openai('a'), openai('b')]) as srv:\n"
+        "    m = resolve_model(f'openai-compatible:m@{srv.url}/v1')\n"
+        "    print(run(ask, model=m).value, run(ask, model=m).value)\n"
+        "del m\n"
+        "gc.collect()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "a b"
+    assert "Unclosed" not in out.stderr, out.stderr
