@@ -66,10 +66,11 @@ pytest: $(STAMP)
 
 # the baselines are installed for the benchmarks only; they are not dependencies of opdsl
 bench: $(STAMP)
-	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite
+	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite dbos
 	$(BIN)/python bench/driver.py
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/concurrency.py
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) .cli .cache .mypy_cache .ruff_cache .pytest_cache

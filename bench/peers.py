@@ -1,0 +1,230 @@
+"""The same small program under opdsl and under its peers, side by side, in one run.
+
+The program: N steps, each a call to a trivial function, durably recorded where the peer
+records anything. Each peer runs in a process of its own (DBOS is a process-wide singleton),
+installed for the benchmark only (``make bench``):
+
+- opdsl: the live interpreter and its SQLite journal (write-ahead: two commits per step);
+- python-effect: ``@do`` with a trivial intent (it records nothing: the floor of dispatch);
+- LangGraph with its SQLite checkpointer: one node looping (a checkpoint per step);
+- DBOS with SQLite: a workflow calling a step N times (a row per step);
+- Temporal: not yet (opdsl has no Temporal interpreter yet).
+
+Then the growth of opdsl's cost: 1k, 10k and 100k effects in one run, and 10, 100 and 1,000
+concurrent runs of 100 effects each, all journaled to SQLite.
+
+    python bench/peers.py [N]      (default 2,000 steps)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 2_000
+
+
+def noop() -> str:
+    return ""
+
+
+def opdsl(folder: Path, n: int) -> float:
+    from interpreters import LiveInterpreter, SqliteJournal
+    from op import Op, tool
+
+    def loop(k: int) -> Op[int]:
+        for _ in range(k):
+            yield from tool("noop")
+        return k
+
+    interp = LiveInterpreter(tools=[noop], journal=SqliteJournal(folder / "opdsl.db"))
+    t0 = time.perf_counter()
+    assert interp.run_sync(loop, n).value == n
+    return n / (time.perf_counter() - t0)
+
+
+def python_effect(folder: Path, n: int) -> float:
+    from effect import (
+        ComposedDispatcher,
+        Effect,
+        TypeDispatcher,
+        base_dispatcher,
+        sync_perform,
+        sync_performer,
+    )
+    from effect.do import do
+
+    class Step:
+        pass
+
+    @sync_performer  # type: ignore[untyped-decorator]
+    def perform(dispatcher: Any, intent: Step) -> str:
+        return noop()
+
+    dispatcher = ComposedDispatcher([TypeDispatcher({Step: perform}), base_dispatcher])
+
+    @do  # type: ignore[untyped-decorator]
+    def program() -> Any:
+        for _ in range(n):
+            yield Effect(Step())
+        return n
+
+    t0 = time.perf_counter()
+    assert sync_perform(dispatcher, program()) == n
+    return n / (time.perf_counter() - t0)
+
+
+def langgraph(folder: Path, n: int) -> float:
+    from typing import TypedDict
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, StateGraph
+
+    class S(TypedDict):
+        n: int
+
+    def step(state: S) -> S:
+        noop()
+        return {"n": state["n"] + 1}
+
+    graph = StateGraph(S)
+    graph.add_node("step", step)
+    graph.set_entry_point("step")
+    graph.add_conditional_edges("step", lambda s: END if s["n"] >= n else "step")
+    with SqliteSaver.from_conn_string(str(folder / "langgraph.db")) as saver:
+        app = graph.compile(checkpointer=saver)
+        t0 = time.perf_counter()
+        out: Any = app.invoke(
+            {"n": 0}, {"configurable": {"thread_id": "t"}, "recursion_limit": n + 10}
+        )
+        elapsed = time.perf_counter() - t0
+    assert out["n"] == n
+    return n / elapsed
+
+
+def dbos(folder: Path, n: int) -> float:
+    from dbos import DBOS
+
+    @DBOS.step()
+    def step() -> str:
+        return noop()
+
+    @DBOS.workflow()
+    def workflow(k: int) -> int:
+        for _ in range(k):
+            step()
+        return k
+
+    DBOS(config={"name": "opdsl-bench", "system_database_url": f"sqlite:///{folder / 'dbos.db'}"})
+    DBOS.launch()
+    try:
+        t0 = time.perf_counter()
+        assert workflow(n) == n
+        return n / (time.perf_counter() - t0)
+    finally:
+        DBOS.destroy()
+
+
+def opdsl_one_run(folder: Path, n: int) -> float:
+    return opdsl(folder, n)
+
+
+def opdsl_concurrent(folder: Path, runs: int) -> float:
+    import anyio
+
+    from interpreters import LiveInterpreter, SqliteJournal
+    from op import Op, tool
+
+    steps = 100
+
+    def loop(k: int) -> Op[int]:
+        for _ in range(k):
+            yield from tool("noop")
+        return k
+
+    interp = LiveInterpreter(tools=[noop], journal=SqliteJournal(folder / "concurrent.db"))
+
+    async def go() -> float:
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+                tg.start_soon(interp.run, loop, steps)
+        return runs * steps / (time.perf_counter() - t0)
+
+    return anyio.run(go)
+
+
+PEERS: dict[str, Callable[[Path, int], float]] = {
+    "opdsl (live + SQLite journal)": opdsl,
+    "python-effect (@do, records nothing)": python_effect,
+    "LangGraph (SqliteSaver)": langgraph,
+    "DBOS (SQLite)": dbos,
+}
+SCALING: dict[str, tuple[Callable[[Path, int], float], list[int]]] = {
+    "opdsl, effects in one run": (opdsl_one_run, [1_000, 10_000, 100_000]),
+    "opdsl, concurrent runs of 100 effects": (opdsl_concurrent, [10, 100, 1_000]),
+}
+
+
+def _child(name: str, n: int) -> None:
+    """Run one measurement in this process and print its figure as JSON."""
+    fn = {**PEERS, **{k: v[0] for k, v in SCALING.items()}}[name]
+    folder = Path(tempfile.mkdtemp(prefix="opdsl-peers-"))
+    try:
+        rate: float | None = fn(folder, n)
+    except ImportError as exc:
+        print(json.dumps({"missing": str(exc)}))
+        return
+    print(json.dumps({"rate": rate}))
+
+
+def _measure(name: str, n: int) -> tuple[float | None, str]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", name, str(n)],
+        capture_output=True,
+        text=True,
+        timeout=1_800,
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return None, f"failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:60]}"
+    data = json.loads(lines[-1])
+    if "missing" in data:
+        return None, f"not installed ({data['missing'][:40]})"
+    return float(data["rate"]), ""
+
+
+def main() -> int:
+    if len(sys.argv) >= 4 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]))
+        return 0
+    print(f"the same program, {N:,} steps of a trivial function, each peer in its own process")
+    print(f"{'peer':<42} {'steps/s':>10} {'opdsl / peer':>13}")
+    rates = {name: _measure(name, N) for name in PEERS}
+    ours = rates["opdsl (live + SQLite journal)"][0]
+    for name, (rate, why) in rates.items():
+        if rate is None:
+            print(f"{name:<42} {why}")
+            continue
+        ratio = "" if ours is None else f"{ours / rate:>13.2f}"
+        print(f"{name:<42} {rate:>10,.0f} {ratio}")
+    print(f"{'Temporal (local dev server)':<42} not yet: opdsl has no Temporal interpreter")
+    print()
+    print("how opdsl's cost grows (SQLite journal, effects per second)")
+    for name, (_, sizes) in SCALING.items():
+        figures = []
+        for size in sizes:
+            rate, why = _measure(name, size)
+            figures.append(f"{size:>7,}: {rate:>8,.0f}/s" if rate is not None else f"{size}: {why}")
+        print(f"  {name:<40} " + "   ".join(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
