@@ -48,7 +48,6 @@ from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
 from interpreters.runtime._frame import (
     BudgetStop,
-    Call,
     Frame,
     Handlers,
     ReplayStop,
@@ -79,7 +78,6 @@ from op import (
     Fatal,
     Get,
     Infer,
-    LeafEffect,
     Limit,
     Merge,
     MergeConflict,
@@ -107,14 +105,8 @@ from op._marker import Marker
 from state import CRDTModel, StateError, canonical_json, to_jsonable
 
 __all__ = [
-    "Call",
     "Driver",
-    "Frame",
-    "Handlers",
-    "LeafEffect",
-    "Replica",
     "RunResult",
-    "WaitingForAnswer",
     "execute",
     "nearest_checkpoint",
     "new_run_id",
