@@ -5,13 +5,15 @@ from __future__ import annotations
 import io
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 from rich.console import Console
 
 from interpreters.cli._demo import demo
 
 
-def test_the_demo_runs_offline_and_shows_every_step() -> None:
+def test_the_demo_runs_offline_and_shows_every_step(tmp_path: Path) -> None:
     out = io.StringIO()
     code = demo(Console(file=out, width=120, color_system=None))
     text = out.getvalue()
@@ -24,6 +26,19 @@ def test_the_demo_runs_offline_and_shows_every_step() -> None:
         "opdsl show demo --db",
     ):
         assert line in text
+    # the commands it prints to look further run as printed
+    for shown in re.findall(r"(opdsl (?:report|diff|show|checkpoints) [^\n(]+)", text):
+        argv = shown.split()
+        done = subprocess.run(
+            [sys.executable, "-m", "interpreters", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode in (0, 1), (shown, done.stderr)  # diff exits 1: they differ
+        assert "error" not in done.stderr, (shown, done.stderr)
+    assert (tmp_path / "demo.html").exists()
     repo = re.search(r"the repository:\s+(\S+)", text)
     assert repo is not None
     tests = subprocess.run(

@@ -172,6 +172,8 @@ def demo(console: Console | None = None) -> int:
     console.print(f"   the timelines:    opdsl show demo --db {db}")
     console.print(f"                     opdsl show {fork.run_id} --db {db}")
     console.print(f"   the checkpoints:  opdsl checkpoints demo --db {db}")
+    console.print(f"   the report:       opdsl report demo --db {db}   (then open demo.html)")
+    console.print(f"   the fork's part:  opdsl diff demo {fork.run_id} --db {db}")
     console.print(
         "   a real model:     opdsl run programs.coder:coder --arg repo=PATH --arg task='...' "
         "--model openai:gpt-4.1-mini (or anthropic:..., ollama:qwen3:8b)"
