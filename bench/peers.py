@@ -111,11 +111,11 @@ def langgraph(folder: Path, n: int) -> float:
 def dbos(folder: Path, n: int) -> float:
     from dbos import DBOS
 
-    @DBOS.step()
+    @DBOS.step()  # type: ignore[untyped-decorator, unused-ignore]
     def step() -> str:
         return noop()
 
-    @DBOS.workflow()
+    @DBOS.workflow()  # type: ignore[untyped-decorator, unused-ignore]
     def workflow(k: int) -> int:
         for _ in range(k):
             step()
