@@ -20,6 +20,7 @@ back to a :class:`~op.Response`, streaming or not. What they share lives in
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -40,6 +41,7 @@ import httpx
 from pydantic import ValidationError
 
 from interpreters.models._base import CallInfo
+from interpreters.runtime._redact import Redactor
 from op import ModelError, ModelRequest, Response, Usage
 
 __all__ = [
@@ -53,6 +55,9 @@ __all__ = [
 from interpreters.tools._bound import RAW_ARGUMENTS
 
 _SHARDS = 16
+
+_URL_CREDENTIALS = Redactor()
+"""Replaces the password of a URL with credentials, and nothing else."""
 
 
 @functools.cache
@@ -281,7 +286,15 @@ class HttpModel(ABC):
         self.spec = f"{self.provider}:{model}"
         #: the most tokens one answer may have, unless a call says otherwise (``max_tokens``)
         self.max_tokens = _max_tokens_from_env() if max_tokens is None else max_tokens
-        self.base_url = base_url.rstrip("/")
+        # credentials in the URL (http://user:pw@host/v1) travel as a Basic authorization
+        # header, never in the URL itself (nor in errors, nor in what is journaled)
+        url = httpx.URL(base_url)
+        self._basic: str | None = None
+        if url.username or url.password:
+            pair = f"{url.username}:{url.password}".encode()
+            self._basic = "Basic " + base64.b64encode(pair).decode()
+            url = url.copy_with(username=None, password=None)
+        self.base_url = str(url).rstrip("/")
         self.api_key = api_key
         self.stream = stream
         if timeout is None:
@@ -371,7 +384,8 @@ class HttpModel(ABC):
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
             text = text.replace(self.api_key, "***")
-        return text
+        # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
+        return _URL_CREDENTIALS(text)
 
     def error(
         self, message: str, status: int | None = None, *, retryable: bool = False
@@ -464,6 +478,8 @@ class HttpModel(ABC):
         self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream
     ) -> Response:
         headers = {**self._headers(), "content-type": "application/json"}
+        if self._basic is not None:
+            headers.setdefault("authorization", self._basic)
         headers.setdefault("idempotency-key", call.idempotency_key)
         try:
             client = await self._http(call.run_id)

@@ -18,6 +18,7 @@ from interpreters.models._http import (
     _sse,
     _Stream,
 )
+from interpreters.runtime._redact import Redactor
 from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
 
 __all__ = ["OpenAIModel"]
@@ -218,10 +219,13 @@ def _openai(name: str, spec: str) -> OpenAIModel:
 
 
 def _compatible(rest: str, spec: str) -> OpenAIModel:
-    name, at, url = rest.rpartition("@")
-    if not at or not name or "://" not in url:
+    # the model's name ends where the URL starts (which may hold user:password@ itself)
+    cut = min((i for i in (rest.find("@http://"), rest.find("@https://")) if i >= 0), default=-1)
+    name, url = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else ("", rest)
+    if not name or "://" not in url:
         raise ValueError(
-            f"model spec {spec!r} should look like openai-compatible:MODEL@http://host:port/v1"
+            f"model spec {Redactor()(spec)!r} should look like "
+            "openai-compatible:MODEL@http://host:port/v1"
         )
     # its own variable only: OpenAI's key is never sent to another server
     model = OpenAIModel(name, base_url=url, api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY"))

@@ -199,3 +199,17 @@ def test_a_streamed_call_within_its_budget_is_charged_its_usage() -> None:
     with ScriptedServer([openai("abcd" * 3, usage=(10, 3, 0))]) as srv:
         outcome = run(spend, 100, model=f"openai-compatible:m@{srv.url}/v1").value
     assert outcome.unwrap().text == "abcd" * 3
+
+
+def test_a_password_in_the_specs_url_never_reaches_an_error() -> None:
+    with ScriptedServer([status(400, "no such model")]) as srv:
+        host = srv.url.removeprefix("http://")
+        spec = f"openai-compatible:tiny@http://user:hunter2-secret@{host}/v1"
+        result = run(ask, model=spec)
+    text = str(result.error)
+    assert "HTTP 400: no such model" in text and "hunter2-secret" not in text, text
+    # the credentials went as a Basic authorization header, not in the URL
+    import base64
+
+    sent = srv.headers[0]["authorization"]
+    assert base64.b64decode(sent.removeprefix("Basic ")) == b"user:hunter2-secret"
