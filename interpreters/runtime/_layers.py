@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from interpreters.journal._base import Entry
+from interpreters.journal._base import Entry, JournalError
 from interpreters.runtime._frame import (
     BudgetStop,
     Call,
@@ -67,6 +67,16 @@ Perform = Callable[[LeafEffect, str, Frame], Awaitable[Any]]
 """``perform(effect, address, frame)``: the rest of the chain, as a layer sees it."""
 
 EndStatus = Literal["completed", "failed", "cancelled"]
+
+
+def _unrecorded(run_id: str, address: str, step: str, exc: Exception) -> JournalError:
+    """A journal that failed in a way of its own (a disk, a custom store): an error of the
+    environment, never of the effect, so it ends the run (``JournalError`` is fatal) instead
+    of being thrown into the program, which could catch it and go on unrecorded."""
+    return JournalError(
+        f"run {run_id}: the journal could not {step} the entry at {address}: "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _status(exc: BaseException) -> EndStatus:
@@ -150,7 +160,13 @@ class Journaled(Layer):
     def begin(self, effect: AnyEffect, address: str, data: Any, now: float) -> None:
         d = self.driver
         assert d.journal is not None
-        d.journal.begin(d.run_id, address, effect.kind, d.clean(dump_jsonable(data)), now)
+        text = d.clean(dump_jsonable(data))
+        try:
+            d.journal.begin(d.run_id, address, effect.kind, text, now)
+        except JournalError:
+            raise
+        except Exception as exc:
+            raise _unrecorded(d.run_id, address, "begin", exc) from exc
 
     def finish(
         self,
@@ -163,15 +179,20 @@ class Journaled(Layer):
     ) -> None:
         d = self.driver
         assert d.journal is not None
-        d.journal.finish(
-            d.run_id,
-            address,
-            status,
-            at=d.clock.now(),
-            result_json=None if result_json is None else d.clean(result_json),
-            error_json=None if exc is None else d.clean(error_json(exc)),
-            usage_json=None if usage is None else canonical_json(usage),
-        )
+        try:
+            d.journal.finish(
+                d.run_id,
+                address,
+                status,
+                at=d.clock.now(),
+                result_json=None if result_json is None else d.clean(result_json),
+                error_json=None if exc is None else d.clean(error_json(exc)),
+                usage_json=None if usage is None else canonical_json(usage),
+            )
+        except JournalError:
+            raise
+        except Exception as failure:
+            raise _unrecorded(d.run_id, address, "finish", failure) from failure
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver

@@ -12,7 +12,14 @@ from typing import Any, cast
 
 import pytest
 
-from interpreters import LiveInterpreter, MemoryJournal, ScriptedModel, SqliteJournal, run
+from interpreters import (
+    JournalError,
+    LiveInterpreter,
+    MemoryJournal,
+    ScriptedModel,
+    SqliteJournal,
+    run,
+)
 from interpreters.runtime import Driver, EventBus, SystemClock
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Replay
@@ -139,6 +146,24 @@ def test_a_journal_that_fails_to_begin_still_closes_the_event_it_opened(tmp_path
     finished = [(e.address, e.status) for e in events if isinstance(e, EffectFinished)]
     assert started == ["1", "2"]
     assert finished == [("1", "completed"), ("2", "failed")]
+
+
+def _swallows() -> Op[str]:
+    yield from emit("first")
+    try:
+        yield from emit("second")
+    except Exception:
+        return "went on, unrecorded"
+    return "recorded"
+
+
+def test_a_journal_failing_its_own_way_ends_the_run_and_the_program_cannot_swallow_it(
+    tmp_path: Path,
+) -> None:
+    result = run(_swallows, db=_BrokenJournal(str(tmp_path / "runs.db")))
+    assert result.status == "failed"
+    assert isinstance(result.error, JournalError)
+    assert "could not begin the entry at 2: OSError: disk full" in str(result.error)
 
 
 def test_a_checkpoint_gives_the_program_none_on_the_fast_path_too(tmp_path: Path) -> None:
