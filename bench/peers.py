@@ -25,7 +25,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 2_000
 
@@ -34,78 +33,33 @@ def noop() -> str:
     return ""
 
 
-def opdsl(folder: Path, n: int) -> float:
-    from interpreters import LiveInterpreter, SqliteJournal
-    from op import Op, tool
-
-    def loop(k: int) -> Op[int]:
-        for _ in range(k):
-            yield from tool("noop")
-        return k
-
-    interp = LiveInterpreter(tools=[noop], journal=SqliteJournal(folder / "opdsl.db"))
+def _timed(run: Callable[[], object], n: int) -> float:
     t0 = time.perf_counter()
-    assert interp.run_sync(loop, n).value == n
+    run()
     return n / (time.perf_counter() - t0)
+
+
+def opdsl(folder: Path, n: int) -> float:
+    from journal import opdsl_sqlite
+
+    rate, _ = opdsl_sqlite(folder / "opdsl.db", n)  # bench/journal.py's (b): one run
+    return rate
 
 
 def python_effect(folder: Path, n: int) -> float:
-    from effect import (
-        ComposedDispatcher,
-        Effect,
-        TypeDispatcher,
-        base_dispatcher,
-        sync_perform,
-        sync_performer,
-    )
-    from effect.do import do
+    from driver import python_effect as dispatch  # bench/driver.py's (b)
 
-    class Step:
-        pass
-
-    @sync_performer  # type: ignore[untyped-decorator]
-    def perform(dispatcher: Any, intent: Step) -> str:
-        return noop()
-
-    dispatcher = ComposedDispatcher([TypeDispatcher({Step: perform}), base_dispatcher])
-
-    @do  # type: ignore[untyped-decorator]
-    def program() -> Any:
-        for _ in range(n):
-            yield Effect(Step())
-        return n
-
-    t0 = time.perf_counter()
-    assert sync_perform(dispatcher, program()) == n
-    return n / (time.perf_counter() - t0)
+    dispatch(100)  # its imports, outside the timing
+    return _timed(lambda: dispatch(n), n)
 
 
 def langgraph(folder: Path, n: int) -> float:
-    from typing import TypedDict
+    from journal import langgraph as loop  # bench/journal.py's (c)
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from langgraph.graph import END, StateGraph
-
-    class S(TypedDict):
-        n: int
-
-    def step(state: S) -> S:
-        noop()
-        return {"n": state["n"] + 1}
-
-    graph = StateGraph(S)
-    graph.add_node("step", step)
-    graph.set_entry_point("step")
-    graph.add_conditional_edges("step", lambda s: END if s["n"] >= n else "step")
-    with SqliteSaver.from_conn_string(str(folder / "langgraph.db")) as saver:
-        app = graph.compile(checkpointer=saver)
-        t0 = time.perf_counter()
-        out: Any = app.invoke(
-            {"n": 0}, {"configurable": {"thread_id": "t"}, "recursion_limit": n + 10}
-        )
-        elapsed = time.perf_counter() - t0
-    assert out["n"] == n
-    return n / elapsed
+    rate = loop(folder / "langgraph.db", n)
+    if rate is None:
+        raise ImportError("langgraph")
+    return rate
 
 
 def dbos(folder: Path, n: int) -> float:
