@@ -191,16 +191,6 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _tool_failure(e: Any) -> str | None:
-    """The error of a tool entry whose result is ``ok=false`` (the effect completed; the tool failed)."""
-    if e.kind != "tool" or e.status != "completed" or not e.result_json:
-        return None
-    result = json.loads(e.result_json)
-    if isinstance(result, dict) and result.get("ok") is False:
-        return str(result.get("error") or "failed")
-    return None
-
-
 def cmd_tail(a: argparse.Namespace) -> int:
     from interpreters import ConsoleSink, open_journal
     from interpreters.observe._follow import WriterGone, follow
@@ -233,7 +223,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             item = e.as_dict()
             for key in ("effect_json", "result_json", "error_json", "usage_json"):
                 item[key.removesuffix("_json")] = _loads(item.pop(key))
-            item["tool_failed"] = _tool_failure(e)
+            item["tool_failed"] = e.tool_failure()
             entries.append(item)
         _print_json(
             {
@@ -272,7 +262,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             what = f"{what} {json.dumps(effect['data'])[:50]}"
         style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
         status: str = e.status
-        failure = _tool_failure(e)
+        failure = e.tool_failure()
         if failure is not None:
             status, what = "[red]failed[/]", f"{what}: [red]{escape(failure[:80])}[/]"
         elif e.status == "failed":

@@ -17,6 +17,7 @@ embedded default (``.opdsl/runs.db``, WAL mode).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 from abc import ABC, abstractmethod
@@ -73,6 +74,23 @@ class RunRecord(BaseModel):
     final_state_json: str | None = None
 
 
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def error_line(error_json: str | None) -> str | None:
+    """A recorded error (an entry's or a run's) as one line, ``Type: message``."""
+    if not error_json:
+        return None
+    err = _json_or_none(error_json)
+    if isinstance(err, dict):
+        return f"{err.get('type')}: {err.get('message')}"
+    return error_json
+
+
 @dataclass(slots=True)
 class Entry:
     """One recorded effect at one address of one run."""
@@ -95,6 +113,20 @@ class Entry:
 
     def as_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in _ENTRY_COLS}
+
+    def tool_failure(self) -> str | None:
+        """The error of a tool that failed as a tool (the effect completed; its result is
+        ``ok=false``), or None."""
+        if self.kind != "tool" or self.status != "completed" or not self.result_json:
+            return None
+        result = _json_or_none(self.result_json)
+        if isinstance(result, dict) and result.get("ok") is False:
+            return str(result.get("error") or "failed")
+        return None
+
+    def error_line(self) -> str | None:
+        """The effect's recorded error as one line, ``Type: message``, or None."""
+        return error_line(self.error_json)
 
     @classmethod
     def from_dict(cls, data: Any) -> Entry:

@@ -33,16 +33,8 @@ class WriterGone(Exception):
 
 
 def _error(e: Entry) -> str | None:
-    if e.error_json:
-        err = json.loads(e.error_json)
-        if isinstance(err, dict):
-            return f"{err.get('type')}: {err.get('message')}"
-        return str(err)
-    if e.kind == "tool" and e.result_json:
-        result = json.loads(e.result_json)
-        if isinstance(result, dict) and result.get("ok") is False:
-            return f"tool failed: {result.get('error')}"
-    return None
+    failure = e.tool_failure()
+    return e.error_line() if failure is None else f"tool failed: {failure}"
 
 
 def _finished(e: Entry) -> list[Event]:

@@ -269,13 +269,11 @@ def export_journal(run: RunRecord, entries: Sequence[Entry]) -> None:
         spans.effect_started(e.address, e.kind, json.loads(e.effect_json), e.started_at)
     for e in sorted(entries, key=lambda e: len(e.address), reverse=True):
         usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
-        error = None
-        if e.error_json:
-            err = json.loads(e.error_json)
-            error = (
-                f"{err.get('type')}: {err.get('message')}" if isinstance(err, dict) else str(err)
-            )
         spans.effect_finished(
-            e.address, e.status, usage, error, e.finished_at or run.finished_at or e.started_at
+            e.address,
+            e.status,
+            usage,
+            e.error_line(),
+            e.finished_at or run.finished_at or e.started_at,
         )
     spans.run_finished(run.status, None, run.finished_at or run.created_at)

@@ -45,15 +45,6 @@ def _loads(text: str | None) -> Any:
         return text
 
 
-def _tool_error(e: Entry) -> str | None:
-    if e.kind != "tool" or e.status != "completed":
-        return None
-    result = _loads(e.result_json)
-    if isinstance(result, dict) and result.get("ok") is False:
-        return str(result.get("error") or "failed")
-    return None
-
-
 def _inside(address: str, scope: str) -> bool:
     return address.startswith(scope + ".")
 
@@ -113,7 +104,7 @@ def report_data(run: RunRecord, entries: Sequence[Entry]) -> dict[str, Any]:
             "effect": _loads(e.effect_json),
             "result": result,
             "error": _loads(e.error_json),
-            "tool_error": _tool_error(e),
+            "tool_error": e.tool_failure(),
             "usage": None if usage is None else usage.model_dump(),
         }
         if e.kind in ("limit", "timeout", "par"):
