@@ -34,6 +34,7 @@ import functools
 import inspect
 import json
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -131,8 +132,13 @@ def new_run_id() -> str:
 
 
 def program_name(program: object) -> str:
-    """``module:qualname`` of a program function (its name in the journal)."""
+    """``module:qualname`` of a program function (its name in the journal). A program in a
+    module run with ``python -m pkg.mod`` is named by that module, not ``__main__``, so that
+    ``opdsl resume`` can import it again."""
     module = getattr(program, "__module__", None) or "?"
+    if module == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = getattr(spec, "name", None) or module
     qual = getattr(program, "__qualname__", None) or type(program).__name__
     return f"{module}:{qual}"
 

@@ -92,6 +92,19 @@ def test_tail_says_when_the_process_running_it_is_gone(tmp_path: Path) -> None:
     assert tail.returncode == 1
     assert "the process running killed is gone" in err and "opdsl resume killed" in err
     assert " tool step " in out
+    # the command it gives continues the run, as printed
+    command = err.split("continue it with: ", 1)[1].split()
+    assert command == ["opdsl", "resume", "killed"]
+    done = subprocess.run(
+        [sys.executable, "-m", "interpreters", *command[1:], "--db", str(db), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SLOW_STEP": "0"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "50"
 
 
 def test_tail_of_an_unknown_run_is_one_line(

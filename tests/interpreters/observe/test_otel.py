@@ -216,3 +216,19 @@ def test_a_collector_that_is_down_does_not_hold_the_run_up(
     result = run(traced, model=_model(), tools=[lookup, broken], db=str(tmp_path / "r.db"))
     assert result.status == "completed"
     assert time.monotonic() - t0 < 6  # the run's end waits at most a bounded flush
+
+
+def test_an_endpoint_without_the_extra_says_so_once_and_runs_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import sys
+
+    from interpreters.observe._otel import trace_sinks
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if not installed
+    assert trace_sinks("openai:m") == [] and trace_sinks("openai:m") == []
+    err = capsys.readouterr().err
+    assert err.count("pip install 'opdsl[otel]'") == 1, err
+    result = run(traced, model=_model(), tools=[lookup, broken], db=str(tmp_path / "r.db"))
+    assert result.status == "completed"

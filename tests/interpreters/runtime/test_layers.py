@@ -4,6 +4,7 @@ order they act, and the typed marks the driver reads."""
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import warnings
 from collections.abc import Callable
@@ -170,14 +171,35 @@ def test_a_checkpoint_gives_the_program_none_on_the_fast_path_too(tmp_path: Path
     # with a git workspace the handler returns the files' snapshot; that is for the journal,
     # never for the program, journal or no journal
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.txt").write_text("a\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.txt"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(tmp_path),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "a",
+        ],
+        check=True,
+    )
 
     def prog() -> Op[object]:
         seen: object = yield from cast("Op[object]", checkpoint("here"))
         return seen
 
     assert LiveInterpreter(workspace=tmp_path).run_sync(prog).value is None
-    journaled = LiveInterpreter(workspace=tmp_path, journal=MemoryJournal()).run_sync(prog)
+    journal = MemoryJournal()
+    journaled = LiveInterpreter(workspace=tmp_path, journal=journal).run_sync(prog)
     assert journaled.value is None
+    # the handler did return something: the files' snapshot, which only the journal holds
+    [entry] = journal.entries(journaled.run_id)
+    assert json.loads(entry.result_json or "{}")["world"]["tree"]
 
 
 def _counted() -> Op[int]:
