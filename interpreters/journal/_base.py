@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -137,10 +138,14 @@ class Entry:
         if extra:
             raise ValueError(f"unknown entry fields: {', '.join(sorted(extra))}")
         entry: Entry = _ENTRY_ADAPTER.validate_python(data)
+        if not _ADDRESS.fullmatch(entry.address):
+            # every reader (resume, replay, show, report, diff) orders and nests by it
+            raise ValueError(f"address {entry.address[:40]!r} is not an address like 3 or 3.2.1")
         return entry
 
 
 _ENTRY_COLS = [f.name for f in dataclasses.fields(Entry)]
+_ADDRESS = re.compile(r"[1-9][0-9]{0,8}(\.[1-9][0-9]{0,8}){0,255}")
 _ENTRY_ADAPTER = TypeAdapter(Entry)
 _STATUSES = ENTRY_STATUSES
 

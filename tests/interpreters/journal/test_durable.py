@@ -381,6 +381,15 @@ def test_export_and_import_round_trip_and_bad_files(tmp_path: Path) -> None:
     lines = text.splitlines()
     with pytest.raises(JournalError, match="entry numbers are not"):
         import_run(MemoryJournal(), "\n".join([lines[0], *lines[2:]]))
+    # a hand-made address that no program could have: refused whole, and named
+    for bad in ("x", "1..2", "0", "../1", "1.2 ", "9" * 30):
+        line = json.loads(lines[1])
+        line["entry"]["address"] = bad
+        hostile = json.dumps(line)
+        empty = MemoryJournal()
+        with pytest.raises(JournalError, match="is not an address like 3 or 3.2.1"):
+            import_run(empty, "\n".join([lines[0], hostile, *lines[2:]]))
+        assert empty.runs() == []
 
 
 def test_dry_run_runs_read_only_tools_and_records_the_rest() -> None:
