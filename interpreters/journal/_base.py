@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -40,7 +40,7 @@ __all__ = [
     "RunStatus",
 ]
 
-from interpreters.journal._status import ENTRY_STATUSES, EntryStatus, RunStatus
+from interpreters.journal._status import ENTRY_STATUSES, EntryEnd, EntryStatus, RunStatus
 from op import Fatal
 
 DEFAULT_DB = Path(".opdsl") / "runs.db"
@@ -188,7 +188,7 @@ class Journal(ABC):
         self,
         run_id: str,
         address: str,
-        status: Literal["completed", "failed", "cancelled"],
+        status: EntryEnd,
         *,
         at: float,
         result_json: str | None = None,

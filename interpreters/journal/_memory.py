@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, final
+from typing import final
 
 from interpreters.journal._base import (
     Entry,
@@ -13,7 +13,7 @@ from interpreters.journal._base import (
     RunRecord,
     RunStatus,
 )
-from interpreters.journal._status import BEGIN_FROM, FINISH_FROM
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
 
 
 @final
@@ -83,7 +83,7 @@ class MemoryJournal(Journal):
         self,
         run_id: str,
         address: str,
-        status: Literal["completed", "failed", "cancelled"],
+        status: EntryEnd,
         *,
         at: float,
         result_json: str | None = None,

@@ -8,7 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,7 +25,7 @@ from interpreters.journal._base import (
     RunStatus,
     _holder,
 )
-from interpreters.journal._status import BEGIN_FROM, FINISH_FROM
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
 
 SCHEMA_VERSION = 1
 _BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
@@ -310,7 +310,7 @@ class SqliteJournal(Journal):
         self,
         run_id: str,
         address: str,
-        status: Literal["completed", "failed", "cancelled"],
+        status: EntryEnd,
         *,
         at: float,
         result_json: str | None = None,

@@ -22,6 +22,7 @@ __all__ = [
     "BEGIN_FROM",
     "ENTRY_STATUSES",
     "EndStatus",
+    "EntryEnd",
     "FINISH_FROM",
     "FINISHED",
     "REMOVABLE",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 EntryStatus = Literal["started", "completed", "failed", "cancelled"]
+EntryEnd = Literal["completed", "failed", "cancelled"]
+"""How a started entry can finish."""
 EndStatus = Literal["completed", "failed", "waiting", "cancelled"]
 """How a run ends (the statuses a run goes to from ``running``)."""
 RunStatus = Literal["running", EndStatus]

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from interpreters.journal._base import Entry, JournalError
+from interpreters.journal._status import EntryEnd
 from interpreters.runtime._frame import (
     BudgetStop,
     Call,
@@ -66,8 +67,6 @@ __all__ = ["Announced", "Charge", "Handled", "Journaled", "Layer", "Perform", "R
 Perform = Callable[[LeafEffect, str, Frame], Awaitable[Any]]
 """``perform(effect, address, frame)``: the rest of the chain, as a layer sees it."""
 
-EndStatus = Literal["completed", "failed", "cancelled"]
-
 
 def _unrecorded(run_id: str, address: str, step: str, exc: Exception) -> JournalError:
     """A journal that failed in a way of its own (a disk, a custom store): an error of the
@@ -79,7 +78,7 @@ def _unrecorded(run_id: str, address: str, step: str, exc: Exception) -> Journal
     )
 
 
-def _status(exc: BaseException) -> EndStatus:
+def _status(exc: BaseException) -> EntryEnd:
     return "failed" if isinstance(exc, Exception) else "cancelled"
 
 
@@ -171,7 +170,7 @@ class Journaled(Layer):
     def finish(
         self,
         address: str,
-        status: EndStatus,
+        status: EntryEnd,
         *,
         result_json: str | None = None,
         usage: Usage | None = None,
