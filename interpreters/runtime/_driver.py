@@ -389,18 +389,17 @@ class Driver:
         result_json: str | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        if self._journaled is not None:
-            if exc is None:
-                self._journaled.finish(address, "completed", result_json=result_json)
-            else:
-                self._journaled.finish(
-                    address, "failed" if isinstance(exc, Exception) else "cancelled", exc=exc
-                )
-        if self._announced is not None:
-            if exc is None:
-                self._announced.finished(effect, address, t0, "completed")
-            else:
-                self._announced.failed(effect, address, t0, exc)
+        journaled, announced = self._journaled, self._announced
+        if exc is None:
+            if journaled is not None:
+                journaled.finish(address, "completed", result_json=result_json)
+            if announced is not None:
+                announced.finished(effect, address, t0, "completed")
+        else:
+            if journaled is not None:
+                journaled.failed(address, exc)
+            if announced is not None:
+                announced.failed(effect, address, t0, exc)
 
     # -- scopes -----------------------------------------------------------------------------
 

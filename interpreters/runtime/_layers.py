@@ -193,6 +193,10 @@ class Journaled(Layer):
         except Exception as failure:
             raise _unrecorded(d.run_id, address, "finish", failure) from failure
 
+    def failed(self, address: str, exc: BaseException) -> None:
+        """Finish the entry with ``exc``: failed (an error), or cancelled (a cancellation)."""
+        self.finish(address, _status(exc), exc=exc)
+
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
         self.begin(effect, address, d.payload(effect, address), d.clock.now())
@@ -202,7 +206,7 @@ class Journaled(Layer):
             # the entry stays ``started``: the question is open until it is answered
             raise
         except BaseException as exc:
-            self.finish(address, _status(exc), exc=exc)
+            self.failed(address, exc)
             raise
         # a checkpoint's handler returns the world's snapshot: journaled with the state's
         recorded = (
