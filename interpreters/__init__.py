@@ -71,7 +71,7 @@ if TYPE_CHECKING:
         ScriptMismatch,
         expect,
     )
-    from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, read_only
+    from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, quick, read_only
     from interpreters.tools._bound import BoundTool as Tool  # noqa: F401 - the name before 0.3.0
     from interpreters.tools._workspace import Workspace, WorkspaceError
 
@@ -140,6 +140,7 @@ _WHERE: dict[str, str] = {
     "program_name": "interpreters.runtime._driver",
     "register_provider": "interpreters.models._base",
     "read_only": "interpreters.tools._bound",
+    "quick": "interpreters.tools._bound",
     "register_backend": "interpreters.agents",
     "replay": "interpreters._durable",
     "resolve_model": "interpreters.models._base",
@@ -211,6 +212,7 @@ __all__ = [
     "new_run_id",
     "open_journal",
     "program_name",
+    "quick",
     "read_only",
     "register_backend",
     "register_provider",

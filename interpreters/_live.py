@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import random as _random
-import uuid as _uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, assert_never, final
@@ -18,7 +16,7 @@ from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
-from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer
+from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer, drawn
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace, say_once
@@ -126,11 +124,6 @@ class LiveHandlers(Handlers):
             f'give it in a JSON file named by OPDSL_PRICES: {{"{name}": {{"input": USD_PER_M, "output": USD_PER_M}}}}'
         )
 
-    def _rng(self, call: Call) -> _random.Random:
-        # one stream per address: a resumed run draws what an uninterrupted one would have
-        seed = call.run_id if self.seed is None else self.seed
-        return _random.Random(f"{seed}:{call.address}")
-
     async def perform(self, effect: LeafEffect, call: Call) -> Any:
         match effect:
             case Tool():
@@ -182,10 +175,8 @@ class LiveHandlers(Handlers):
                 return None
             case Now():
                 return call.clock.now()
-            case Random():
-                return self._rng(call).random()
-            case Uuid():
-                return str(_uuid.UUID(int=self._rng(call).getrandbits(128), version=4))
+            case Random() | Uuid():
+                return drawn(effect, call, self.seed)
             case Sleep():
                 await call.clock.sleep(effect.seconds)
                 return None

@@ -5,7 +5,14 @@ It does no I/O of its own and imports no HTTP, git, SQLite or console library (a
 enforces it), so an interpreter that runs inside another engine can reuse it.
 """
 
-from interpreters.runtime._clock import Clock, Deadline, SystemClock, VirtualClock
+from interpreters.runtime._clock import (
+    AsyncioDeadline,
+    Clock,
+    Deadline,
+    SystemClock,
+    VirtualClock,
+    asyncio_deadline,
+)
 from interpreters.runtime._driver import (
     Driver,
     RunResult,
@@ -25,10 +32,12 @@ from interpreters.runtime._frame import (
 )
 from interpreters.runtime._redact import REDACTED, Redactor
 from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
-from interpreters.runtime._schedule import AnyioScheduler, Scheduler
+from interpreters.runtime._schedule import AnyioScheduler, AsyncioScheduler, Scheduler
 
 __all__ = [
     "AnyioScheduler",
+    "AsyncioDeadline",
+    "AsyncioScheduler",
     "Deadline",
     "Scheduler",
     "REDACTED",
@@ -50,6 +59,7 @@ __all__ = [
     "VirtualClock",
     "WaitingForAnswer",
     "as_sinks",
+    "asyncio_deadline",
     "execute",
     "nearest_checkpoint",
     "new_run_id",

@@ -12,6 +12,7 @@ so time does not jump while it waits; only clock sleeps let time pass.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import time
@@ -22,7 +23,7 @@ from typing import Protocol, final
 
 import anyio
 
-__all__ = ["Clock", "Deadline", "SystemClock", "VirtualClock"]
+__all__ = ["AsyncioDeadline", "Clock", "Deadline", "SystemClock", "VirtualClock", "asyncio_deadline"]
 
 
 class Deadline(Protocol):
@@ -33,6 +34,42 @@ class Deadline(Protocol):
     def cancelled_caught(self) -> bool:
         """Whether the deadline passed and cut the body off."""
         ...
+
+
+@final
+class AsyncioDeadline:
+    """A deadline on a plain asyncio task (see :func:`asyncio_deadline`)."""
+
+    __slots__ = ("cancelled_caught", "fired")
+
+    def __init__(self) -> None:
+        self.fired = False
+        self.cancelled_caught = False
+
+
+@contextmanager
+def asyncio_deadline(seconds: float) -> Iterator[AsyncioDeadline]:
+    """Cancel the current asyncio task once, ``seconds`` from now (the loop's own timer, so an
+    engine with a deterministic loop replays it), and swallow that one cancellation when the
+    body ends with it, as ``asyncio.timeout`` does. A cancellation from elsewhere propagates."""
+    task = asyncio.current_task()
+    if task is None:  # pragma: no cover - the driver always runs in a task
+        raise RuntimeError("asyncio_deadline needs a running asyncio task")
+    deadline = AsyncioDeadline()
+
+    def fire() -> None:
+        deadline.fired = True
+        task.cancel()
+
+    handle = asyncio.get_running_loop().call_later(max(0.0, seconds), fire)
+    try:
+        yield deadline
+    except asyncio.CancelledError:
+        if not deadline.fired or task.uncancel() > 0:
+            raise
+        deadline.cancelled_caught = True
+    finally:
+        handle.cancel()
 
 
 class Clock(ABC):

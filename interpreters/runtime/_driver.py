@@ -743,6 +743,7 @@ async def execute(
     log: ReplayLog | None = None,
     record: RunRecord | None = None,
     scheduler: Scheduler | None = None,
+    interruptible: bool = True,
 ) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
@@ -750,6 +751,8 @@ async def execute(
     already exists in ``journal``, the run is resumed in place. ``log``: recorded entries the
     program is fed from before it goes live (resume, fork) or instead of going live (replay).
     ``scheduler``: how ``par`` branches run (default: anyio's task groups).
+    ``interruptible``: Ctrl-C stops the run at its next effect (off inside another engine,
+    whose loop owns the process's signals).
     """
     name = program_name(program)
     if state is not None and not isinstance(state, CRDTModel):
@@ -821,7 +824,7 @@ async def execute(
     question: str | None = None
     result_json: str | None = None
     try:
-        with _stop_on_interrupt(driver):
+        with _stop_on_interrupt(driver) if interruptible else contextlib.nullcontext():
             value = await driver.drive(gen, root)
         if journal is not None:
             result_json = driver.json(value, "the program's return value", root.last or "0")

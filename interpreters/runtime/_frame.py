@@ -4,6 +4,8 @@ handler interface and the ``Call`` a handler receives. Plain data, no I/O."""
 
 from __future__ import annotations
 
+import random
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -19,10 +21,12 @@ from op import (
     BudgetExhausted,
     Infer,
     LeafEffect,
+    Random,
     Spent,
     TokenDelta,
     Tool,
     Usage,
+    Uuid,
 )
 from state import CRDTModel, Stamp
 
@@ -38,6 +42,7 @@ __all__ = [
     "TokenLimit",
     "WaitingForAnswer",
     "charge_scopes",
+    "drawn",
     "is_failure",
 ]
 
@@ -95,6 +100,15 @@ class Call:
             )
         if self.token_limit is not None and self.streamed >= self.token_limit:
             raise TokenLimit()
+
+
+def drawn(effect: Random | Uuid, call: Call, seed: int | str | None) -> float | str:
+    """A ``random`` or ``uuid`` value: one stream per address (seeded by ``seed``, else the run
+    id), so a resumed run draws what an uninterrupted one would have, on any interpreter."""
+    rng = random.Random(f"{call.run_id if seed is None else seed}:{call.address}")
+    if isinstance(effect, Random):
+        return rng.random()
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
 class TokenLimit(BaseException):

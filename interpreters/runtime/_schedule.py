@@ -9,13 +9,14 @@ clock's (:meth:`Clock.deadline`), since virtual time drives them in tests.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, final
 
 import anyio
 
-__all__ = ["AnyioScheduler", "Scheduler"]
+__all__ = ["AnyioScheduler", "AsyncioScheduler", "Scheduler"]
 
 
 class Scheduler(ABC):
@@ -49,3 +50,21 @@ class AnyioScheduler(Scheduler):
 
     async def wait_forever(self) -> None:
         await anyio.sleep_forever()
+
+
+@final
+class AsyncioScheduler(Scheduler):
+    """Plain asyncio tasks, no anyio: what an engine that brings its own event loop (Temporal's
+    workflow loop) can run. anyio's cancellation is delivered again and again until the task
+    ends, which an engine's own awaits may swallow; asyncio's is delivered once."""
+
+    async def run_all(self, branches: Sequence[Callable[[], Coroutine[Any, Any, None]]]) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for branch in branches:
+                tg.create_task(branch())
+
+    def cancelled(self) -> type[BaseException]:
+        return asyncio.CancelledError
+
+    async def wait_forever(self) -> None:
+        await asyncio.Event().wait()

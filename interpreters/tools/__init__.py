@@ -4,12 +4,12 @@ The workspace (and git) loads when first asked for."""
 
 from typing import TYPE_CHECKING
 
-from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, read_only
+from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, quick, read_only
 
 if TYPE_CHECKING:
     from interpreters.tools._workspace import Workspace, WorkspaceError
 
-__all__ = ["BoundTool", "ToolLike", "ToolRegistry", "Workspace", "WorkspaceError", "read_only"]
+__all__ = ["BoundTool", "ToolLike", "ToolRegistry", "Workspace", "WorkspaceError", "quick", "read_only"]
 
 
 def __getattr__(name: str) -> object:

@@ -30,7 +30,14 @@ from interpreters.models._base import CallInfo
 from op import DuplicateTool, Fatal, NotSerializable, ToolResult, ToolSpec, canonical_json
 from op._marker import Marker
 
-__all__ = ["BoundTool", "ToolLike", "ToolRegistry", "format_validation_error", "read_only"]
+__all__ = [
+    "BoundTool",
+    "ToolLike",
+    "ToolRegistry",
+    "format_validation_error",
+    "quick",
+    "read_only",
+]
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -94,6 +101,8 @@ class BoundTool:
         self.args_model = args_model
         self.description = description
         self.read_only = read_only
+        #: read-only and done in well under a second: on Temporal a local activity
+        self.quick = False
         self.is_async = inspect.iscoroutinefunction(fn)
         self._validate = args_model.__pydantic_validator__.validate_python
         #: every parameter's type when all are plain (int, str, float, bool) and required:
@@ -225,6 +234,28 @@ def read_only(fn: F) -> F:
     return fn
 
 
+QUICK = Marker("quick", bool)
+"""Set by :func:`quick`: the tool is read-only and finishes in well under a second."""
+
+
+def quick(fn: F) -> F:
+    """Mark a tool function as read-only and quick (well under a second, no waiting on the
+    network): a dry run calls it for real, and on Temporal it runs as a local activity, about
+    ten times cheaper than an activity, without heartbeats or cancellation.
+
+    Example:
+        >>> @quick
+        ... def word_count(text: str) -> int:
+        ...     return len(text.split())
+        >>> t = ToolRegistry([word_count]).get("word_count")
+        >>> t.quick, t.read_only
+        (True, True)
+    """
+    QUICK.put(fn, True)
+    READ_ONLY.put(fn, True)
+    return fn
+
+
 @final
 class ToolRegistry:
     """The tools bound to a run, by unique name."""
@@ -235,11 +266,11 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, tool: ToolLike) -> None:
-        bound = (
-            tool
-            if isinstance(tool, BoundTool)
-            else BoundTool.from_function(tool, read_only=READ_ONLY.get(tool) is True)
-        )
+        if isinstance(tool, BoundTool):
+            bound = tool
+        else:
+            bound = BoundTool.from_function(tool, read_only=READ_ONLY.get(tool) is True)
+            bound.quick = QUICK.get(tool) is True
         if bound.name in self._tools:
             raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
         self._tools[bound.name] = bound

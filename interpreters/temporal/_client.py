@@ -1,0 +1,318 @@
+"""The client side: start a run on Temporal, wait for it, answer it, fork it, and read it back
+as an opdsl journal (:class:`TemporalJournal`), so ``show``, ``checkpoints``, ``export``,
+``report`` and ``replay`` work on a Temporal run unchanged. The run id is the workflow id."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import timedelta
+from typing import Any, TypeVar, final
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from interpreters.journal._base import Entry, Journal, JournalError, RunRecord, RunStatus
+from interpreters.journal._status import EntryEnd
+from interpreters.runtime._driver import new_run_id, program_name
+from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome
+from op import OpdslError
+from state import CRDTModel, canonical_json, to_jsonable
+
+__all__ = [
+    "TemporalError",
+    "TemporalJournal",
+    "answer",
+    "connect",
+    "export",
+    "fork",
+    "outcome",
+    "start_run",
+]
+
+T = TypeVar("T")
+
+TASK_TIMEOUT = timedelta(seconds=4)
+"""How long a workflow task may take before Temporal gives it to another worker (its default
+is 10 s; a shorter one is a faster failover when a worker dies holding one)."""
+
+
+class TemporalError(OpdslError):
+    """Temporal cannot be reached, or refused what was asked (a run that is not there, an
+    answer to a run that is not waiting)."""
+
+
+async def connect(target: str, namespace: str = "default") -> Client:
+    """A client of the Temporal server at ``HOST:PORT``."""
+    try:
+        return await Client.connect(target, namespace=namespace)
+    except Exception as exc:
+        raise TemporalError(f"cannot reach Temporal at {target}: {exc}") from None
+
+
+async def start_run(
+    client: Client,
+    program: Callable[..., Any] | str,
+    *,
+    task_queue: str,
+    args: Iterable[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    state: CRDTModel | None = None,
+    seed: int | str | None = None,
+    run_id: str | None = None,
+    history_limit: int = 10_000,
+) -> WorkflowHandle[Any, RunOutcome]:
+    """Start a run of ``program`` (a function, or its ``module:function`` name)."""
+    name = program if isinstance(program, str) else program_name(program)
+    args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs or {})})
+    inp = RunInput(
+        run_id=run_id or new_run_id(),
+        program=name,
+        args_json=args_json,
+        state_json=None if state is None else state.canonical(),
+        state_type=None if state is None else str(to_jsonable(type(state))),
+        seed=None if seed is None else str(seed),
+        history_limit=history_limit,
+    )
+    return await _start(client, inp, task_queue)
+
+
+async def _start(client: Client, inp: RunInput, task_queue: str) -> WorkflowHandle[Any, RunOutcome]:
+    try:
+        return await client.start_workflow(
+            WORKFLOW,
+            inp,
+            id=inp.run_id,
+            task_queue=task_queue,
+            result_type=RunOutcome,
+            task_timeout=TASK_TIMEOUT,
+            memo={"program": inp.program, "parent_run": inp.parent_run},
+        )
+    except RPCError as exc:
+        raise TemporalError(f"cannot start run {inp.run_id}: {exc}") from None
+
+
+async def outcome(handle: WorkflowHandle[Any, RunOutcome]) -> RunOutcome:
+    """Wait for the run to end and say how (a failed program is an outcome, not an error)."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
+            data = cause.details[0]
+            if isinstance(data, dict):
+                return RunOutcome(**data)
+        message = str(cause.message if isinstance(cause, ApplicationError) else cause)
+        return RunOutcome(
+            run_id=handle.id, program="?", status="failed", error=f"TemporalFailure: {message}"
+        )
+
+
+async def answer(client: Client, run_id: str, text: str, at: str | None = None) -> str:
+    """Answer the question run ``run_id`` waits on; returns the question's address. Refused
+    (:class:`TemporalError`) unless the run waits there."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        result = await handle.execute_update("answer", args=[at or "", text], result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+        raise TemporalError(message) from None
+    except RPCError as exc:
+        if "already completed" in str(exc):
+            raise TemporalError(f"run {run_id} is not waiting for an answer: it has ended") from None
+        raise TemporalError(f"cannot answer run {run_id}: {exc}") from None
+    return str(result)
+
+
+async def export(client: Client, run_id: str) -> str:
+    """The run as ``opdsl export`` writes it (JSONL): a finished run's from its history, a
+    running one's from its workflow (which needs a worker up)."""
+    handle = client.get_workflow_handle(run_id, result_type=RunOutcome)
+    try:
+        status = (await handle.describe()).status
+        if status in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED):
+            ended = await outcome(handle)
+            if ended.journal is not None:
+                return ended.journal
+        return str(await handle.query("journal", result_type=str))
+    except RPCError as exc:
+        raise TemporalError(f"run {run_id} on Temporal: {exc}") from None
+
+
+async def fork(
+    client: Client, run_id: str, checkpoint: str, *, task_queue: str
+) -> WorkflowHandle[Any, RunOutcome]:
+    """A new run that replays ``run_id`` up to ``checkpoint`` (``NAME`` or ``NAME#k``) and goes on
+    live from there, on Temporal; the parent is untouched."""
+    from interpreters._durable import _fork_prefix, find_checkpoint
+
+    record, entries = parse_export(await export(client, run_id))
+    cp = find_checkpoint(entries, checkpoint)
+    child = new_run_id()
+    prefix = _fork_prefix(entries, cp, child)
+    child_record = record.model_copy(
+        update={
+            "run_id": child,
+            "status": "running",
+            "parent_run": run_id,
+            "fork_checkpoint": checkpoint,
+            "finished_at": None,
+            "result_json": None,
+            "error_json": None,
+            "final_state_json": None,
+        }
+    )
+    lines = [json.dumps({"run": child_record.model_dump()}, sort_keys=True)]
+    lines += [json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in prefix]
+    config = json.loads(record.config_json or "{}")
+    inp = RunInput(
+        run_id=child,
+        program=record.program,
+        args_json=record.args_json,
+        state_json=record.state_json,
+        state_type=config.get("state_type"),
+        seed=None if config.get("seed") is None else str(config["seed"]),
+        record="\n".join(lines) + "\n",
+        restore_at=cp.address,
+        parent_run=run_id,
+        fork_checkpoint=checkpoint,
+    )
+    return await _start(client, inp, task_queue)
+
+
+def parse_export(text: str) -> tuple[RunRecord, list[Entry]]:
+    """A run and its entries from the JSONL of ``opdsl export``."""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise JournalError("the run has no record yet")
+    return RunRecord.model_validate(lines[0]["run"]), [
+        Entry.from_dict(line["entry"]) for line in lines[1:]
+    ]
+
+
+_STATUS: dict[WorkflowExecutionStatus, RunStatus] = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "cancelled",
+    WorkflowExecutionStatus.TIMED_OUT: "failed",
+}
+
+
+def _blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end from synchronous code, even inside a running event loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, make()).result()
+
+
+@final
+class TemporalJournal(Journal):
+    """The runs on a Temporal server, read as an opdsl journal (read-only): each run's record
+    and entries come from its workflow's ``journal`` query."""
+
+    def __init__(self, target: str, namespace: str = "default") -> None:
+        self.target = target
+        self.namespace = namespace
+        self._cache: dict[str, tuple[RunRecord, list[Entry]]] = {}
+
+    def _read(self, run_id: str) -> tuple[RunRecord, list[Entry]]:
+        if run_id not in self._cache:
+
+            async def fetch() -> str:
+                return await export(await connect(self.target, self.namespace), run_id)
+
+            try:
+                text = _blocking(fetch)
+            except TemporalError as exc:
+                if "not found" in str(exc).lower():
+                    raise JournalError(f"no run {run_id!r} on Temporal at {self.target}") from None
+                raise JournalError(str(exc)) from None
+            self._cache[run_id] = parse_export(text)
+        return self._cache[run_id]
+
+    def run(self, run_id: str) -> RunRecord:
+        return self._read(run_id)[0]
+
+    def entries(self, run_id: str) -> list[Entry]:
+        return list(self._read(run_id)[1])
+
+    def runs(self) -> list[RunRecord]:
+        async def listed() -> list[RunRecord]:
+            client = await connect(self.target, self.namespace)
+            out = []
+            query = f'WorkflowType="{WORKFLOW}" AND ExecutionStatus!="ContinuedAsNew"'
+            async for wf in client.list_workflows(query):
+                memo = await wf.memo()
+                out.append(
+                    RunRecord(
+                        run_id=wf.id,
+                        program=str(memo.get("program") or "?"),
+                        status=_STATUS.get(wf.status or WorkflowExecutionStatus.RUNNING, "running"),
+                        created_at=wf.start_time.timestamp(),
+                        finished_at=None if wf.close_time is None else wf.close_time.timestamp(),
+                        parent_run=memo.get("parent_run"),
+                    )
+                )
+            return sorted(out, key=lambda r: r.created_at)
+
+        return _blocking(listed)
+
+    def _read_only(self) -> JournalError:
+        return JournalError(f"the runs on Temporal at {self.target} are read here, not written")
+
+    def create_run(self, run: RunRecord) -> None:
+        raise self._read_only()
+
+    def reopen_run(self, run_id: str) -> None:
+        raise self._read_only()
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        final_state_json: str | None = None,
+    ) -> None:
+        raise self._read_only()
+
+    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
+        raise self._read_only()
+
+    def finish(
+        self,
+        run_id: str,
+        address: str,
+        status: EntryEnd,
+        *,
+        at: float,
+        result_json: str | None = None,
+        error_json: str | None = None,
+        usage_json: str | None = None,
+    ) -> None:
+        raise self._read_only()
+
+    def add_entries(self, entries: Iterable[Entry]) -> None:
+        raise self._read_only()
+
+    def delete_run(self, run_id: str) -> None:
+        raise self._read_only()
+
+    def acquire(self, run_id: str) -> None:
+        raise self._read_only()
+
+    def release(self, run_id: str) -> None:
+        return None

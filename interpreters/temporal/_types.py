@@ -1,0 +1,111 @@
+"""What travels between a client, the workflow and the activities: plain dataclasses of strings
+and numbers (Temporal's JSON converter carries them), so nothing in a history is Python-only.
+
+Effects and results travel as the canonical JSON the journal writes, so a history holds the
+same bytes as an opdsl journal would, secrets already replaced on the worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ACTIVITY",
+    "Admission",
+    "EffectCall",
+    "Outcome",
+    "RunInput",
+    "RunOutcome",
+    "WORKFLOW",
+    "activity_id",
+]
+
+WORKFLOW = "opdsl.run"
+"""The workflow type every opdsl program runs as."""
+
+ACTIVITY = {
+    "admit": "opdsl.admit",
+    "tool": "opdsl.tool",
+    "infer": "opdsl.infer",
+    "agent": "opdsl.agent",
+    "checkpoint": "opdsl.checkpoint",
+    "restore": "opdsl.restore",
+}
+"""Activity type names, by what they do."""
+
+
+def activity_id(address: str, effect_json: str) -> str:
+    """The id of the activity that performs the effect at ``address``: the address and a hash of
+    the effect, so that a program asking for a changed effect there (another tool argument) no
+    longer matches its history. Temporal compares activity type and id on replay, not inputs."""
+    digest = hashlib.sha256(effect_json.encode()).hexdigest()[:16]
+    return f"{address}#{digest}"
+
+
+@dataclass
+class RunInput:
+    """A run to drive: the program by name, its arguments and state as canonical JSON.
+
+    ``record``: a journal (the JSONL of ``opdsl export``) the run continues from: the same run
+    after a continue-as-new, or a fork's prefix (``restore_at``: its checkpoint's address).
+    """
+
+    run_id: str
+    program: str
+    args_json: str = '{"args":[],"kwargs":{}}'
+    state_json: str | None = None
+    journal: str | None = None
+    state_type: str | None = None
+    seed: str | None = None
+    record: str | None = None
+    restore_at: str | None = None
+    parent_run: str | None = None
+    fork_checkpoint: str | None = None
+    #: continue as new once the history holds this many events (Temporal's own limit is 51,200)
+    history_limit: int = 10_000
+    generation: int = 0
+
+
+@dataclass
+class Admission:
+    """What the worker that admitted a run tells the workflow: which tools are quick and
+    read-only (run as local activities), and the activity timeouts it chose."""
+
+    quick_tools: list[str] = field(default_factory=list)
+    heartbeat_seconds: float = 2.0
+
+
+@dataclass
+class EffectCall:
+    """One effect for an activity: the run, its address and the effect as canonical JSON."""
+
+    run_id: str
+    address: str
+    effect_json: str
+
+
+@dataclass
+class Outcome:
+    """What an activity did: the result as canonical JSON, or the error the program gets
+    (``fatal``: it ends the run, as an ``op.Fatal`` does locally)."""
+
+    result_json: str | None = None
+    error_json: str | None = None
+    fatal: bool = False
+
+
+@dataclass
+class RunOutcome:
+    """How a run on Temporal ended, as :class:`interpreters.runtime.RunResult` says it locally,
+    with the run's journal (the JSONL of ``opdsl export``), so a finished run can be read back
+    from its history alone, with no worker up."""
+
+    run_id: str
+    program: str
+    status: str
+    result_json: str | None = None
+    error: str | None = None
+    address: str | None = None
+    state_json: str | None = None
+    journal: str | None = None

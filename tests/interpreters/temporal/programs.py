@@ -1,0 +1,59 @@
+"""Programs for the Temporal tests. The test workers pass ``tests`` through the sandbox (pytest's
+assertion rewriting cannot run inside it); programs that must meet the sandbox are written to
+a folder of their own by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from op import Failure, Op, checkpoint, par, tool, timeout
+
+MARKS = Path(os.environ.get("OPDSL_TEST_MARKS", "/nonexistent"))
+"""A file the tools below append a line to as they start and end (set by the tests)."""
+
+
+def _mark(line: str) -> None:
+    with MARKS.open("a") as f:
+        f.write(line + "\n")
+
+
+async def slow(label: str, seconds: float) -> str:
+    """Wait ``seconds``, marking the start and the end."""
+    _mark(f"start {label} {os.getpid()}")
+    await asyncio.sleep(seconds)
+    _mark(f"done {label} {os.getpid()}")
+    return label
+
+
+def steps(n: int, seconds: float) -> Op[list[str]]:
+    """``n`` slow tool calls one after another, a checkpoint after each."""
+    out = []
+    for i in range(n):
+        r = yield from tool("slow", {"label": f"s{i}", "seconds": seconds})
+        out.append(r.output)
+        yield from checkpoint(f"step-{i}")
+    return out
+
+
+def cut_off(seconds: float) -> Op[list[str]]:
+    """A timeout around a slow tool, then a par whose failing branch cuts its sibling off."""
+    first = yield from timeout(seconds, tool("slow", {"label": "timed", "seconds": 30.0}))
+
+    def fails() -> Op[str]:
+        yield from tool("slow", {"label": "quick", "seconds": 0.1})
+        raise KeyError("branch 2 gave up")
+
+    try:
+        yield from par(tool("slow", {"label": "sibling", "seconds": 30.0}), fails())
+        second = "joined"
+    except KeyError as exc:
+        second = f"caught {exc}"
+    return [type(first.failure()).__name__ if isinstance(first, Failure) else "finished", second]
+
+
+def greet(name: str) -> Op[str]:
+    """One tool call with an argument (the tests change it to show replay catches it)."""
+    r = yield from tool("slow", {"label": f"hello {name}", "seconds": 0.0})
+    return r.output
