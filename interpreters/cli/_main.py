@@ -103,6 +103,25 @@ def cmd_run(a: argparse.Namespace) -> int:
             raise UsageError(f"--state {a.state!r} is not a CRDTModel class")
         state = cls()
     _check_call(program, a.program, kwargs)
+    if a.temporal:
+        if a.tools or a.model or a.workspace or a.dry_run:
+            raise UsageError(
+                "with --temporal the workers hold the tools, model and workspace "
+                "(opdsl worker --tools/--model/--workspace); --dry-run runs locally"
+            )
+        from interpreters.temporal import start_run
+
+        return _on_temporal(
+            a,
+            lambda client: start_run(
+                client,
+                a.program,
+                task_queue=a.task_queue,
+                kwargs=kwargs,
+                state=state,
+                seed=a.seed,
+            ),
+        )
     workspace = _workspace(a.workspace)
     if a.dry_run:
         plan = dry_run(
@@ -124,6 +143,68 @@ def cmd_run(a: argparse.Namespace) -> int:
         workspace=workspace,
     )
     return _report(result)
+
+
+def _on_temporal(a: argparse.Namespace, start: Callable[[Any], Any]) -> int:
+    """Start a run on Temporal (``start(client)`` gives its handle), say its id, and wait for it
+    unless ``--detach``."""
+    import asyncio
+
+    from interpreters.temporal import connect, outcome
+
+    async def go() -> int:
+        client = await connect(a.temporal)
+        handle = await start(client)
+        print(f"run {handle.id} started on Temporal at {a.temporal} (task queue {a.task_queue})")
+        if a.detach:
+            print(f"see it with: opdsl show {handle.id} --temporal {a.temporal}")
+            return 0
+        ended = await outcome(handle)
+        return _report_outcome(ended)
+
+    return asyncio.run(go())
+
+
+def _report_outcome(ended: Any) -> int:
+    """How a run on Temporal ended, as :func:`_report` says it for a local run."""
+    if ended.status == "completed":
+        print(json.dumps(json.loads(ended.result_json or "null"), indent=2, ensure_ascii=False))
+        return 0
+    where = f" at address {ended.address}" if ended.address else ""
+    print(f"run {ended.run_id} {ended.status}{where}: {ended.error}", file=sys.stderr)
+    return 1
+
+
+def cmd_worker(a: argparse.Namespace) -> int:
+    import asyncio
+
+    from interpreters import resolve_model
+    from interpreters._live import as_workspace
+    from interpreters.temporal import connect, make_worker
+
+    tools = _load_tools(a.tools)
+    workspace = as_workspace(_workspace(a.workspace))
+    model = resolve_model(a.model) if a.model else None
+
+    async def serve() -> int:
+        client = await connect(a.temporal)
+        worker = make_worker(
+            client,
+            task_queue=a.task_queue,
+            programs=a.program,
+            tools=tools,
+            model=model,
+            workspace=workspace,
+        )
+        print(
+            f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
+            f"{', '.join(a.program)}; Ctrl-C stops it",
+            flush=True,
+        )
+        await worker.run()
+        return 0
+
+    return asyncio.run(serve())
 
 
 def _check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -> None:
@@ -348,6 +429,17 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
 def cmd_resume(a: argparse.Namespace) -> int:
     from interpreters import load_program, resume
 
+    if a.temporal:
+        if not a.from_checkpoint:
+            raise UsageError(
+                f"a run on Temporal goes on by itself; fork run {a.run} with --from CHECKPOINT"
+            )
+        from interpreters.temporal import fork
+
+        return _on_temporal(
+            a, lambda client: fork(client, a.run, a.from_checkpoint, task_queue=a.task_queue)
+        )
+
     kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
     if a.workspace:
         kwargs["workspace"] = _workspace(a.workspace)
@@ -371,6 +463,21 @@ def cmd_replay(a: argparse.Namespace) -> int:
 
 def cmd_answer(a: argparse.Namespace) -> int:
     from interpreters import resume
+
+    if a.temporal:
+        import asyncio
+
+        from interpreters.temporal import answer, connect, outcome
+
+        async def go() -> int:
+            client = await connect(a.temporal)
+            at = await answer(client, a.run, a.text, at=a.at)
+            print(f"answered run {a.run} at address {at}; it goes on on Temporal")
+            if a.detach:
+                return 0
+            return _report_outcome(await outcome(client.get_workflow_handle(a.run)))
+
+        return asyncio.run(go())
 
     return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=_sinks(a)))
 
@@ -487,6 +594,18 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
         p.set_defaults(fn=fn)
         p.add_argument("--db", help="journal file (default: $OPDSL_DB or .opdsl/runs.db)")
+        if name in _ON_TEMPORAL:
+            p.add_argument(
+                "--temporal", metavar="HOST:PORT", help="the runs are on this Temporal server"
+            )
+        if name in ("run", "resume", "answer", "worker"):
+            p.add_argument(
+                "--task-queue", default="opdsl", help="the Temporal task queue (default: opdsl)"
+            )
+        if name in ("run", "resume", "answer"):
+            p.add_argument(
+                "--detach", action="store_true", help="with --temporal: do not wait for the end"
+            )
         return p
 
     p = add("run", cmd_run, "run a program: opdsl run module:function --arg name=value")
@@ -561,7 +680,38 @@ def _parser() -> argparse.ArgumentParser:
     add("demo", cmd_demo, "the example program, offline")
     p = add("new", cmd_new, "a new agent program with its tests: opdsl new PATH")
     p.add_argument("path")
+    p = add("worker", cmd_worker, "serve runs on a Temporal task queue (opdsl[temporal])")
+    p.add_argument(
+        "--program",
+        action="append",
+        required=True,
+        help="a program this worker runs, module:function (repeatable; no other is run)",
+    )
+    p.add_argument("--tools", action="append", default=[], help="tools, module:attr (repeatable)")
+    p.add_argument("--model", help="the model spec the runs' infer effects use")
+    p.add_argument("--workspace", help="the folder workspace tools are confined to")
     return parser
+
+
+_ON_TEMPORAL = frozenset(
+    (
+        "run",
+        "runs",
+        "show",
+        "report",
+        "checkpoints",
+        "resume",
+        "replay",
+        "answer",
+        "export",
+        "worker",
+    )
+)
+"""Commands that take ``--temporal HOST:PORT``."""
+
+
+_READS = frozenset(("runs", "show", "report", "checkpoints", "replay", "export"))
+"""Commands that only read runs: with ``--temporal`` they read them from the server."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -583,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
+        if getattr(args, "temporal", None) or args.command == "worker":
+            _check_temporal(args)
         code: int = args.fn(args)
         return code
     except Divergence as exc:
@@ -606,6 +758,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(_stopped(), file=sys.stderr)
         return 130
+
+
+def _check_temporal(a: argparse.Namespace) -> None:
+    """``--temporal``: the extra must be installed; reading commands read the server's runs."""
+    if a.command == "worker" and not a.temporal:
+        raise UsageError("opdsl worker needs --temporal HOST:PORT")
+    try:
+        from interpreters.temporal import TemporalJournal
+    except ImportError:
+        raise UsageError(
+            "--temporal needs the temporal extra: pip install 'opdsl[temporal]'"
+        ) from None
+    if a.db:
+        raise UsageError("--temporal and --db name two places for the runs; give one")
+    if a.command in _READS:
+        a.db = TemporalJournal(a.temporal)
 
 
 def _stopped() -> str:

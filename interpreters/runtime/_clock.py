@@ -23,7 +23,14 @@ from typing import Protocol, final
 
 import anyio
 
-__all__ = ["AsyncioDeadline", "Clock", "Deadline", "SystemClock", "VirtualClock", "asyncio_deadline"]
+__all__ = [
+    "AsyncioDeadline",
+    "Clock",
+    "Deadline",
+    "SystemClock",
+    "VirtualClock",
+    "asyncio_deadline",
+]
 
 
 class Deadline(Protocol):

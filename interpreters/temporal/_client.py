@@ -129,7 +129,9 @@ async def answer(client: Client, run_id: str, text: str, at: str | None = None) 
         raise TemporalError(message) from None
     except RPCError as exc:
         if "already completed" in str(exc):
-            raise TemporalError(f"run {run_id} is not waiting for an answer: it has ended") from None
+            raise TemporalError(
+                f"run {run_id} is not waiting for an answer: it has ended"
+            ) from None
         raise TemporalError(f"cannot answer run {run_id}: {exc}") from None
     return str(result)
 

@@ -46,12 +46,12 @@ with workflow.unsafe.imports_passed_through():
     from interpreters.runtime._schedule import AsyncioScheduler
     from interpreters.temporal._types import (
         ACTIVITY,
+        WORKFLOW,
         Admission,
         EffectCall,
         Outcome,
         RunInput,
         RunOutcome,
-        WORKFLOW,
         activity_id,
     )
     from op import (

@@ -9,7 +9,15 @@ from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, quick, 
 if TYPE_CHECKING:
     from interpreters.tools._workspace import Workspace, WorkspaceError
 
-__all__ = ["BoundTool", "ToolLike", "ToolRegistry", "Workspace", "WorkspaceError", "quick", "read_only"]
+__all__ = [
+    "BoundTool",
+    "ToolLike",
+    "ToolRegistry",
+    "Workspace",
+    "WorkspaceError",
+    "quick",
+    "read_only",
+]
 
 
 def __getattr__(name: str) -> object:

@@ -1,30 +1,11 @@
-"""Programs for the Temporal tests. The test workers pass ``tests`` through the sandbox (pytest's
-assertion rewriting cannot run inside it); programs that must meet the sandbox are written to
-a folder of their own by the tests."""
+"""Programs for the Temporal tests (the workflow sandbox imports them again: they read nothing of
+the process; the tools they call are in ``tools``). In-process test workers pass ``tests``
+through the sandbox, since pytest's assertion rewriting cannot run inside it; the ``opdsl
+worker`` processes import them in the sandbox."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-from pathlib import Path
-
-from op import Failure, Op, checkpoint, par, tool, timeout
-
-MARKS = Path(os.environ.get("OPDSL_TEST_MARKS", "/nonexistent"))
-"""A file the tools below append a line to as they start and end (set by the tests)."""
-
-
-def _mark(line: str) -> None:
-    with MARKS.open("a") as f:
-        f.write(line + "\n")
-
-
-async def slow(label: str, seconds: float) -> str:
-    """Wait ``seconds``, marking the start and the end."""
-    _mark(f"start {label} {os.getpid()}")
-    await asyncio.sleep(seconds)
-    _mark(f"done {label} {os.getpid()}")
-    return label
+from op import Failure, Op, checkpoint, par, timeout, tool
 
 
 def steps(n: int, seconds: float) -> Op[list[str]]:

@@ -35,12 +35,14 @@ from interpreters.temporal import (
 )
 from tests.conformance.programs import AGENTS, CASES, TOOLS, Case, model
 from tests.interpreters.temporal import programs
+from tests.interpreters.temporal import tools as test_tools
 from tests.interpreters.temporal.conftest import Server
 
-PROGRAMS = [f"{c.program.__module__}:{c.program.__qualname__}" for c in CASES] + [
-    f"{programs.__name__}:{name}"
-    for name in ("steps", "cut_off", "greet")
-] + ["changing_program:greet", "clock_program:reads_the_clock"]
+PROGRAMS = (
+    [f"{c.program.__module__}:{c.program.__qualname__}" for c in CASES]
+    + [f"{programs.__name__}:{name}" for name in ("steps", "cut_off", "greet")]
+    + ["changing_program:greet", "clock_program:reads_the_clock"]
+)
 
 
 @asynccontextmanager
@@ -52,7 +54,7 @@ async def serving(
         client,
         task_queue=queue,
         programs=kwargs.pop("programs", PROGRAMS),
-        tools=[*TOOLS, programs.slow, *tools],
+        tools=[*TOOLS, test_tools.slow, *tools],
         model=model(),
         agents=AGENTS,
         passthrough=("tests",),
@@ -228,7 +230,7 @@ def test_timeout_and_a_failing_branch_cancel_activities_in_flight(
     temporal: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     marks = tmp_path / "marks"
-    monkeypatch.setattr(programs, "MARKS", marks)
+    monkeypatch.setattr(test_tools, "MARKS", marks)
 
     async def main() -> tuple[RunOutcome, float]:
         async with serving(temporal, "cancel") as client:
@@ -279,7 +281,9 @@ def test_a_long_history_continues_as_new_and_ends_as_locally(temporal: Server) -
     assert all(e.status == "completed" for e in entries)
     # it did continue as new: several runs of one workflow, all but the last continued
     assert len(runs) > 2
-    assert sum(wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW for wf in runs) == len(runs) - 1
+    assert (
+        sum(wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW for wf in runs) == len(runs) - 1
+    )
 
 
 def test_refused_programs_answers_and_the_sandbox(temporal: Server, tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""``opdsl worker`` processes on a real Temporal server: one is killed with SIGKILL while two
+serve the queue and every run still ends once, with no finished effect done again; and the
+CLI reads, forks and answers runs on Temporal as it does local ones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from interpreters.temporal import RunOutcome, connect, outcome, parse_export, start_run
+from tests.interpreters.temporal.conftest import Server
+
+ROOT = Path(__file__).resolve().parents[3]
+OPDSL = [sys.executable, "-m", "interpreters"]
+STEPS = "tests.interpreters.temporal.programs:steps"
+SLOW = "tests.interpreters.temporal.tools:slow"
+
+
+def _env(marks: Path) -> dict[str, str]:
+    return {**os.environ, "OPDSL_TEST_MARKS": str(marks), "PYTHONPATH": str(ROOT)}
+
+
+def _worker(server: Server, queue: str, marks: Path, log: Path) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [*OPDSL, "worker", "--temporal", server.target, "--task-queue", queue]
+        + ["--program", STEPS, "--tools", SLOW],
+        cwd=ROOT,
+        env=_env(marks),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while b"Ctrl-C stops it" not in log.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the worker did not start: {log.read_text()}")
+        time.sleep(0.1)
+    return process
+
+
+@pytest.fixture
+def workers(temporal: Server, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    marks = tmp_path / "marks"
+    procs = [_worker(temporal, "kill", marks, tmp_path / f"worker{i}.log") for i in range(2)]
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_a_worker_killed_mid_run_loses_and_repeats_nothing(
+    temporal: Server, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    marks = tmp_path / "marks"
+    runs = 6
+
+    async def main() -> tuple[list[RunOutcome], list[str], float]:
+        client = await connect(temporal.target)
+        handles = [
+            await start_run(client, STEPS, task_queue="kill", args=(6, 0.4), run_id=f"kill-{i}")
+            for i in range(runs)
+        ]
+        # once both workers have finished effects, kill the one that did the first
+        while True:
+            lines = marks.read_text().splitlines() if marks.exists() else []
+            done = [line for line in lines if line.startswith("done")]
+            pids = {line.split()[3] for line in done}
+            if len(pids) == 2 and len(done) >= 6:
+                break
+            await asyncio.sleep(0.05)
+        victim = next(p for p in workers if str(p.pid) == done[0].split()[3])
+        victim.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        ended = [await outcome(h) for h in handles]
+        took = time.monotonic() - killed
+        texts = [
+            await client.get_workflow_handle(f"kill-{i}").query("journal", result_type=str)
+            for i in range(runs)
+        ]
+        return ended, texts, took
+
+    ended, texts, took = asyncio.run(asyncio.wait_for(main(), 180))
+    victim_pid = str(next(p.pid for p in workers if p.poll() == -signal.SIGKILL))
+    print(f"failover: every run ended {took:.1f} s after the kill")
+    for i, got in enumerate(ended):
+        assert got.status == "completed", got
+        assert json.loads(got.result_json or "null") == [f"s{k}" for k in range(6)]
+        record, entries = parse_export(texts[i])
+        assert [e.address for e in entries] == [str(k) for k in range(1, 13)]
+        assert all(e.status == "completed" for e in entries)
+
+    # every effect was finished once; an effect was done again only if the killed worker
+    # was doing it when it died (the activity was never reported finished)
+    done_by: dict[str, list[str]] = defaultdict(list)
+    for line in marks.read_text().splitlines():
+        word, _label, key, pid = line.split()
+        if word == "done":
+            done_by[key].append(pid)
+    assert len(done_by) == runs * 6
+    assert any(victim_pid in pids for pids in done_by.values()), "the kill was mid-run"
+    for key, pids in done_by.items():
+        assert all(pid == victim_pid for pid in pids[:-1]), (key, pids)
+        assert pids[-1] != victim_pid or len(pids) == 1, (key, pids)
+
+
+def test_the_cli_runs_reads_forks_and_answers_on_temporal(
+    temporal: Server, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    env = _env(tmp_path / "marks")
+    t = ["--temporal", temporal.target]
+
+    def opdsl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*OPDSL, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    started = opdsl("run", STEPS, "--arg", "n=2", "--arg", "seconds=0", *t, "--task-queue", "kill")
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[1]
+    assert json.loads(started.stdout.split("\n", 1)[1]) == ["s0", "s1"]
+
+    listed = json.loads(opdsl("runs", *t, "--json").stdout)
+    assert {"run": run_id, "program": STEPS, "status": "completed"}.items() <= next(
+        r for r in listed if r["run"] == run_id
+    ).items()
+    shown = opdsl("show", run_id, *t)
+    assert shown.returncode == 0 and "step-1" in shown.stdout and "completed" in shown.stdout
+    cps = json.loads(opdsl("checkpoints", run_id, *t, "--json").stdout)
+    assert [c["name"] for c in cps] == ["step-0", "step-1"]
+    exported = opdsl("export", run_id, *t, "-o", str(tmp_path / "run.jsonl"))
+    assert exported.returncode == 0
+    assert len((tmp_path / "run.jsonl").read_text().splitlines()) == 5
+    replayed = opdsl("replay", run_id, *t)
+    assert replayed.returncode == 0 and "same value and state" in replayed.stdout
+    forked = opdsl("resume", run_id, "--from", "step-0", *t, "--task-queue", "kill")
+    assert forked.returncode == 0, forked.stderr
+    child = forked.stdout.split()[1]
+    child_runs = json.loads(opdsl("runs", *t, "--json").stdout)
+    assert next(r for r in child_runs if r["run"] == child)["parent"] == run_id
+
+    # refused, each with one line that says why
+    for args, expected in [
+        (("resume", run_id, *t), "goes on by itself; fork run"),
+        (("answer", run_id, "yes", *t), "is not waiting for an answer: it has ended"),
+        (("show", "nosuch", *t), "no run 'nosuch' on Temporal"),
+        (("show", run_id, *t, "--db", "x.db"), "--temporal and --db"),
+        (
+            ("run", STEPS, "--arg", "n=1", "--arg", "seconds=0", "--tools", SLOW, *t),
+            "the workers hold",
+        ),
+        (("worker", "--program", STEPS), "opdsl worker needs --temporal"),
+        (("runs", "--temporal", "127.0.0.1:1"), "cannot reach Temporal at 127.0.0.1:1"),
+    ]:
+        refused = opdsl(*args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert expected in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
