@@ -182,6 +182,7 @@ class Driver:
         clock: Clock,
         log: ReplayLog | None = None,
         scheduler: Scheduler | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.run_id = run_id
         self.program = program
@@ -194,7 +195,7 @@ class Driver:
         self.scheduler = scheduler if scheduler is not None else AnyioScheduler()
         self.last_checkpoint: tuple[str, str] | None = None
         #: secrets are replaced before anything is journaled (events: the bus does the same)
-        self.redact = Redactor.from_env()
+        self.redact = redactor if redactor is not None else Redactor.from_env()
         self._secrets = bool(self.redact.secrets)
         #: Ctrl-C was pressed: the run stops before its next effect (see :meth:`interrupt`)
         self.interrupted = False
@@ -744,6 +745,7 @@ async def execute(
     record: RunRecord | None = None,
     scheduler: Scheduler | None = None,
     interruptible: bool = True,
+    redactor: Redactor | None = None,
 ) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
@@ -752,7 +754,8 @@ async def execute(
     program is fed from before it goes live (resume, fork) or instead of going live (replay).
     ``scheduler``: how ``par`` branches run (default: anyio's task groups).
     ``interruptible``: Ctrl-C stops the run at its next effect (off inside another engine,
-    whose loop owns the process's signals).
+    whose loop owns the process's signals). ``redactor``: what replaces secrets in the journal
+    (default: the secrets in this process's environment).
     """
     name = program_name(program)
     if state is not None and not isinstance(state, CRDTModel):
@@ -776,6 +779,7 @@ async def execute(
         clock=clock,
         log=log,
         scheduler=scheduler,
+        redactor=redactor,
     )
     locked = False
     prior: RunRecord | None = None  # the run as it was, when it is resumed in place

@@ -10,34 +10,63 @@ forks and reads runs back as opdsl journals.
         print((await outcome(handle)).status)
 
 See ``_workflow`` for how each effect maps onto Temporal, and the README for when to use it.
+Names are imported on first use, so that the workflow sandbox importing ``_workflow`` does not
+import the worker side (HTTP clients, tools).
 """
 
-from interpreters.temporal._activities import Activities, effect_from_json
-from interpreters.temporal._client import (
-    TemporalError,
-    TemporalJournal,
-    answer,
-    connect,
-    export,
-    fork,
-    outcome,
-    parse_export,
-    start_run,
-)
-from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome, activity_id
-from interpreters.temporal._worker import PASSED_THROUGH, make_worker, sandbox_runner
-from interpreters.temporal._workflow import OpdslRun, TemporalClock
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interpreters.temporal._activities import Activities, effect_from_json
+    from interpreters.temporal._client import (
+        TemporalError,
+        TemporalJournal,
+        answer,
+        connect,
+        export,
+        fork,
+        outcome,
+        parse_export,
+        start_run,
+    )
+    from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome, activity_id
+    from interpreters.temporal._worker import PASSED_THROUGH, make_worker, sandbox_runner
+    from interpreters.temporal._workflow import OpdslRun, TemporalClock
+
+_WHERE = {
+    "Activities": "interpreters.temporal._activities",
+    "OpdslRun": "interpreters.temporal._workflow",
+    "PASSED_THROUGH": "interpreters.temporal._worker",
+    "RunInput": "interpreters.temporal._types",
+    "RunOutcome": "interpreters.temporal._types",
+    "TemporalClock": "interpreters.temporal._workflow",
+    "TemporalError": "interpreters.temporal._client",
+    "TemporalJournal": "interpreters.temporal._client",
+    "WORKFLOW": "interpreters.temporal._types",
+    "activity_id": "interpreters.temporal._types",
+    "answer": "interpreters.temporal._client",
+    "connect": "interpreters.temporal._client",
+    "effect_from_json": "interpreters.temporal._activities",
+    "export": "interpreters.temporal._client",
+    "fork": "interpreters.temporal._client",
+    "make_worker": "interpreters.temporal._worker",
+    "outcome": "interpreters.temporal._client",
+    "parse_export": "interpreters.temporal._client",
+    "sandbox_runner": "interpreters.temporal._worker",
+    "start_run": "interpreters.temporal._client",
+}
 
 __all__ = [
-    "PASSED_THROUGH",
-    "WORKFLOW",
     "Activities",
     "OpdslRun",
+    "PASSED_THROUGH",
     "RunInput",
     "RunOutcome",
     "TemporalClock",
     "TemporalError",
     "TemporalJournal",
+    "WORKFLOW",
     "activity_id",
     "answer",
     "connect",
@@ -50,3 +79,12 @@ __all__ = [
     "sandbox_runner",
     "start_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'interpreters.temporal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
