@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/temporal.py
 
 clean:
 	rm -rf $(VENV) .cli .cache .mypy_cache .ruff_cache .pytest_cache
