@@ -715,11 +715,19 @@ _READS = frozenset(("runs", "show", "report", "checkpoints", "replay", "export")
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    code = _dispatch(args)
+    if argv is None and (getattr(args, "temporal", None) or args.command == "worker"):
+        _exit_at_once(code)
+    return code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command; wrong input is one line and status 2."""
     from interpreters.journal import JournalError
     from interpreters.runtime._replay import Divergence
     from op import NotSerializable, OpdslError
 
-    args = _parser().parse_args(argv)
     if getattr(args, "model_timeout", None) is not None:
         from interpreters.models._http import seconds_setting
 
@@ -758,6 +766,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(_stopped(), file=sys.stderr)
         return 130
+
+
+def _exit_at_once(code: int) -> None:
+    """End the process without the interpreter's teardown. The Temporal client's native
+    threads can outlive the event loop and abort the process while Python finalizes
+    ("PyGILState_Release: thread state ... must be current", temporalio/sdk-python#300),
+    turning a command that succeeded into a crash; what it printed is flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_temporal(a: argparse.Namespace) -> None:

@@ -38,3 +38,10 @@ def greet(name: str) -> Op[str]:
     """One tool call with an argument (the tests change it to show replay catches it)."""
     r = yield from tool("slow", {"label": f"hello {name}", "seconds": 0.0})
     return r.output
+
+
+def asks_plan(goal: str) -> Op[str]:
+    """The README's example: a checkpoint named ``plan``, then a tool call."""
+    yield from checkpoint("plan")
+    r = yield from tool("slow", {"label": f"planned {goal}", "seconds": 0.0})
+    return r.output

@@ -169,3 +169,59 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
         refused = opdsl(*args)
         assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
         assert expected in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_the_readme_commands_run_as_written(temporal: Server, tmp_path: Path) -> None:
+    """The README's Temporal block, with this machine's server and a program of the tests in
+    place of the user's: the worker serves, the run ends, show and the fork work, and answering
+    a run that does not wait is refused with a reason."""
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "opdsl worker" in b)
+    lines = [line.split("  #")[0].strip() for line in block.replace("\\\n", " ").splitlines()]
+    commands = [line.removesuffix("&").strip() for line in lines if line.startswith("opdsl")]
+    workspace = tmp_path / "a"
+    workspace.mkdir()
+
+    def here(command: str, run_id: str = "") -> list[str]:
+        command = command.replace("127.0.0.1:7233", temporal.target)
+        command = command.replace("myagent:main", "tests.interpreters.temporal.programs:asks_plan")
+        command = command.replace("myagent:TOOLS", SLOW).replace("~/src/a", str(workspace))
+        command = command.replace("RUN", run_id)
+        return [*OPDSL, *shlex.split(command)[1:]]
+
+    env = _env(tmp_path / "marks")
+    worker = subprocess.Popen(
+        here(commands[0]), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        assert worker.stdout is not None
+        assert b"Ctrl-C stops it" in worker.stdout.readline()
+
+        def opdsl(command: str, run_id: str = "") -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                here(command, run_id),
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        ran = opdsl(commands[1])
+        assert ran.returncode == 0, ran.stderr
+        run_id = ran.stdout.split()[1]
+        assert json.loads(ran.stdout.split("\n", 1)[1]) == "planned tests"
+        shown = opdsl(commands[2], run_id)
+        assert shown.returncode == 0 and "plan" in shown.stdout
+        answered = opdsl(commands[3], run_id)
+        assert answered.returncode == 2
+        assert "is not waiting for an answer: it has ended" in answered.stderr
+        forked = opdsl(commands[4], run_id)
+        assert forked.returncode == 0, forked.stderr
+        assert json.loads(forked.stdout.split("\n", 1)[1]) == "planned tests"
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(15)
