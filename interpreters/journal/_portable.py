@@ -26,6 +26,16 @@ def export_run(journal: Journal, run_id: str) -> str:
     return Redactor.from_env()("\n".join(lines) + "\n")
 
 
+def parse_export(text: str) -> tuple[RunRecord, list[Entry]]:
+    """A run and its entries from text :func:`export_run` wrote (opdsl's own: a run on another
+    engine, carried or read back; a file from elsewhere goes through :func:`import_run`)."""
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise JournalError("the run has no record yet")
+    entries = [Entry.from_dict(line["entry"]) for line in lines[1:]]
+    return RunRecord.model_validate(lines[0]["run"]), entries
+
+
 def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
     """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
     run: RunRecord | None = None

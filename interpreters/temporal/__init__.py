@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from interpreters.journal._portable import parse_export
     from interpreters.temporal._activities import Activities, effect_from_json
     from interpreters.temporal._client import (
         TemporalError,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
         export,
         fork,
         outcome,
-        parse_export,
         start_run,
     )
     from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome, activity_id
@@ -52,7 +52,7 @@ _WHERE = {
     "fork": "interpreters.temporal._client",
     "make_worker": "interpreters.temporal._worker",
     "outcome": "interpreters.temporal._client",
-    "parse_export": "interpreters.temporal._client",
+    "parse_export": "interpreters.journal._portable",
     "sandbox_runner": "interpreters.temporal._worker",
     "start_run": "interpreters.temporal._client",
 }

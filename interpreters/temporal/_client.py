@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord, RunStatus
+from interpreters.journal._portable import parse_export
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._driver import new_run_id, program_name
 from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome
@@ -190,16 +191,6 @@ async def fork(
         fork_checkpoint=checkpoint,
     )
     return await _start(client, inp, task_queue)
-
-
-def parse_export(text: str) -> tuple[RunRecord, list[Entry]]:
-    """A run and its entries from the JSONL of ``opdsl export``."""
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise JournalError("the run has no record yet")
-    return RunRecord.model_validate(lines[0]["run"]), [
-        Entry.from_dict(line["entry"]) for line in lines[1:]
-    ]
 
 
 _STATUS: dict[WorkflowExecutionStatus, RunStatus] = {

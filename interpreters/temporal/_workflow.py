@@ -37,7 +37,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from interpreters.journal._base import Entry, RunRecord
     from interpreters.journal._memory import MemoryJournal
-    from interpreters.journal._portable import export_run
+    from interpreters.journal._portable import export_run, parse_export
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
     from interpreters.runtime._driver import execute
     from interpreters.runtime._events import EventBus
@@ -260,9 +260,7 @@ def _state(inp: RunInput) -> CRDTModel | None:
 
 def _carried(journal: MemoryJournal, text: str) -> tuple[RunRecord, list[Entry]]:
     """Load a carried journal (continue-as-new, fork) into ``journal``."""
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-    record = RunRecord.model_validate(lines[0]["run"])
-    entries = [Entry.from_dict(line["entry"]) for line in lines[1:]]
+    record, entries = parse_export(text)
     journal.create_run(record)
     journal.add_entries(entries)
     return record, entries
