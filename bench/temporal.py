@@ -28,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the programs, by name
-from bench.temporal_programs import noop, program
+from temporal_programs import noop, program  # beside this script
+
+# the workers import the programs by their names, bench.temporal_programs:...
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 50
