@@ -467,7 +467,7 @@ def cmd_answer(a: argparse.Namespace) -> int:
     if a.temporal:
         import asyncio
 
-        from interpreters.temporal import answer, connect, outcome
+        from interpreters.temporal import RunOutcome, answer, connect, outcome
 
         async def go() -> int:
             client = await connect(a.temporal)
@@ -475,7 +475,8 @@ def cmd_answer(a: argparse.Namespace) -> int:
             print(f"answered run {a.run} at address {at}; it goes on on Temporal")
             if a.detach:
                 return 0
-            return _report_outcome(await outcome(client.get_workflow_handle(a.run)))
+            handle = client.get_workflow_handle(a.run, result_type=RunOutcome)
+            return _report_outcome(await outcome(handle))
 
         return asyncio.run(go())
 

@@ -5,7 +5,7 @@ worker`` processes import them in the sandbox."""
 
 from __future__ import annotations
 
-from op import Failure, Op, checkpoint, par, timeout, tool
+from op import Budget, Failure, Op, ask, checkpoint, limit, par, timeout, tool
 
 
 def steps(n: int, seconds: float) -> Op[list[str]]:
@@ -45,3 +45,18 @@ def asks_plan(goal: str) -> Op[str]:
     yield from checkpoint("plan")
     r = yield from tool("slow", {"label": f"planned {goal}", "seconds": 0.0})
     return r.output
+
+
+def budgeted(seconds: float) -> Op[list[str]]:
+    """A quick tool, a tool that returns a secret, and a ``seconds`` budget on workflow time."""
+    count = yield from tool("word_count", {"text": "one two three"})
+    secret = yield from tool("leak", {})
+    spent = yield from limit(Budget(seconds=seconds), steps(10, 0.4))
+    why = spent.failure().exceeded if isinstance(spent, Failure) else "finished"
+    return [count.output, secret.output, why]
+
+
+def asks_name() -> Op[str]:
+    """Waits for an answer (the ``answer`` update)."""
+    name = yield from ask("What is your name?")
+    return f"hello {name}"

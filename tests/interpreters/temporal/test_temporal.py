@@ -40,7 +40,7 @@ from tests.interpreters.temporal.conftest import Server
 
 PROGRAMS = (
     [f"{c.program.__module__}:{c.program.__qualname__}" for c in CASES]
-    + [f"{programs.__name__}:{name}" for name in ("steps", "cut_off", "greet")]
+    + [f"{programs.__name__}:{name}" for name in ("steps", "cut_off", "greet", "budgeted")]
     + ["changing_program:greet", "clock_program:reads_the_clock"]
 )
 
@@ -54,7 +54,7 @@ async def serving(
         client,
         task_queue=queue,
         programs=kwargs.pop("programs", PROGRAMS),
-        tools=[*TOOLS, test_tools.slow, *tools],
+        tools=[*TOOLS, test_tools.slow, test_tools.word_count, test_tools.leak, *tools],
         model=model(),
         agents=AGENTS,
         passthrough=("tests",),
@@ -109,7 +109,15 @@ def test_conformance_programs_end_as_they_do_locally(temporal: Server) -> None:
                 _answer_when_asked(client, f"conf-{c.name}", c.answers) for c in CASES if c.answers
             ]
             await asyncio.gather(*asking)
-            return list(await asyncio.gather(*(outcome(h) for h in handles)))
+            ended = list(await asyncio.gather(*(outcome(h) for h in handles)))
+            # Temporal's own replayer accepts every history the driver wrote
+            replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner(("tests",)))
+            for h in handles:
+                replayed = await replayer.replay_workflow(
+                    await h.fetch_history(), raise_on_replay_failure=False
+                )
+                assert replayed.replay_failure is None, (h.id, replayed.replay_failure)
+            return ended
 
     started = time.monotonic()
     outcomes = asyncio.run(main())
@@ -341,3 +349,35 @@ def test_refused_programs_answers_and_the_sandbox(temporal: Server, tmp_path: Pa
 def test_unreachable_server_is_one_clear_error() -> None:
     with pytest.raises(TemporalError, match=r"cannot reach Temporal at 127\.0\.0\.1:1"):
         asyncio.run(connect("127.0.0.1:1"))
+
+
+def test_quick_tools_secrets_and_seconds_budgets(
+    temporal: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-test-4f9a8b7c6d5e"
+    monkeypatch.setenv("OPDSL_TEST_API_KEY", secret)
+
+    async def main() -> tuple[RunOutcome, Any, str]:
+        async with serving(temporal, "budgets") as client:
+            handle = await start_run(
+                client, programs.budgeted, task_queue="budgets", args=(1.0,), run_id="budget-1"
+            )
+            got = await outcome(handle)
+            history = await handle.fetch_history()
+            return got, history, await export(client, "budget-1")
+
+    got, history, text = asyncio.run(main())
+    assert got.status == "completed", got
+    # the budget stopped the slow steps on workflow time (a second: two or three of ten)
+    assert json.loads(got.result_json or "null") == ["3", "the key is [redacted]", "seconds"]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    # the quick tool (address 1) ran as a local activity: a marker, no scheduled activity
+    assert not any(aid.startswith("1#") for aid in scheduled)
+    assert any(aid.startswith("2#") for aid in scheduled)
+    assert markers
+    assert secret not in history.to_json() and secret not in text

@@ -23,6 +23,7 @@ from tests.interpreters.temporal.conftest import Server
 ROOT = Path(__file__).resolve().parents[3]
 OPDSL = [sys.executable, "-m", "interpreters"]
 STEPS = "tests.interpreters.temporal.programs:steps"
+ASKS = "tests.interpreters.temporal.programs:asks_name"
 SLOW = "tests.interpreters.temporal.tools:slow"
 
 
@@ -33,7 +34,7 @@ def _env(marks: Path) -> dict[str, str]:
 def _worker(server: Server, queue: str, marks: Path, log: Path) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [*OPDSL, "worker", "--temporal", server.target, "--task-queue", queue]
-        + ["--program", STEPS, "--tools", SLOW],
+        + ["--program", STEPS, "--program", ASKS, "--tools", SLOW],
         cwd=ROOT,
         env=_env(marks),
         stdout=log.open("wb"),
@@ -152,6 +153,19 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
     child = forked.stdout.split()[1]
     child_runs = json.loads(opdsl("runs", *t, "--json").stdout)
     assert next(r for r in child_runs if r["run"] == child)["parent"] == run_id
+
+    # a run that waits: started detached, answered from the command line, which waits for it
+    detached = opdsl("run", ASKS, *t, "--task-queue", "kill", "--detach")
+    assert detached.returncode == 0 and "see it with: opdsl show" in detached.stdout
+    waiting = detached.stdout.split()[1]
+    for _ in range(100):
+        answered = opdsl("answer", waiting, "Ada", *t)
+        if "not waiting for an answer" not in answered.stderr:
+            break
+        time.sleep(0.2)  # it has not reached its question yet
+    assert answered.returncode == 0, answered.stderr
+    assert f"answered run {waiting} at address 1" in answered.stdout
+    assert json.loads(answered.stdout.split("\n", 1)[1]) == "hello Ada"
 
     # refused, each with one line that says why
     for args, expected in [

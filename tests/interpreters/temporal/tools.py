@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from interpreters import CallInfo
+from interpreters import CallInfo, quick
 
 MARKS = Path(os.environ.get("OPDSL_TEST_MARKS", "/nonexistent"))
 """A file the tools below append a line to as they start and end (set by the tests)."""
@@ -23,3 +23,14 @@ async def slow(label: str, seconds: float, call: CallInfo) -> str:
     await asyncio.sleep(seconds)
     _mark(f"done {label} {call.idempotency_key} {os.getpid()}")
     return label
+
+
+@quick
+def word_count(text: str) -> int:
+    """Read-only and quick: a local activity on Temporal."""
+    return len(text.split())
+
+
+def leak() -> str:
+    """Returns a secret of the worker's environment (which must not reach the history)."""
+    return f"the key is {os.environ.get('OPDSL_TEST_API_KEY')}"
