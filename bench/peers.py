@@ -8,7 +8,8 @@ installed for the benchmark only (``make bench``):
 - python-effect: ``@do`` with a trivial intent (it records nothing: the floor of dispatch);
 - LangGraph with its SQLite checkpointer: one node looping (a checkpoint per step);
 - DBOS with SQLite: a workflow calling a step N times (a row per step);
-- Temporal: not yet (opdsl has no Temporal interpreter yet).
+- opdsl on Temporal: one run on a local dev server (``temporal server start-dev``), a tool
+  call per step as an activity, at most 500 steps (it is two orders of magnitude slower).
 
 Then the growth of opdsl's cost: 1k, 10k and 100k effects in one run, and 10, 100 and 1,000
 concurrent runs of 100 effects each, all journaled to SQLite.
@@ -114,11 +115,18 @@ def opdsl_concurrent(folder: Path, runs: int) -> float:
     return anyio.run(go)
 
 
+def temporal(folder: Path, n: int) -> float:
+    from temporal import steps_per_second  # bench/temporal.py's
+
+    return steps_per_second(min(n, 500))
+
+
 PEERS: dict[str, Callable[[Path, int], float]] = {
     "opdsl (live + SQLite journal)": opdsl,
     "python-effect (@do, records nothing)": python_effect,
     "LangGraph (SqliteSaver)": langgraph,
     "DBOS (SQLite)": dbos,
+    "opdsl on Temporal (local dev server)": temporal,
 }
 SCALING: dict[str, tuple[Callable[[Path, int], float], list[int]]] = {
     "opdsl, effects in one run": (opdsl_one_run, [1_000, 10_000, 100_000]),
@@ -168,7 +176,6 @@ def main() -> int:
             continue
         ratio = "" if ours is None else f"{ours / rate:>13.2f}"
         print(f"{name:<42} {rate:>10,.0f} {ratio}")
-    print(f"{'Temporal (local dev server)':<42} not yet: opdsl has no Temporal interpreter")
     print()
     print("how opdsl's cost grows (SQLite journal, effects per second)")
     for name, (_, sizes) in SCALING.items():

