@@ -177,6 +177,8 @@ def _report_outcome(ended: Any) -> int:
 
 def cmd_worker(a: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
+    import signal
 
     from interpreters import resolve_model
     from interpreters._live import as_workspace
@@ -201,7 +203,22 @@ def cmd_worker(a: argparse.Namespace) -> int:
             f"{', '.join(a.program)}; Ctrl-C stops it",
             flush=True,
         )
-        await worker.run()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        serving = asyncio.create_task(worker.run())
+        await asyncio.wait(
+            {serving, asyncio.create_task(stop.wait())}, return_when="FIRST_COMPLETED"
+        )
+        if serving.done():
+            serving.result()  # it failed: say why
+            return 1
+        # a stopped worker's activities are retried on another after the heartbeat timeout;
+        # the shutdown waits for a long poll to return, so it is bounded
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(worker.shutdown(), 5)
+        print("opdsl worker stopped", flush=True)
         return 0
 
     return asyncio.run(serve())

@@ -238,4 +238,4 @@ def test_the_readme_commands_run_as_written(temporal: Server, tmp_path: Path) ->
         assert json.loads(forked.stdout.split("\n", 1)[1]) == "planned tests"
     finally:
         worker.send_signal(signal.SIGINT)
-        worker.wait(15)
+        assert worker.wait(15) == 0, "Ctrl-C stops the worker"
