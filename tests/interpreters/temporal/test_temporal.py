@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer, Worker
 
-from interpreters import MemoryJournal, VirtualClock, import_run, replay, run
+from interpreters import MemoryJournal, VirtualClock, import_run, replay, resume, run
 from interpreters.temporal import (
     OpdslRun,
     RunOutcome,
@@ -192,6 +192,20 @@ def test_a_temporal_run_reads_back_as_a_journal_replays_locally_and_forks(
     assert json.dumps(again.value, sort_keys=True) == json.dumps(
         json.loads(first.result_json or "null"), sort_keys=True
     )
+    # and a local fork of it, from a checkpoint it passed on Temporal
+    local_fork = resume(
+        "readback-1",
+        db=local,
+        program=case.program,
+        from_checkpoint="joined",
+        tools=TOOLS,
+        model=model(),
+        agents=AGENTS,
+        clock=VirtualClock(),
+    )
+    assert local_fork.status == "completed"
+    assert local.run(local_fork.run_id).parent_run == "readback-1"
+    assert local_fork.state is not None and local_fork.state.canonical() == first.state_json
 
 
 def test_histories_replay_and_a_changed_tool_argument_does_not(
