@@ -159,7 +159,17 @@ def _holder() -> str:
 
 
 class Journal(ABC):
-    """Where runs and entries are kept."""
+    """Where runs and entries are kept.
+
+    ``grouped``: ``begin`` and ``finish`` are written but not yet committed; the driver awaits
+    :meth:`durable` after each ``begin``, before the effect's handler runs, and every write
+    made so far (by any run sharing the journal) is committed then, in one transaction.
+    """
+
+    grouped: bool = False
+
+    async def durable(self) -> None:  # noqa: B027 - a journal that commits every write at once
+        """Return once every write made so far is committed (see ``grouped``)."""
 
     @abstractmethod
     def create_run(self, run: RunRecord) -> None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sqlite3
@@ -10,6 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 from pydantic import ValidationError
 
 from interpreters.journal._base import (
@@ -71,6 +74,16 @@ CREATE TABLE IF NOT EXISTS locks (
 _RUN_COLS = list(RunRecord.model_fields)
 
 
+class _Group:
+    """One commit that the runs waiting in :meth:`SqliteJournal.durable` share."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: JournalError | None = None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -83,6 +96,13 @@ def _pid_alive(pid: int) -> bool:
 
 class SqliteJournal(Journal):
     """The embedded journal: one SQLite file in WAL mode, every write committed at once.
+
+    ``group_commit=True``: the entries' writes of every run sharing this journal are committed
+    together, once per turn of the event loop, instead of one commit each. An effect's begin is
+    still committed before its handler runs (the driver awaits :meth:`durable`); its finish is
+    committed with the next commit (the next effect's begin, or the run's end), so a crash
+    leaves a prefix of the run and an effect it cut off is performed again on resume, as
+    always. Runs, locks and run ends are committed at once.
 
     Example:
         >>> import tempfile, os
@@ -98,8 +118,12 @@ class SqliteJournal(Journal):
         busy_timeout: float = 10.0,
         read_only: bool = False,
         create: bool = True,
+        group_commit: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.grouped = group_commit and not read_only
+        self._in_tx = False
+        self._group: _Group | None = None
         self.read_only = read_only
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a directory, not a journal file")
@@ -195,9 +219,19 @@ class SqliteJournal(Journal):
             (str(SCHEMA_VERSION),),
         )
 
-    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _exec(
+        self, sql: str, params: tuple[Any, ...] = (), *, deferred: bool = False
+    ) -> sqlite3.Cursor:
+        """Run one statement. ``deferred`` (an entry's write, with group commit on): inside the
+        open transaction, committed by :meth:`durable`; any other write commits it first."""
         try:
             with self._mutex:
+                if self._in_tx and not (deferred and self.grouped):
+                    self._db.execute("COMMIT")
+                    self._in_tx = False
+                elif deferred and self.grouped and not self._in_tx:
+                    self._db.execute("BEGIN")
+                    self._in_tx = True
                 return self._db.execute(sql, params)
         except sqlite3.IntegrityError:
             raise
@@ -208,7 +242,41 @@ class SqliteJournal(Journal):
                 ) from None
             raise JournalError(f"journal {self.path}: {exc}") from None
 
+    async def durable(self) -> None:
+        if not self._in_tx:
+            return
+        group = self._group
+        if group is not None:  # a commit is on its way: it takes this write too
+            await group.done.wait()
+        else:
+            group = self._group = _Group()
+            try:
+                # one turn of the loop, for the other runs' writes to join this commit
+                await anyio.lowlevel.checkpoint()
+            finally:
+                self._group = None
+                try:
+                    self._commit()
+                except JournalError as exc:
+                    group.error = exc
+                group.done.set()
+        if group.error is not None:
+            raise group.error
+
+    def _commit(self) -> None:
+        try:
+            with self._mutex:
+                if self._in_tx:
+                    self._in_tx = False
+                    self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                self._db.execute("ROLLBACK")
+            self._runs_known.clear()
+            raise JournalError(f"journal {self.path}: cannot commit: {exc}") from None
+
     def close(self) -> None:
+        self._commit()
         self._db.close()
 
     # -- runs -----------------------------------------------------------------------------
@@ -288,6 +356,7 @@ class SqliteJournal(Journal):
                 "UPDATE entries SET effect_json=?, started_at=?, status='started', finished_at=NULL, "
                 f"error_json=NULL WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
                 (effect_json, at, run_id, address),
+                deferred=True,
             )
             if cur.rowcount == 0:
                 raise JournalError(
@@ -299,6 +368,7 @@ class SqliteJournal(Journal):
                 "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
                 "VALUES (?, ?, ?, ?, ?, 'started', ?)",
                 (run_id, next_seq[0], address, kind, effect_json, at),
+                deferred=True,
             )
         except sqlite3.IntegrityError as exc:
             self._runs_known.pop(run_id, None)
@@ -321,11 +391,13 @@ class SqliteJournal(Journal):
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
             f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
             (status, result_json, error_json, usage_json, at, run_id, address),
+            deferred=True,
         )
         if cur.rowcount == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
+        self._commit()
         self._runs_known.clear()
         rows = [tuple(getattr(e, c) for c in _ENTRY_COLS) for e in entries]
         sql = f"INSERT INTO entries ({', '.join(_ENTRY_COLS)}) VALUES ({', '.join('?' * len(_ENTRY_COLS))})"
@@ -355,6 +427,7 @@ class SqliteJournal(Journal):
         return out
 
     def delete_run(self, run_id: str) -> None:
+        self._commit()
         self.run(run_id)
         self.acquire(run_id)
         try:

@@ -200,6 +200,12 @@ class Journaled(Layer):
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
         self.begin(effect, address, d.payload(effect, address), d.clock.now())
+        journal = d.journal
+        assert journal is not None
+        if journal.grouped:
+            # write-ahead: the begin is committed before the handler runs (with whatever else
+            # the runs sharing the journal wrote meanwhile)
+            await journal.durable()
         try:
             result = await self.inner(effect, address, frame)
         except WaitingForAnswer:

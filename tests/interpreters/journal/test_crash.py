@@ -4,6 +4,7 @@ effect is performed twice; the journal passes its integrity check."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +19,7 @@ from tests.fixtures.durable_programs import TOOLS, Counted, appender, lines_of
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _writes_in_a_full_run(tmp_path: Path) -> int:
+def _writes_in_a_full_run(tmp_path: Path, env: dict[str, str]) -> int:
     out = subprocess.run(
         [
             sys.executable,
@@ -30,6 +31,7 @@ def _writes_in_a_full_run(tmp_path: Path) -> int:
             "never",
         ],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -37,7 +39,9 @@ def _writes_in_a_full_run(tmp_path: Path) -> int:
     return int(out.stdout.split("writes=")[1].split()[0])
 
 
-def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["commit-each", "group-commit"])
+def test_sigkill_at_every_write_then_resume(tmp_path: Path, grouped: bool) -> None:
+    env = {**os.environ, "OPDSL_TEST_GROUP_COMMIT": "1" if grouped else "0"}
     reference = run(
         appender,
         str(tmp_path / "ref.txt"),
@@ -46,7 +50,7 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
         state=Counted(),
         db=str(tmp_path / "ref.db"),
     )
-    total = _writes_in_a_full_run(tmp_path)
+    total = _writes_in_a_full_run(tmp_path, env)
     points = [(n, when) for n in range(1, total + 1) for when in ("before", "after")]
     assert len(points) >= 30
     for n, when in points:
@@ -56,6 +60,7 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path) -> None:
         child = subprocess.run(
             [sys.executable, "-m", "tests.fixtures.crash_child", str(db), str(out), str(n), when],
             cwd=ROOT,
+            env=env,
             capture_output=True,
             text=True,
         )

@@ -1,0 +1,112 @@
+"""Group commit: concurrent runs sharing one SQLite journal commit their entries' writes
+together, and each effect's begin is still committed (seen by another connection, as another
+process would) before its handler runs."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from interpreters import CallInfo, JournalError, LiveInterpreter, SqliteJournal, check_integrity
+from op import Op, tool
+
+
+def _program(n: int) -> Op[list[str]]:
+    out = []
+    for i in range(n):
+        out.append((yield from tool("seen_from_outside", {"i": i})).output)
+    return out
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
+    tmp_path: Path, grouped: bool
+) -> None:
+    db = tmp_path / "runs.db"
+    outside = sqlite3.connect(db, check_same_thread=False)  # another reader of the file
+
+    def seen_from_outside(i: int, call: CallInfo) -> str:
+        row = outside.execute(
+            "SELECT status FROM entries WHERE run_id=? AND address=?",
+            (call.run_id, call.address),
+        ).fetchone()
+        return "committed" if row == ("started",) else f"not committed: {row}"
+
+    journal = SqliteJournal(db, group_commit=grouped)
+    commits: list[str] = []
+    journal._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    interp = LiveInterpreter(tools=[seen_from_outside], journal=journal)
+    runs, steps = 20, 5
+    results = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+
+                async def one() -> None:
+                    results.append(await interp.run(_program, steps))
+
+                tg.start_soon(one)
+
+    anyio.run(main)
+    assert [r.status for r in results] == ["completed"] * runs
+    assert all(r.value == ["committed"] * steps for r in results)
+    for r in results:
+        assert check_integrity(journal, r.run_id) == []
+        assert [e.status for e in journal.entries(r.run_id)] == ["completed"] * steps
+    effects = runs * steps
+    if grouped:
+        # one commit per turn of the loop, shared by the runs that wrote in it
+        assert len(commits) < effects / 2, len(commits)
+    journal.close()
+    outside.close()
+
+
+def test_a_commit_that_fails_fails_every_run_that_waits_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
+    real_commit = journal._commit
+    failures = []
+
+    def failing_commit() -> None:
+        if journal._in_tx and not failures:
+            failures.append(1)
+            with journal._mutex:
+                journal._db.execute("ROLLBACK")
+                journal._in_tx = False
+            raise JournalError(f"journal {journal.path}: cannot commit: disk I/O error")
+        real_commit()
+
+    monkeypatch.setattr(journal, "_commit", failing_commit)
+
+    def noop() -> str:
+        return "ok"
+
+    interp = LiveInterpreter(tools=[noop], journal=journal)
+
+    def program() -> Op[str]:
+        return (yield from tool("noop")).output
+
+    results = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+
+                async def one() -> None:
+                    results.append(await interp.run(program))
+
+                tg.start_soon(one)
+
+    anyio.run(main)
+    # the three begins were in the commit that failed: no handler ran, every run says why
+    # and stays resumable (running)
+    assert [r.status for r in results] == ["failed"] * 3
+    assert all("cannot commit: disk I/O error" in str(r.error) for r in results)
+    assert {journal.run(r.run_id).status for r in results} == {"running"}
+    monkeypatch.undo()
+    journal.close()
