@@ -70,7 +70,7 @@ def test_a_commit_that_fails_fails_every_run_that_waits_on_it(
 ) -> None:
     journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
     real_commit = journal._commit
-    failures = []
+    failures: list[int] = []
 
     def failing_commit() -> None:
         if journal._in_tx and not failures:
