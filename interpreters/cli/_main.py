@@ -717,6 +717,7 @@ _ON_TEMPORAL = frozenset(
         "runs",
         "show",
         "report",
+        "diff",
         "checkpoints",
         "resume",
         "replay",
@@ -728,7 +729,7 @@ _ON_TEMPORAL = frozenset(
 """Commands that take ``--temporal HOST:PORT``."""
 
 
-_READS = frozenset(("runs", "show", "report", "checkpoints", "replay", "export"))
+_READS = frozenset(("runs", "show", "report", "diff", "checkpoints", "replay", "export"))
 """Commands that only read runs: with ``--temporal`` they read them from the server."""
 
 

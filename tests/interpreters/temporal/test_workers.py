@@ -153,6 +153,9 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
     child = forked.stdout.split()[1]
     child_runs = json.loads(opdsl("runs", *t, "--json").stdout)
     assert next(r for r in child_runs if r["run"] == child)["parent"] == run_id
+    diffed = json.loads(opdsl("diff", run_id, child, *t, "--json").stdout)
+    # the fork replays step-0 and performs step 1 again: the same effects, then the ends differ
+    assert (diffed["a"], diffed["b"]) == (run_id, child)
 
     # a run that waits: started detached, answered from the command line, which waits for it
     detached = opdsl("run", ASKS, *t, "--task-queue", "kill", "--detach")
