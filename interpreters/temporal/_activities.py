@@ -20,6 +20,7 @@ from typing import Any, final
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from interpreters._durable import ProgramNotFound, load_program
 from interpreters._live import AgentBackend, LiveHandlers
 from interpreters.models._base import Model
 from interpreters.runtime._clock import SystemClock
@@ -97,6 +98,10 @@ class Activities:
                 type="ProgramNotAllowed",
                 non_retryable=True,
             )
+        try:
+            load_program(program)  # here, where an import error can be said plainly
+        except ProgramNotFound as exc:
+            raise ApplicationError(str(exc), type="ProgramNotFound", non_retryable=True) from None
         registry = self.handlers.tools
         quick = [n for n in registry.names() if (t := registry.get(n)) is not None and t.quick]
         return Admission(quick_tools=quick, heartbeat_seconds=self.heartbeat_seconds)

@@ -337,8 +337,6 @@ class OpdslRun:
                 )
             )
         error = result.error
-        if isinstance(error, EngineFault):  # pragma: no cover - BaseExceptions propagate
-            raise error.cause
         if error is not None and type(error).__module__.startswith("temporalio"):
             # the sandbox refused what the program did: a defect of the program under
             # Temporal, retried once a fixed worker is deployed

@@ -328,6 +328,13 @@ def test_refused_programs_answers_and_the_sandbox(temporal: Server, tmp_path: Pa
             assert "this worker does not run tests.conformance.programs:asks" in (
                 denied.error or ""
             )
+        async with serving(temporal, "refusals", programs=["no_such_module:main"]) as client:
+            # allowed, but not there: said at once, not retried forever
+            missing = await outcome(
+                await start_run(client, "no_such_module:main", task_queue="refusals")
+            )
+            assert missing.status == "failed"
+            assert "cannot import program 'no_such_module:main'" in (missing.error or "")
         async with serving(temporal, "refusals2") as client:
             handle = await start_run(client, case.program, task_queue="refusals2", run_id="ask-1")
             while not await handle.query("waiting", result_type=dict):
