@@ -24,11 +24,30 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+import shlex
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from op import Append, Assign, Op, OpdslError, checkpoint, get, update
+from op import (
+    Append,
+    Assign,
+    Message,
+    Op,
+    OpdslError,
+    ToolCall,
+    ToolResult,
+    ask,
+    checkpoint,
+    emit,
+    get,
+    infer,
+    program,
+    tool,
+    update,
+)
+from programs.loop import tool_loop
 from state import CRDTModel, Log, LWWRegister, canonical_json
 
 __all__ = [
@@ -229,3 +248,346 @@ def parse_verdict(text: str | None, *, run: int, steps: int) -> Verdict:
     if not 1 <= step <= steps:
         raise VerdictError(f"FAIL names step {step or 'none'}; the plan has steps 1 to {steps}")
     return Verdict(passed=False, run=run, step=step)
+
+
+# -- the workflow -----------------------------------------------------------------------------
+
+IMPLEMENTOR_TOOLS = ("read_file", "write_file", "run", "delete_path", "finish_step", "blocked")
+"""Exactly the tools an implementor gets (the workspace's, confined to it, and two of this
+module's that end its turn)."""
+DRAFTER_TOOLS = ("read_file", "write_file", "list_files", "run")
+VALIDATOR_TOOLS = ("read_file", "list_files", "run", "write_file")
+
+AUTHOR = "agent-implementor <agent@localhost>"
+PLAN_FILE = "handoff/plan.json"
+DRAFT_FILE = "handoff/draft.md"
+VERDICT_FILE = "handoff/validate.md"
+
+
+def finish_step(summary: str) -> str:
+    """Say the step is done (the program then runs its test): what you changed, in a line."""
+    return summary
+
+
+def blocked(reason: str) -> str:
+    """Say the step cannot be done as specified, and why (the director revises it)."""
+    return reason
+
+
+TOOLS = [finish_step, blocked]
+"""The two tools of this module to bind beside the workspace's (``--tools
+programs.director:TOOLS``)."""
+
+
+def _offer(tools: tuple[str, ...]) -> str:
+    return "You have exactly these tools: " + ", ".join(tools) + "."
+
+
+PLANNER = (
+    "You are the director of a small software change. Write a plan as one JSON object: "
+    '{"goal": "...", "steps": [{"goal": "...", "files": ["..."], "test": "a shell command"}]}. '
+    "Each step is small and fully specified; its test command passes only when it is done. "
+    "Answer with the JSON alone."
+)
+DRAFTER = (
+    "You are the drafter. Write the tests the plan's steps need (files whose names hold 'test'), "
+    f"then a summary for the implementor in {DRAFT_FILE}. Do not implement the steps. "
+    + _offer(DRAFTER_TOOLS)
+)
+IMPLEMENTOR = (
+    "You are the implementor. Carry out exactly one step of a plan in the workspace; the tests "
+    "are locked. When the step is done call finish_step; if it cannot be done as specified "
+    "call blocked. " + _offer(IMPLEMENTOR_TOOLS)
+)
+UNBLOCKER = (
+    "You are the director. A step of the plan failed. Answer with the step revised, as one "
+    'JSON object {"goal": "...", "files": ["..."], "test": "..."}, so that it can be done.'
+)
+VALIDATOR = (
+    "You are the validator. Check that the whole change meets the plan's goal, run the tests, "
+    f"and write your verdict in {VERDICT_FILE}: a line 'PASS run=K' or 'FAIL step=N run=K', K "
+    "the validation run you are given. " + _offer(VALIDATOR_TOOLS)
+)
+
+
+class DirectorResult(BaseModel):
+    """How the workflow ended."""
+
+    done: bool
+    commits: list[str] = []
+    validation_runs: int = 0
+    plan: Plan | None = None
+
+
+class _TurnEnded(Exception):
+    """The implementor called finish_step or blocked: its turn is over."""
+
+    def __init__(self, tool: str, text: str) -> None:
+        super().__init__(text)
+        self.tool = tool
+        self.text = text
+
+
+def _ok(result: ToolResult, what: str) -> str:
+    if not result.ok:
+        raise OpdslError(f"{what}: {result.error}")
+    return str(result.output)
+
+
+def _ask_plan(goal: str, params: Mapping[str, Any]) -> Op[Plan]:
+    """PLAN: the director writes a plan; the user reads it and answers APPROVE or says what to
+    change. The workflow does not leave PLAN without APPROVE."""
+    messages = [Message.system(PLANNER), Message.user(f"Goal: {goal}")]
+    while True:
+        reply = yield from infer(messages, **dict(params))
+        messages.append(reply.as_message())
+        try:
+            plan = parse_plan(reply.text)
+        except PlanError as exc:
+            messages.append(Message.user(f"{exc}. Answer with the plan's JSON alone."))
+            continue
+        answer = yield from ask(
+            f"{plan.render()}\n\nAnswer APPROVE to start, or say what to change."
+        )
+        if answer.strip() == "APPROVE":
+            return plan
+        messages.append(Message.user(f"Change the plan: {answer}"))
+
+
+def _draft(plan: Plan, params: Mapping[str, Any]) -> Op[list[str]]:
+    """DRAFT: the drafter writes the tests and its summary; returns the test files written."""
+    written: list[str] = []
+
+    def note(call: ToolCall, result: ToolResult) -> None:
+        path = str(call.arguments.get("path", ""))
+        if call.name == "write_file" and result.ok and "test" in path.rsplit("/", 1)[-1]:
+            written.append(path)
+
+    yield from tool_loop(
+        [Message.system(DRAFTER), Message.user(plan.render())],
+        tools=DRAFTER_TOOLS,
+        on_result=note,
+        params=params,
+    )
+    summary = yield from tool("read_file", {"path": DRAFT_FILE})
+    if not summary.ok or not str(summary.output).strip():
+        raise PlanError(f"the drafter wrote no summary in {DRAFT_FILE}; DRAFT cannot end")
+    return sorted(set(written))
+
+
+def _locked_plan(expected: str) -> Op[Plan]:
+    """The plan as the workspace holds it, checked against the hash DRAFT locked."""
+    text = yield from tool("read_file", {"path": PLAN_FILE})
+    if not text.ok:
+        raise PlanError(f"{PLAN_FILE} is gone: {text.error}")
+    plan = parse_plan(str(text.output))
+    if plan_hash(plan) != expected:
+        raise PlanError(
+            f"{PLAN_FILE} changed after it was locked (its hash is no longer {expected[:12]})"
+        )
+    return plan
+
+
+def _implement(
+    step: PlanStep,
+    number: int,
+    summary: str,
+    failure: str,
+    guidance: str,
+    params: Mapping[str, Any],
+) -> Op[tuple[str, str]]:
+    """One attempt at one step by a fresh implementor: ("passed", commit or note),
+    ("failed", why) or ("blocked", why)."""
+    brief = (
+        f"Step {number}: {step.goal}\nFiles: {', '.join(step.files)}\nTest: {step.test}\n\n"
+        f"The drafter's summary:\n{summary}"
+    )
+    if failure:
+        brief += f"\n\nThe last attempt failed:\n{failure}"
+    if guidance:
+        brief += f"\n\nGuidance from the user:\n{guidance}"
+
+    def end_turn(call: ToolCall, result: ToolResult) -> None:
+        if call.name in ("finish_step", "blocked"):
+            raise _TurnEnded(call.name, str(result.output or call.arguments))
+
+    options = dict(params)
+    model = options.pop("model", None)
+    try:
+        yield from tool_loop(
+            [Message.system(IMPLEMENTOR), Message.user(brief)],
+            tools=IMPLEMENTOR_TOOLS,
+            model=None if model is None else str(model),
+            on_result=end_turn,
+            params=options,
+            max_steps=30,
+        )
+        return "failed", "the implementor stopped without calling finish_step or blocked"
+    except _TurnEnded as turn:
+        if turn.tool == "blocked":
+            return "blocked", turn.text
+    tested = yield from tool("run", {"command": shlex.split(step.test)})
+    if not tested.ok:
+        return "failed", f"the step's test failed:\n{tested.error or tested.output}"
+    yield from tool("git_add", {"paths": []})
+    commit = yield from tool(
+        "git_commit", {"message": f"step {number}: {step.goal}", "author": AUTHOR}
+    )
+    if not commit.ok:  # reported, never blocking
+        yield from emit("commit_failed", {"step": number, "error": commit.error})
+        return "passed", ""
+    return "passed", str(commit.output)
+
+
+def _revise(step: PlanStep, why: str, params: Mapping[str, Any]) -> Op[PlanStep]:
+    """BUFFER: the director (an unblocker) revises a step that failed."""
+    messages = [Message.system(UNBLOCKER), Message.user(f"{step.model_dump_json()}\n\n{why}")]
+    for _ in range(3):
+        reply = yield from infer(messages, **dict(params))
+        try:
+            body = _FENCE.search(reply.text)
+            return PlanStep.model_validate_json((body.group(1) if body else reply.text).strip())
+        except ValidationError as exc:
+            messages += [reply.as_message(), Message.user(f"Not a step: {exc.errors()[0]['msg']}")]
+    return step
+
+
+def _validate(run: int, plan: Plan, params: Mapping[str, Any]) -> Op[Verdict]:
+    """VALIDATE: the validator checks the whole result and writes its verdict, which must be
+    there, be for this run and agree with itself (asked again twice, then the run fails)."""
+    note = f"Validation run {run}.\n\n{plan.render()}"
+    for _ in range(3):
+        yield from tool_loop(
+            [Message.system(VALIDATOR), Message.user(note)], tools=VALIDATOR_TOOLS, params=params
+        )
+        text = yield from tool("read_file", {"path": VERDICT_FILE})
+        try:
+            return parse_verdict(
+                str(text.output) if text.ok else None, run=run, steps=len(plan.steps)
+            )
+        except VerdictError as exc:
+            note = f"Validation run {run}. Your verdict was refused: {exc}.\n\n{plan.render()}"
+    raise VerdictError(f"no valid verdict for validation run {run} after three tries")
+
+
+@program(state=DirectorState)
+def director(
+    goal: str,
+    mode: Literal["progressive", "direct"] = "progressive",
+    model: str | None = None,
+    max_attempts: int = 4,
+    max_fixes: int = 2,
+    max_tokens: int = 4096,
+) -> Op[DirectorResult]:
+    """Take ``goal`` from a plan the user approves to validated, committed steps.
+
+    Run it with a workspace (``--workspace REPO``, a git repository), the run's model, and
+    this module's :data:`TOOLS`. ``mode``: progressive runs every remaining step before
+    validating; direct validates after each step. ``model``: the model name the implementor
+    uses (default: the run's model's own), recorded as the run's implementor.
+    """
+    params: dict[str, Any] = {"max_tokens": max_tokens}
+    yield from update(implementor=Assign(f"model:{model or 'default'}"))
+    commits: list[str] = []
+    while True:
+        plan = yield from _ask_plan(goal, params)
+        yield from update(plan_hash=Assign(plan_hash(plan)), pointer=Assign(1))
+        yield from enter("DRAFT")
+        written = yield from tool(
+            "write_file", {"path": PLAN_FILE, "content": plan.model_dump_json(indent=2)}
+        )
+        _ok(written, f"writing {PLAN_FILE}")
+        tests = yield from _draft(plan, params)
+        summary = _ok((yield from tool("read_file", {"path": DRAFT_FILE})), "the draft")
+        yield from enter("BUFFER")
+        try:
+            result = yield from _steps(
+                plan,
+                summary,
+                [*tests, PLAN_FILE, DRAFT_FILE],
+                commits,
+                mode,
+                model,
+                params,
+                max_attempts=max_attempts,
+                max_fixes=max_fixes,
+            )
+        except PlanError as defect:
+            # the locked plan changed: back to PLAN, saying what happened
+            yield from emit("plan_defect", {"error": str(defect)})
+            yield from enter("BUFFER")
+            yield from enter("PLAN")
+            goal = f"{goal}\n\n(The previous plan was abandoned: {defect})"
+            continue
+        return result
+
+
+def _steps(
+    plan: Plan,
+    summary: str,
+    locked: list[str],
+    commits: list[str],
+    mode: str,
+    model: str | None,
+    params: dict[str, Any],
+    *,
+    max_attempts: int,
+    max_fixes: int,
+) -> Op[DirectorResult]:
+    """From BUFFER: implement the steps, validate, until the validator says PASS (DONE)."""
+    steps = list(plan.steps)
+    guidance = ""
+    implementor_params = {**params, **({"model": model} if model else {})}
+    while True:
+        s = yield from get(DirectorState)
+        pointer = s.pointer.value or 1
+        yield from enter("IMPLEMENT")
+        yield from _locked_plan(s.plan_hash.value or "")
+        failure, outcome = "", "failed"
+        for _ in range(max_attempts):
+            _ok((yield from tool("lock_files", {"patterns": locked})), "locking the tests")
+            outcome, detail = yield from _implement(
+                steps[pointer - 1], pointer, summary, failure, guidance, implementor_params
+            )
+            if outcome == "passed":
+                if detail:
+                    commits.append(detail)
+                break
+            s = yield from get(DirectorState)
+            yield from update(attempts=Assign((s.attempts.value or 0) + 1))
+            failure = detail
+            if outcome == "blocked":
+                break
+        if outcome != "passed":
+            yield from enter("BUFFER")
+            s = yield from get(DirectorState)
+            fixes = (s.fixes.value or 0) + 1
+            yield from update(fixes=Assign(fixes), attempts=Assign(0))
+            if fixes > max_fixes:
+                yield from update(user_guided=Assign(True))
+                guidance = yield from ask(
+                    f"Step {pointer} ({steps[pointer - 1].goal}) still fails after {max_fixes} "
+                    f"revisions:\n{failure}\n\nWhat should the implementor do?"
+                )
+            else:
+                steps[pointer - 1] = yield from _revise(steps[pointer - 1], failure, params)
+            continue
+        guidance = ""
+        yield from update(pointer=Assign(pointer + 1), attempts=Assign(0), fixes=Assign(0))
+        if mode == "progressive" and pointer < len(steps):
+            continue
+        yield from enter("VALIDATE")
+        s = yield from get(DirectorState)
+        run = s.validation_run.value or 1
+        verdict = yield from _validate(run, plan, params)
+        if verdict.passed and pointer >= len(steps):
+            yield from enter("DONE")
+            return DirectorResult(done=True, commits=commits, validation_runs=run, plan=plan)
+        yield from enter("BUFFER")
+        if not verdict.passed and verdict.step is not None:
+            yield from update(pointer=Assign(verdict.step))
+            steps[verdict.step - 1] = yield from _revise(
+                steps[verdict.step - 1],
+                f"The validator failed this step (validation run {verdict.run}).",
+                params,
+            )

@@ -34,7 +34,8 @@ def tool_loop(
     """Ask the model, run the tools it calls, feed the results back, until it stops calling.
 
     Returns the last response and the whole conversation. Tool failures are given to the model
-    as tool messages (it can read them and try again). An answer cut by ``max_tokens`` is
+    as tool messages (it can read them and try again); so is a call to a tool it was not
+    offered, which does not run. An answer cut by ``max_tokens`` is
     not taken as the end: the model is told so (:data:`CUT_OFF`) and asked again. After
     ``max_steps`` model calls the loop stops with the last response, which still has its
     tool calls (or was cut); ``on_max_steps(steps)`` runs then (default: emit
@@ -63,7 +64,14 @@ def tool_loop(
         if reply.tool_calls:
             calls: list[tuple[ToolCall, ToolResult]] = []
             for call in reply.tool_calls:
-                result = yield from tool(call.name, call.arguments)
+                if tools != "all" and call.name not in tools:
+                    # a model may name any tool; only those it was offered run
+                    offered = ", ".join(tools) or "none"
+                    result = ToolResult.failure(
+                        f"tool {call.name!r} was not offered here; the tools are: {offered}"
+                    )
+                else:
+                    result = yield from tool(call.name, call.arguments)
                 history.append(Message.tool_result(call, result))
                 calls.append((call, result))
                 if on_result is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -79,13 +80,19 @@ class _Git(_Paths):
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(str(exc))
 
-    def git_commit(self, message: str) -> ToolResult:
-        """Commit what is staged with ``message`` exactly as given; hooks off, unsigned."""
+    def git_commit(self, message: str, author: str = "") -> ToolResult:
+        """Commit what is staged with ``message`` exactly as given; hooks off, unsigned.
+        ``author``: ``Name <email>`` (default: the workspace's author)."""
         if not message.strip():
             return _fail("a commit message is needed")
+        name, email = self.author
+        if author:
+            found = re.fullmatch(r"\s*([^<>]+?)\s*<([^<>\s]+@[^<>\s]+)>\s*", author)
+            if found is None:
+                return _fail(f"author {author!r} should look like Name <email@host>")
+            name, email = found.group(1), found.group(2)
         try:
             repo = self._need_repo()
-            name, email = self.author
             env = {
                 "GIT_AUTHOR_NAME": name,
                 "GIT_AUTHOR_EMAIL": email,

@@ -77,6 +77,16 @@ class Workspace(_Snapshots):
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(f"cannot restore: {exc}")
 
+    def lock_files(self, patterns: list[str]) -> ToolResult:
+        """Lock files (paths or glob patterns) against writes and deletes by the file tools:
+        what a program must keep as it is (tests, a plan). Locks last as long as the process;
+        a program that needs them after a resume locks again."""
+        bad = [p for p in patterns if not p or p.startswith("/") or ".." in p.split("/")]
+        if bad:
+            return _fail(f"cannot lock {bad[0]!r}: give paths inside the workspace")
+        self.lock(*patterns)
+        return ToolResult(output=f"locked: {', '.join(sorted(self.locked))}")
+
     def program_tools(self) -> list[BoundTool]:
         """Tools for programs rather than models: staging, committing, the branch, snapshots."""
         fns = (
@@ -85,5 +95,6 @@ class Workspace(_Snapshots):
             self.current_branch,
             self.snapshot_files,
             self.restore_files,
+            self.lock_files,
         )
         return [BoundTool.from_function(fn) for fn in fns]

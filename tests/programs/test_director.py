@@ -6,6 +6,7 @@ validator's verdict are checked as the workflow needs them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +169,184 @@ def test_verdicts_pass_and_fail() -> None:
 def test_a_bad_verdict_is_refused(text: str | None, message: str) -> None:
     with pytest.raises(VerdictError, match=message):
         parse_verdict(text, run=2, steps=3)
+
+
+# -- the whole journey, with a scripted director and implementor --------------------------------
+
+GREET_V1 = 'def greet(name: str = "") -> str:\n    return "hello"\n'
+GREET_WRONG = 'def greet(name: str = "") -> str:\n    return "bye " + name\n'
+GREET_V2 = 'def greet(name: str = "") -> str:\n    return ("hello " + name).strip()\n'
+TEST_GREET = (
+    'from greet import greet\n\nassert greet() == "hello"\nassert greet("Ada") == "hello Ada"\n'
+)
+JOURNEY_PLAN = {
+    "goal": "a greet() function that greets by name",
+    "steps": [
+        {
+            "goal": "greet() returns hello",
+            "files": ["greet.py"],
+            "test": "python -c 'import greet'",
+        },
+        {
+            "goal": "greet(name) greets by name",
+            "files": ["greet.py"],
+            "test": "python test_greet.py",
+        },
+    ],
+}
+
+
+class Scripted:
+    """Answers by the role in the system prompt; step 2's implementor is wrong twice (and once
+    tries to change the locked test) before it gets it right."""
+
+    def __init__(self) -> None:
+        self.step2_attempts = 0
+
+    def __call__(self, request: Any) -> Any:
+        from op import Response, ToolCall, Usage
+
+        system = request.messages[0].content
+        last = request.messages[-1]
+        usage = Usage(input_tokens=10, output_tokens=5)
+
+        def calls(*pairs: tuple[str, dict[str, Any]]) -> Response:
+            return Response(
+                tool_calls=tuple(
+                    ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(pairs)
+                ),
+                usage=usage,
+            )
+
+        if last.role == "tool" and not system.startswith("You are the implementor"):
+            return Response(text="done", usage=usage)
+        if system.startswith("You are the director of"):
+            return Response(text=json.dumps(JOURNEY_PLAN), usage=usage)
+        if system.startswith("You are the drafter"):
+            return calls(
+                ("write_file", {"path": "test_greet.py", "content": TEST_GREET}),
+                (
+                    "write_file",
+                    {"path": "handoff/draft.md", "content": "greet.py, tested by test_greet.py"},
+                ),
+            )
+        if system.startswith("You are the implementor"):
+            brief = request.messages[1].content
+            if brief.startswith("Step 1"):
+                return calls(
+                    ("write_file", {"path": "greet.py", "content": GREET_V1}),
+                    ("finish_step", {"summary": "greet returns hello"}),
+                )
+            self.step2_attempts += 1
+            if self.step2_attempts == 1:
+                return calls(
+                    ("write_file", {"path": "test_greet.py", "content": "pass\n"}),
+                    ("write_file", {"path": "greet.py", "content": GREET_WRONG}),
+                    ("finish_step", {"summary": "greets"}),
+                )
+            if self.step2_attempts == 2:
+                return calls(("finish_step", {"summary": "nothing changed"}))
+            return calls(
+                ("write_file", {"path": "greet.py", "content": GREET_V2}),
+                ("finish_step", {"summary": "greets by name"}),
+            )
+        if system.startswith("You are the validator"):
+            run = request.messages[1].content.split("Validation run ")[1].split(".")[0]
+            return calls(
+                ("write_file", {"path": "handoff/validate.md", "content": f"PASS run={run}\n"})
+            )
+        raise AssertionError(f"unexpected request: {system[:40]}")
+
+
+def _repo(tmp_path: Path) -> Path:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.name", "Dev"], ["config", "user.email", "d@x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / ".gitignore").write_text(".opdsl/\n__pycache__/\n")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "start"], cwd=repo, check=True)
+    return repo
+
+
+def test_a_goal_goes_from_plan_to_done_with_a_step_that_fails_twice(tmp_path: Path) -> None:
+    import subprocess
+
+    from interpreters import ScriptedModel, Workspace
+    from programs.director import TOOLS, DirectorResult, director
+
+    repo = _repo(tmp_path)
+    questions: list[str] = []
+
+    def approve(question: str) -> str:
+        questions.append(question)
+        return "APPROVE"
+
+    journal = MemoryJournal()
+    model = Scripted()
+    result = run(
+        director,
+        "greet people by name",
+        model=ScriptedModel(model),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=approve,
+        db=journal,
+    )
+    assert result.status == "completed", result.describe()
+    value = result.value
+    assert isinstance(value, DirectorResult) and value.done and len(value.commits) == 2
+    assert questions and "1. greet() returns hello" in questions[0]
+    assert model.step2_attempts == 3  # failed twice, then passed
+    log = subprocess.run(
+        ["git", "log", "--format=%an <%ae>|%s|%G?"], cwd=repo, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert log[:2] == [
+        "agent-implementor <agent@localhost>|step 2: greet(name) greets by name|N",
+        "agent-implementor <agent@localhost>|step 1: greet() returns hello|N",
+    ]
+    assert (repo / "test_greet.py").read_text() == TEST_GREET  # locked: the attempt was refused
+    refusals = [
+        e.result_json
+        for e in journal.entries(result.run_id)
+        if e.kind == "tool" and "test_greet.py is locked" in (e.result_json or "")
+    ]
+    assert len(refusals) == 1
+    names = [
+        json.loads(e.effect_json)["name"]
+        for e in journal.entries(result.run_id)
+        if e.kind == "checkpoint"
+    ]
+    assert names == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "implement-step-2",
+        "validate-run-1",
+        "done",
+    ]
+    state = result.state
+    assert isinstance(state, DirectorState)
+    assert state.fsm.value == "DONE" and state.implementor.value == "model:default"
+    assert state.plan_hash.value == plan_hash(parse_plan(json.dumps(JOURNEY_PLAN)))
+
+
+def test_each_role_is_told_exactly_the_tools_the_code_offers() -> None:
+    import re
+
+    from programs import director as d
+
+    for prompt, offered in (
+        (d.IMPLEMENTOR, d.IMPLEMENTOR_TOOLS),
+        (d.DRAFTER, d.DRAFTER_TOOLS),
+        (d.VALIDATOR, d.VALIDATOR_TOOLS),
+    ):
+        told = re.search(r"You have exactly these tools: (.*)\.", prompt)
+        assert told is not None and tuple(told.group(1).split(", ")) == offered
+    # the roles that get no tools are told of none
+    for prompt in (d.PLANNER, d.UNBLOCKER):
+        assert "tools" not in prompt
+    # the two tools of the module are what the implementor's list names beside the workspace's
+    assert {t.__name__ for t in d.TOOLS} == {"finish_step", "blocked"} <= set(d.IMPLEMENTOR_TOOLS)

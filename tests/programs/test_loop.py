@@ -120,3 +120,33 @@ def test_a_loop_that_is_only_ever_cut_off_ends_at_max_steps() -> None:
 
     cut = Response(text="...", stop_reason="max_tokens")
     assert run(prog, model=ScriptedModel([cut, cut])).value == "max_tokens"
+
+
+def test_a_tool_the_model_was_not_offered_does_not_run() -> None:
+    ran: list[str] = []
+
+    def secret_door(text: str) -> str:
+        ran.append(text)
+        return "opened"
+
+    def prog() -> Op[list[str]]:
+        _, history = yield from tool_loop([Message.user("go")], tools=["echo"])
+        return [m.content for m in history if m.role == "tool"]
+
+    sneaky = Response(
+        tool_calls=(
+            ToolCall(id="c1", name="secret_door", arguments={"text": "x"}),
+            ToolCall(id="c2", name="echo", arguments={"text": "fine"}),
+        )
+    )
+    journal = MemoryJournal()
+    result = run(
+        prog,
+        model=ScriptedModel([sneaky, Response(text="ok")]),
+        tools=[echo, secret_door],
+        db=journal,
+    )
+    assert ran == [], "the tool that was not offered did not run"
+    assert "tool 'secret_door' was not offered here; the tools are: echo" in result.value[0]
+    assert result.value[1] == "fine"
+    assert _kinds(journal, result.run_id) == ["infer", "tool", "infer"]

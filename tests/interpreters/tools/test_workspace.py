@@ -271,6 +271,25 @@ def test_commit_hooks_are_off(ws: Workspace, repo: Path) -> None:
     assert not (repo / "hook.txt").exists()
 
 
+def test_a_commit_takes_an_author_and_locks_are_a_tool(ws: Workspace, repo: Path) -> None:
+    ws.write_file("y.txt", "y")
+    ws.git_add()
+    assert ws.git_commit("as someone else", author="agent-implementor <agent@localhost>").ok
+    head = git.Repo(repo).head.commit
+    assert (head.author.name, head.author.email) == ("agent-implementor", "agent@localhost")
+    assert (head.committer.name, head.committer.email) == ("agent-implementor", "agent@localhost")
+    for bad in ("no email", "a <b>", "<x@y>", "a <x@y> trailing"):
+        refused = ws.git_commit("bad author", author=bad)
+        assert not refused.ok and "should look like Name <email@host>" in (refused.error or "")
+    assert ws.lock_files(["y.txt", "tests/*.py"]).ok
+    write = ws.write_file("y.txt", "changed")
+    assert not write.ok and "y.txt is locked" in (write.error or "")
+    assert (repo / "y.txt").read_text() == "y"
+    for bad in ("/etc/passwd", "../up", ""):
+        refused = ws.lock_files([bad])
+        assert not refused.ok and "give paths inside the workspace" in (refused.error or "")
+
+
 def _state(repo: Path) -> dict[str, str]:
     out = {}
     for dirpath, dirs, files in os.walk(repo):
