@@ -350,3 +350,83 @@ def test_each_role_is_told_exactly_the_tools_the_code_offers() -> None:
         assert "tools" not in prompt
     # the two tools of the module are what the implementor's list names beside the workspace's
     assert {t.__name__ for t in d.TOOLS} == {"finish_step", "blocked"} <= set(d.IMPLEMENTOR_TOOLS)
+
+
+def _journey(tmp_path: Path, model: Any, answers: list[str]) -> tuple[Any, MemoryJournal, Path]:
+    from interpreters import ScriptedModel, Workspace
+    from programs.director import TOOLS, director
+
+    repo = _repo(tmp_path)
+    journal = MemoryJournal()
+    replies = iter(answers)
+    result = run(
+        director,
+        "greet people by name",
+        model=ScriptedModel(model),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=lambda question: next(replies),
+        db=journal,
+    )
+    return result, journal, repo
+
+
+def test_the_plan_is_not_left_without_approve(tmp_path: Path) -> None:
+    model = Scripted()
+    result, journal, _ = _journey(tmp_path, model, ["make it shorter", "approve", "APPROVE"])
+    assert result.status == "completed", result.describe()
+    asks = [e for e in journal.entries(result.run_id) if e.kind == "ask"]
+    assert len(asks) == 3  # feedback, a lower-case "approve" (not APPROVE), then APPROVE
+    planner_calls = [
+        e
+        for e in journal.entries(result.run_id)
+        if e.kind == "infer" and "You are the director of" in e.effect_json
+    ]
+    assert len(planner_calls) == 3
+    assert "Change the plan: make it shorter" in planner_calls[1].effect_json
+
+
+def test_draft_must_leave_a_summary(tmp_path: Path) -> None:
+    class NoSummary(Scripted):
+        def __call__(self, request: Any) -> Any:
+            from op import Response
+
+            if request.messages[0].content.startswith("You are the drafter"):
+                return Response(text="I wrote nothing")
+            return super().__call__(request)
+
+    result, journal, repo = _journey(tmp_path, NoSummary(), ["APPROVE"])
+    assert result.status == "failed"
+    assert "the drafter wrote no summary in handoff/draft.md; DRAFT cannot end" in str(result.error)
+    assert isinstance(result.state, DirectorState) and result.state.fsm.value == "DRAFT"
+
+
+def test_a_fork_from_implement_step_2_redoes_step_2_onwards(tmp_path: Path) -> None:
+    from interpreters import ScriptedModel, Workspace, resume
+    from programs.director import TOOLS
+
+    result, journal, repo = _journey(tmp_path, Scripted(), ["APPROVE"])
+    assert result.status == "completed"
+    fork = resume(
+        result.run_id,
+        db=journal,
+        from_checkpoint="implement-step-2",
+        model=ScriptedModel(Scripted()),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+    )
+    assert fork.status == "completed", fork.describe()
+    entries = journal.entries(fork.run_id)
+    cp = next(e for e in entries if e.kind == "checkpoint" and "implement-step-2" in e.effect_json)
+    after = [e for e in entries if e.seq > cp.seq and e.kind == "tool"]
+    names = [json.loads(e.effect_json)["name"] for e in after]
+    # step 2 done again by fresh implementors (wrong twice, then right), nothing of step 1
+    assert names.count("finish_step") == 3 and names.count("git_commit") == 1
+    commit = next(e for e in after if json.loads(e.effect_json)["name"] == "git_commit")
+    assert json.loads(commit.effect_json)["args"]["message"] == "step 2: greet(name) greets by name"
+    # the files were put back as they were at the checkpoint, so step 2 made the same change
+    # again: git has nothing new to commit, which is reported and does not block
+    assert "nothing to commit" in (commit.result_json or "")
+    emitted = [json.loads(e.effect_json) for e in entries if e.kind == "emit"]
+    assert any(e["name"] == "commit_failed" and e["data"]["step"] == 2 for e in emitted)
+    assert (repo / "greet.py").read_text() == GREET_V2
