@@ -380,9 +380,42 @@ def cmd_show(a: argparse.Namespace) -> int:
     c.print(table)
     cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
     c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
+    line = _state_line(r, journal.entries(r.run_id))
+    if line:
+        c.print(f"state: {escape(line)}")
     if r.result_json is not None:
         c.print(f"result: {r.result_json}")
     return 0
+
+
+def _state_line(r: Any, entries: Sequence[Any]) -> str:
+    """The run's registers in one line (``fsm=IMPLEMENT pointer=2 implementor=model:qwen3``):
+    its final state, or the state its last checkpoint recorded while it is not finished."""
+    text = r.final_state_json
+    if text is None:
+        for e in reversed(entries):
+            if e.kind == "checkpoint" and e.status == "completed":
+                snapshot = json.loads(e.result_json or "{}").get("state")
+                text = None if snapshot is None else json.dumps(snapshot)
+                break
+    if text is None:
+        return ""
+    try:
+        state = json.loads(text)
+    except ValueError:
+        return ""
+    if not isinstance(state, dict):
+        return ""
+    out = []
+    for name, field in state.items():
+        # registers (a value with a Lamport time) whose value is plain
+        if isinstance(field, dict) and "lamport" in field and "value" in field:
+            value = field["value"]
+            if isinstance(value, str) and len(value) > 24:
+                value = value[:12] + "..."  # a hash, an id: enough to tell them apart
+            if value is not None and isinstance(value, str | int | float | bool):
+                out.append(f"{name}={value}")
+    return " ".join(out)
 
 
 def cmd_report(a: argparse.Namespace) -> int:

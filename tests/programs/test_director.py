@@ -430,3 +430,30 @@ def test_a_fork_from_implement_step_2_redoes_step_2_onwards(tmp_path: Path) -> N
     emitted = [json.loads(e.effect_json) for e in entries if e.kind == "emit"]
     assert any(e["name"] == "commit_failed" and e["data"]["step"] == 2 for e in emitted)
     assert (repo / "greet.py").read_text() == GREET_V2
+
+
+def test_show_tells_where_the_workflow_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from interpreters import ScriptedModel, SqliteJournal, Workspace
+    from interpreters.cli import main
+    from programs.director import TOOLS, director
+
+    repo = _repo(tmp_path)
+    db = str(tmp_path / "runs.db")
+    answers = iter(["APPROVE"])
+    result = run(
+        director,
+        "greet people by name",
+        model=ScriptedModel(Scripted()),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=lambda q: next(answers, None),
+        db=SqliteJournal(db),
+    )
+    assert result.status == "completed"
+    assert main(["show", result.run_id, "--db", db]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("state: "))
+    for part in ("fsm=DONE", "pointer=3", "validation_run=1", "implementor=model:default"):
+        assert part in line.split(), line
+    assert "plan_hash=" in line and len(line) < 200
