@@ -1,0 +1,126 @@
+"""The README's director commands, run as written in a small repository, against the loopback
+OpenAI-compatible server answering as a scripted director and implementor (over HTTP, one
+process per command: the run waits for APPROVE, the answer continues it, show tells where it
+is, and a fork from implement-step-2 redoes step 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.programs.test_director import (
+    GREET_V1,
+    GREET_V2,
+    GREET_WRONG,
+    JOURNEY_PLAN,
+    TEST_GREET,
+    _repo,
+)
+from tests.servers import Reply, ScriptedServer, openai
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Director:
+    """The scripted director and implementor, answering OpenAI chat requests by role."""
+
+    def __init__(self) -> None:
+        self.step2 = 0
+        self.calls = 0
+
+    def __call__(self, req: dict[str, Any]) -> Reply:
+        messages = req["messages"]
+        system = messages[0]["content"]
+        self.calls += 1
+
+        def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
+            return openai(
+                tool_calls=[
+                    (f"c{self.calls}-{i}", n, json.dumps(a)) for i, (n, a) in enumerate(pairs)
+                ]
+            )(req)
+
+        if messages[-1]["role"] == "tool" and not system.startswith("You are the implementor"):
+            return openai(text="done")(req)
+        if system.startswith("You are the director of"):
+            return openai(text=json.dumps(JOURNEY_PLAN))(req)
+        if system.startswith("You are the drafter"):
+            return calls(
+                ("write_file", {"path": "test_greet.py", "content": TEST_GREET}),
+                ("write_file", {"path": "handoff/draft.md", "content": "greet.py and its test"}),
+            )
+        if system.startswith("You are the implementor"):
+            if messages[1]["content"].startswith("Step 1"):
+                return calls(
+                    ("write_file", {"path": "greet.py", "content": GREET_V1}),
+                    ("finish_step", {"summary": "hello"}),
+                )
+            self.step2 += 1
+            content = GREET_WRONG if self.step2 % 3 != 0 else GREET_V2
+            return calls(
+                ("write_file", {"path": "greet.py", "content": content}),
+                ("finish_step", {"summary": "by name"}),
+            )
+        if system.startswith("You are the validator"):
+            k = re.search(r"Validation run (\d+)", messages[1]["content"])
+            assert k is not None
+            verdict = f"PASS run={k.group(1)}\n"
+            return calls(("write_file", {"path": "handoff/validate.md", "content": verdict}))
+        raise AssertionError(system[:60])
+
+
+def _commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "programs.director" in b)
+    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    director = Director()
+    with ScriptedServer([director] * 200) as srv:
+        env = {
+            **os.environ,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": f"{srv.url}/v1",
+            "OPDSL_DB": str(tmp_path / "runs.db"),
+            "PYTHONPATH": str(ROOT),
+        }
+        run_id = ""
+        outputs = []
+        for line in _commands():
+            args = shlex.split(line.replace("RUN", run_id))
+            assert args[0] == "opdsl"
+            done = subprocess.run(
+                [sys.executable, "-m", "interpreters", *args[1:]],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, (line, done.stderr)
+            outputs.append(done)
+            if not run_id:
+                found = re.search(r"opdsl answer (\w+) TEXT", done.stderr)
+                assert found is not None, done.stderr  # it waits for APPROVE
+                run_id = found.group(1)
+                assert "1. greet() returns hello" in done.stderr
+    ran, answered, shown, forked = outputs
+    assert json.loads(answered.stdout.splitlines()[-1])["done"] is True
+    assert "fsm=DONE" in shown.stdout and "implementor=model:default" in shown.stdout
+    assert json.loads(forked.stdout.splitlines()[-1])["done"] is True
+    log = subprocess.run(
+        ["git", "log", "--format=%an|%s"], cwd=repo, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert log[:2] == [
+        "agent-implementor|step 2: greet(name) greets by name",
+        "agent-implementor|step 1: greet() returns hello",
+    ]
+    assert director.step2 == 6  # wrong twice, then right: in the run and again in the fork
