@@ -124,3 +124,79 @@ def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
         "agent-implementor|step 1: greet() returns hello",
     ]
     assert director.step2 == 6  # wrong twice, then right: in the run and again in the fork
+
+
+def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    import pytest
+
+    for checkpoint in ("draft", "buffer", "implement-step-1", "implement-step-2", "validate-run-1"):
+        case = tmp_path / checkpoint
+        case.mkdir()
+        repo = _repo(case)
+        db = case / "runs.db"
+        with ScriptedServer([Director()] * 200) as srv:
+            env = {
+                **os.environ,
+                "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": f"{srv.url}/v1",
+                "OPDSL_DB": str(db),
+                "PYTHONPATH": str(ROOT),
+            }
+            opdsl = [sys.executable, "-m", "interpreters"]
+            first = subprocess.run(
+                [*opdsl, *shlex.split(_commands()[0])[1:]],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            found = re.search(r"opdsl answer (\w+) TEXT", first.stderr)
+            assert found is not None, first.stderr
+            run_id = found.group(1)
+            answering = subprocess.Popen(
+                [*opdsl, "answer", run_id, "APPROVE", "--quiet"],
+                cwd=repo,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            deadline = time.monotonic() + 60
+            reached = False
+            while time.monotonic() < deadline and answering.poll() is None:
+                with sqlite3.connect(db) as con:
+                    row = con.execute(
+                        "SELECT 1 FROM entries WHERE run_id=? AND kind='checkpoint' "
+                        "AND effect_json LIKE ?",
+                        (run_id, f'%"name":"{checkpoint}"%'),
+                    ).fetchone()
+                if row:
+                    reached = True
+                    answering.send_signal(signal.SIGKILL)
+                    break
+                time.sleep(0.005)
+            answering.wait(30)
+            if not reached:
+                pytest.fail(f"the run never reached {checkpoint}")
+            resumed = subprocess.run(
+                [*opdsl, "resume", run_id, "--quiet"],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert resumed.returncode == 0, (checkpoint, resumed.stderr)
+            assert json.loads(resumed.stdout.splitlines()[-1])["done"] is True
+        subjects = subprocess.run(
+            ["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True
+        ).stdout.splitlines()
+        assert subjects == [
+            "step 2: greet(name) greets by name",
+            "step 1: greet() returns hello",
+            "start",
+        ], (checkpoint, subjects)
