@@ -274,27 +274,15 @@ def _repo(tmp_path: Path) -> Path:
 def test_a_goal_goes_from_plan_to_done_with_a_step_that_fails_twice(tmp_path: Path) -> None:
     import subprocess
 
-    from interpreters import ScriptedModel, Workspace
-    from programs.director import TOOLS, DirectorResult, director
+    from programs.director import DirectorResult
 
-    repo = _repo(tmp_path)
-    questions: list[str] = []
-
-    def approve(question: str) -> str:
-        questions.append(question)
-        return "APPROVE"
-
-    journal = MemoryJournal()
     model = Scripted()
-    result = run(
-        director,
-        "greet people by name",
-        model=ScriptedModel(model),
-        tools=TOOLS,
-        workspace=Workspace(repo),
-        answer=approve,
-        db=journal,
-    )
+    result, journal, repo = _journey(tmp_path, model, ["APPROVE"])
+    questions = [
+        json.loads(e.effect_json)["question"]
+        for e in journal.entries(result.run_id)
+        if e.kind == "ask"
+    ]
     assert result.status == "completed", result.describe()
     value = result.value
     assert isinstance(value, DirectorResult) and value.done and len(value.commits) == 2

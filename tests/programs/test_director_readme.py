@@ -75,6 +75,17 @@ class Director:
         raise AssertionError(system[:60])
 
 
+def _env(server: ScriptedServer, db: Path) -> dict[str, str]:
+    """The commands' environment: the loopback server as OpenAI, a journal of the test's."""
+    return {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_BASE_URL": f"{server.url}/v1",
+        "OPDSL_DB": str(db),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
 def _commands() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "programs.director" in b)
@@ -85,13 +96,7 @@ def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     director = Director()
     with ScriptedServer([director] * 200) as srv:
-        env = {
-            **os.environ,
-            "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": f"{srv.url}/v1",
-            "OPDSL_DB": str(tmp_path / "runs.db"),
-            "PYTHONPATH": str(ROOT),
-        }
+        env = _env(srv, tmp_path / "runs.db")
         run_id = ""
         outputs = []
         for line in _commands():
@@ -139,13 +144,7 @@ def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> No
         repo = _repo(case)
         db = case / "runs.db"
         with ScriptedServer([Director()] * 200) as srv:
-            env = {
-                **os.environ,
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": f"{srv.url}/v1",
-                "OPDSL_DB": str(db),
-                "PYTHONPATH": str(ROOT),
-            }
+            env = _env(srv, db)
             opdsl = [sys.executable, "-m", "interpreters"]
             first = subprocess.run(
                 [*opdsl, *shlex.split(_commands()[0])[1:]],
