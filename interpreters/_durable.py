@@ -363,6 +363,10 @@ class _CopyOnCreate(Journal):
     def __init__(self, inner: Journal, prefix: list[Entry]) -> None:
         self.inner = inner
         self.prefix = prefix
+        self.grouped = inner.grouped
+
+    async def durable(self) -> None:
+        await self.inner.durable()
 
     def create_run(self, run: RunRecord) -> None:
         self.inner.create_run(run)

@@ -110,3 +110,39 @@ def test_a_commit_that_fails_fails_every_run_that_waits_on_it(
     assert {journal.run(r.run_id).status for r in results} == {"running"}
     monkeypatch.undo()
     journal.close()
+
+
+def test_a_fork_on_a_grouped_journal_keeps_its_begins_write_ahead(tmp_path: Path) -> None:
+    from interpreters import resume
+
+    db = tmp_path / "runs.db"
+    outside = sqlite3.connect(db, check_same_thread=False)
+
+    def seen_from_outside(i: int, call: CallInfo) -> str:
+        row = outside.execute(
+            "SELECT status FROM entries WHERE run_id=? AND address=?",
+            (call.run_id, call.address),
+        ).fetchone()
+        return "committed" if row == ("started",) else f"not committed: {row}"
+
+    def program() -> Op[list[str]]:
+        from op import checkpoint
+
+        first = yield from tool("seen_from_outside", {"i": 0})
+        yield from checkpoint("middle")
+        second = yield from tool("seen_from_outside", {"i": 1})
+        return [first.output, second.output]
+
+    journal = SqliteJournal(db, group_commit=True)
+    parent = LiveInterpreter(tools=[seen_from_outside], journal=journal).run_sync(program)
+    assert parent.value == ["committed", "committed"]
+    fork = resume(
+        parent.run_id,
+        db=journal,
+        from_checkpoint="middle",
+        program=program,
+        tools=[seen_from_outside],
+    )
+    assert fork.value == ["committed", "committed"]
+    journal.close()
+    outside.close()
