@@ -48,3 +48,47 @@ def test_the_demo_runs_offline_and_shows_every_step(tmp_path: Path) -> None:
         text=True,
     )
     assert tests.returncode == 0, tests.stdout
+
+
+def test_the_director_demo_runs_offline_and_its_commands_run_as_printed(tmp_path: Path) -> None:
+    import os
+
+    from interpreters.cli._demo_director import director_demo
+    from tests.programs.test_director_readme import Director, _env
+    from tests.servers import ScriptedServer
+
+    out = io.StringIO()
+    code = director_demo(Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert code == 0, text
+    assert "> APPROVE  (typed by the demo)" in text and "1. greet() returns hello" in text
+    assert "checkpoint implement-step-2" in text and "checkpoint done" in text
+    assert "agent-implementor: step 2: greet(name) greets by name" in text
+    looks = re.findall(r"(opdsl (?:show|checkpoints|report) [^\n(]+)", text)
+    assert len(looks) == 3
+    for shown in looks:
+        done = subprocess.run(
+            [sys.executable, "-m", "interpreters", *shown.split()[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (shown, done.stderr)
+    assert (tmp_path / "director.html").exists()
+    redo = re.search(r"redo step 2:\s+(opdsl resume [^\n]+)", text)
+    assert redo is not None
+    # the printed redo command, against the loopback server standing in for the real model
+    with ScriptedServer([Director()] * 100) as srv:
+        env = {**_env(srv, tmp_path / "unused.db"), "PATH": os.environ["PATH"]}
+        env.pop("OPDSL_DB")
+        done = subprocess.run(
+            [sys.executable, "-m", "interpreters", *redo.group(1).split()[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert '"done":true' in done.stdout.replace(" ", "")

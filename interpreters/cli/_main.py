@@ -627,6 +627,10 @@ def _version() -> str:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
+    if a.which == "director":
+        from interpreters.cli._demo_director import director_demo
+
+        return director_demo(_console())
     from interpreters.cli._demo import demo
 
     return demo(_console())
@@ -728,7 +732,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p = add("gc", cmd_gc, "remove finished runs and their workspace snapshots")
     p.add_argument("runs", nargs="+")
-    add("demo", cmd_demo, "the example program, offline")
+    p = add("demo", cmd_demo, "an example program, offline: the Coder, or the director workflow")
+    p.add_argument("which", nargs="?", choices=("coder", "director"), default="coder")
     p = add("new", cmd_new, "a new agent program with its tests: opdsl new PATH")
     p.add_argument("path")
     p = add("worker", cmd_worker, "serve runs on a Temporal task queue (opdsl[temporal])")
