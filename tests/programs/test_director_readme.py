@@ -199,3 +199,35 @@ def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> No
             "step 1: greet() returns hello",
             "start",
         ], (checkpoint, subjects)
+
+
+def test_an_unreachable_model_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    import socket
+
+    repo = _repo(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once it is closed
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "OPDSL_DB": str(tmp_path / "runs.db"),
+        "OPDSL_MODEL_TIMEOUT": "5",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "interpreters", *shlex.split(_commands()[0])[1:], "--quiet"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    # the planner's call (after the implementor's name is recorded) fails, naming the model
+    assert "failed at address 2: ProviderError: model openai:gpt-4.1-mini" in done.stderr
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True
+    ).stdout
+    assert status == "", "the repository is as it was"
