@@ -202,3 +202,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # a Temporal client's native threads can abort a finishing process
+    # (temporalio/sdk-python#300): the figures are out, so end without the teardown
+    sys.stdout.flush()
+    os._exit(0)

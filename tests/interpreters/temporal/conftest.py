@@ -36,6 +36,26 @@ class Server:
     process: subprocess.Popen[bytes]
 
 
+_EXIT: list[int] = []
+"""The session's exit status, once known (see :func:`pytest_unconfigure`)."""
+_USED: list[bool] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Once pytest has said everything: end without the interpreter's teardown, with the
+    session's status. The Temporal client's native threads can abort a finishing process
+    ("PyGILState_Release", temporalio/sdk-python#300), which would fail a session that passed."""
+    if _USED and _EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT[-1])
+
+
 @pytest.fixture(scope="session")
 def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not Path(TEMPORAL).exists():
@@ -65,6 +85,7 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     target = f"127.0.0.1:{port}"
     server = Server(target, process)
+    _USED.append(True)
     try:
         asyncio.run(_wait_ready(target, process))
         yield server

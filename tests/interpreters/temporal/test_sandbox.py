@@ -61,7 +61,7 @@ class StrictDriver:
 
 
 RUNNER = """
-import asyncio, json, sys, uuid
+import asyncio, json, os, sys, uuid
 
 import interpreters.runtime  # pydantic's lazily imported parts, on the host
 import strict_workflow
@@ -87,6 +87,9 @@ async def main() -> None:
 
 
 asyncio.run(main())
+# the Temporal client's native threads can abort a finishing process (temporalio/sdk-python#300)
+sys.stdout.flush()
+os._exit(0)
 """
 
 
