@@ -26,18 +26,9 @@ def export_run(journal: Journal, run_id: str) -> str:
     return Redactor.from_env()("\n".join(lines) + "\n")
 
 
-def parse_export(text: str) -> tuple[RunRecord, list[Entry]]:
-    """A run and its entries from text :func:`export_run` wrote (opdsl's own: a run on another
-    engine, carried or read back; a file from elsewhere goes through :func:`import_run`)."""
-    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise JournalError("the run has no record yet")
-    entries = [Entry.from_dict(line["entry"]) for line in lines[1:]]
-    return RunRecord.model_validate(lines[0]["run"]), entries
-
-
-def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
-    """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
+def parse_export(text: str, *, source: str = "the file") -> tuple[RunRecord, list[Entry]]:
+    """A run and its entries from text :func:`export_run` wrote, every line checked (what
+    :func:`import_run` adds, and what a run on another engine carries or is read back as)."""
     run: RunRecord | None = None
     entries: list[Entry] = []
     for n, line in enumerate(text.splitlines(), start=1):
@@ -66,6 +57,12 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     problems = _entry_problems(entries)
     if problems:
         raise JournalError(f"{source}: {problems[0]}")
+    return run, entries
+
+
+def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
+    """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
+    run, entries = parse_export(text, source=source)
     # a run from elsewhere names code; it runs only when the user names the program again
     try:
         config = json.loads(run.config_json or "{}")

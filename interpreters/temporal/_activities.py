@@ -28,11 +28,11 @@ from interpreters.runtime._events import EventBus
 from interpreters.runtime._frame import Call
 from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import error_json
-from interpreters.temporal._types import ACTIVITY, Admission, EffectCall, Outcome
+from interpreters.temporal._types import ACTIVITY, Admission, AdmitRequest, EffectCall, Outcome
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
-from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Tool
-from state import canonical_json
+from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Tool, default_state
+from state import canonical_json, to_jsonable
 
 __all__ = ["Activities", "effect_from_json"]
 
@@ -89,8 +89,11 @@ class Activities:
         return [self.admit, self.tool, self.infer, self.agent, self.checkpoint, self.restore]
 
     @activity.defn(name=ACTIVITY["admit"])
-    async def admit(self, program: str) -> Admission:
-        """Admit a run of ``program`` on this worker, or refuse it."""
+    async def admit(self, request: AdmitRequest) -> Admission:
+        """Admit a run of ``request.program`` on this worker, or refuse it. A state type must be
+        the program's declared one or come from the program's own module: a run's input
+        never makes the worker import a module it was not given."""
+        program = request.program
         if program not in self.programs:
             raise ApplicationError(
                 f"this worker does not run {program}; it runs "
@@ -99,9 +102,20 @@ class Activities:
                 non_retryable=True,
             )
         try:
-            load_program(program)  # here, where an import error can be said plainly
+            fn = load_program(program)  # here, where an import error can be said plainly
         except ProgramNotFound as exc:
             raise ApplicationError(str(exc), type="ProgramNotFound", non_retryable=True) from None
+        wanted = request.state_type
+        if wanted is not None:
+            declared = default_state(fn)
+            same_module = wanted.partition(":")[0] == program.partition(":")[0]
+            if not same_module and (declared is None or to_jsonable(type(declared)) != wanted):
+                raise ApplicationError(
+                    f"state type {wanted} is neither {program}'s declared state nor in its "
+                    "module; this worker does not import it",
+                    type="StateNotAllowed",
+                    non_retryable=True,
+                )
         registry = self.handlers.tools
         quick = [n for n in registry.names() if (t := registry.get(n)) is not None and t.quick]
         return Admission(quick_tools=quick, heartbeat_seconds=self.heartbeat_seconds)

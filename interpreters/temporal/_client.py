@@ -159,7 +159,7 @@ async def fork(
     live from there, on Temporal; the parent is untouched."""
     from interpreters._durable import _fork_prefix, find_checkpoint
 
-    record, entries = parse_export(await export(client, run_id))
+    record, entries = parse_export(await export(client, run_id), source=f"run {run_id}")
     cp = find_checkpoint(entries, checkpoint)
     child = new_run_id()
     prefix = _fork_prefix(entries, cp, child)
@@ -231,7 +231,7 @@ class TemporalJournal(Journal):
                 if "not found" in str(exc).lower():
                     raise JournalError(f"no run {run_id!r} on Temporal at {self.target}") from None
                 raise JournalError(str(exc)) from None
-            self._cache[run_id] = parse_export(text)
+            self._cache[run_id] = parse_export(text, source=f"run {run_id} on {self.target}")
         return self._cache[run_id]
 
     def run(self, run_id: str) -> RunRecord:

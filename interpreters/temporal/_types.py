@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ACTIVITY",
+    "AdmitRequest",
     "Admission",
     "EffectCall",
     "Outcome",
@@ -65,6 +66,15 @@ class RunInput:
     #: continue as new once the history holds this many events (Temporal's own limit is 51,200)
     history_limit: int = 10_000
     generation: int = 0
+
+
+@dataclass
+class AdmitRequest:
+    """What a worker is asked to admit: the program and, if any, the state type the run was
+    started with (both name code the worker would import)."""
+
+    program: str
+    state_type: str | None = None
 
 
 @dataclass

@@ -35,7 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from interpreters.journal._base import Entry, RunRecord
+    from interpreters.journal._base import Entry, JournalError, RunRecord
     from interpreters.journal._memory import MemoryJournal
     from interpreters.journal._portable import export_run, parse_export
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY,
         WORKFLOW,
         Admission,
+        AdmitRequest,
         EffectCall,
         Outcome,
         RunInput,
@@ -231,14 +232,21 @@ def _is_effect_error(exc: Exception) -> bool:
     return not module.startswith("temporalio")
 
 
-def _load_program(ref: str) -> Callable[..., Any]:
+def _named(ref: str) -> Any:
+    """The object ``module:attr.path`` names (the worker admitted it: see ``admit``)."""
     import importlib
-    import inspect
 
     module_name, _, attr = ref.partition(":")
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
+    return obj
+
+
+def _load_program(ref: str) -> Callable[..., Any]:
+    import inspect
+
+    obj = _named(ref)
     if not (callable(obj) and inspect.isgeneratorfunction(inspect.unwrap(obj))):
         raise ApplicationError(f"{ref} is not a program (a generator function)", non_retryable=True)
     return obj  # type: ignore[no-any-return]
@@ -247,20 +255,27 @@ def _load_program(ref: str) -> Callable[..., Any]:
 def _state(inp: RunInput) -> CRDTModel | None:
     if inp.state_json is None or inp.state_type is None:
         return None
-    import importlib
-
-    module_name, _, attr = inp.state_type.partition(":")
-    cls: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        cls = getattr(cls, part)
+    cls = _named(inp.state_type)
     if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
         raise ApplicationError(f"{inp.state_type} is not a CRDTModel", non_retryable=True)
     return cls.model_validate_json(inp.state_json)
 
 
-def _carried(journal: MemoryJournal, text: str) -> tuple[RunRecord, list[Entry]]:
-    """Load a carried journal (continue-as-new, fork) into ``journal``."""
-    record, entries = parse_export(text)
+def _carried(journal: MemoryJournal, inp: RunInput) -> tuple[RunRecord, list[Entry]]:
+    """Load the journal a run was started with (continue-as-new, a fork) into ``journal``. It
+    comes from whoever started the workflow: it is checked as an imported file is, and
+    refused whole (the run fails at once) when it is malformed or of another run."""
+    try:
+        record, entries = parse_export(inp.record or "", source="the journal the run was given")
+    except JournalError as exc:
+        raise ApplicationError(str(exc), type="JournalRefused", non_retryable=True) from None
+    if record.run_id != inp.run_id or record.program != inp.program:
+        raise ApplicationError(
+            f"the journal the run was given is of run {record.run_id} of {record.program}, not "
+            f"run {inp.run_id} of {inp.program}",
+            type="JournalRefused",
+            non_retryable=True,
+        )
     journal.create_run(record)
     journal.add_entries(entries)
     return record, entries
@@ -282,7 +297,7 @@ class OpdslRun:
         try:
             admission = await workflow.execute_local_activity(
                 ACTIVITY["admit"],
-                inp.program,
+                AdmitRequest(program=inp.program, state_type=inp.state_type),
                 result_type=Admission,
                 start_to_close_timeout=timedelta(seconds=30),
             )
@@ -302,7 +317,7 @@ class OpdslRun:
             config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
         )
         if inp.record is not None:
-            record, entries = _carried(self._journal, inp.record)
+            record, entries = _carried(self._journal, inp)
             log = ReplayLog({e.address: e for e in entries}, restore_at=inp.restore_at)
         try:
             result = await execute(

@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer, Worker
 
-from interpreters import MemoryJournal, VirtualClock, import_run, replay, resume, run
+from interpreters import MemoryJournal, VirtualClock, export_run, import_run, replay, resume, run
 from interpreters.temporal import (
     OpdslRun,
     RunOutcome,
@@ -402,3 +402,55 @@ def test_quick_tools_secrets_and_seconds_budgets(
     assert any(aid.startswith("2#") for aid in scheduled)
     assert markers
     assert secret not in history.to_json() and secret not in text
+
+
+def test_a_run_input_that_names_foreign_code_or_a_forged_journal_is_refused(
+    temporal: Server,
+) -> None:
+    """Whoever can start a workflow writes its input: a state type from elsewhere (a module the
+    worker would import) and a journal that is malformed or of another run are refused whole,
+    before any effect."""
+    from interpreters.temporal._client import _start
+    from interpreters.temporal._types import RunInput
+
+    steps = f"{programs.__name__}:steps"
+    good = MemoryJournal()
+    local = run(programs.steps, 1, 0.0, tools=[test_tools.slow], db=good, run_id="forged")
+    assert local.status == "completed"
+    exported = export_run(good, "forged")
+    cases = [
+        (
+            RunInput(
+                run_id="hostile-1",
+                program=steps,
+                args_json='{"args":[1,0],"kwargs":{}}',
+                state_json="{}",
+                state_type="antigravity:Nothing",
+            ),
+            "state type antigravity:Nothing is neither",
+        ),
+        (
+            RunInput(run_id="hostile-2", program=steps, record="not a journal\n"),
+            "the journal the run was given, line 1: expected a run record",
+        ),
+        (
+            RunInput(run_id="hostile-3", program=steps, record=exported),
+            "is of run forged",
+        ),
+        (
+            RunInput(
+                run_id="forged",
+                program=steps,
+                record=exported.replace('"address": "2"', '"address": "../2"'),
+            ),
+            "address '../2' is not an address",
+        ),
+    ]
+
+    async def main() -> list[RunOutcome]:
+        async with serving(temporal, "hostile") as client:
+            return [await outcome(await _start(client, inp, "hostile")) for inp, _ in cases]
+
+    for got, (_, expected) in zip(asyncio.run(main()), cases, strict=True):
+        assert got.status == "failed" and expected in (got.error or ""), got
+    assert "antigravity" not in sys.modules  # the worker never imported it

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,13 +160,17 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
 
     # a run that waits: started detached, answered from the command line, which waits for it
     detached = opdsl("run", ASKS, *t, "--task-queue", "kill", "--detach")
-    assert detached.returncode == 0 and "see it with: opdsl show" in detached.stdout
     waiting = detached.stdout.split()[1]
+    printed = re.search(r"see it with: (opdsl show .+)", detached.stdout)
+    assert detached.returncode == 0 and printed is not None, detached.stdout
+    seen = opdsl(*printed.group(1).split()[1:])  # the command it printed, as printed
+    assert seen.returncode == 0 and f"run {waiting}" in seen.stdout, seen.stderr
+    answered = opdsl("answer", waiting, "Ada", *t)
     for _ in range(100):
-        answered = opdsl("answer", waiting, "Ada", *t)
         if "not waiting for an answer" not in answered.stderr:
             break
         time.sleep(0.2)  # it has not reached its question yet
+        answered = opdsl("answer", waiting, "Ada", *t)
     assert answered.returncode == 0, answered.stderr
     assert f"answered run {waiting} at address 1" in answered.stdout
     assert json.loads(answered.stdout.split("\n", 1)[1]) == "hello Ada"
