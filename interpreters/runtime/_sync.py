@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -13,8 +15,9 @@ T = TypeVar("T")
 
 
 def blocking(call: Callable[[], Awaitable[T]], *, backend: str = "asyncio") -> T:
-    """Run ``await call()`` on a fresh event loop (``backend``: asyncio or trio); give the
-    arguments with ``functools.partial``, so none of a program's own can clash with ``backend``.
+    """Run ``await call()`` on a fresh event loop (``backend``: asyncio or trio), in a thread of
+    its own when this thread already runs a loop; give the arguments with
+    ``functools.partial``, so none of a program's own can clash with ``backend``.
 
     Example:
         >>> import functools
@@ -23,4 +26,11 @@ def blocking(call: Callable[[], Awaitable[T]], *, backend: str = "asyncio") -> T
         >>> blocking(functools.partial(add, 1, b=2))
         3
     """
-    return anyio.run(call, backend=backend)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(call, backend=backend)
+    # called from code an event loop is running (a journal read inside an async replay): a
+    # loop of its own, in a thread of its own
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: anyio.run(call, backend=backend)).result()

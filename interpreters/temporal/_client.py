@@ -4,12 +4,10 @@ as an opdsl journal (:class:`TemporalJournal`), so ``show``, ``checkpoints``, ``
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar, final
+from typing import Any, final
 
 from temporalio.client import (
     Client,
@@ -25,6 +23,7 @@ from interpreters.journal._base import Entry, Journal, JournalError, RunRecord, 
 from interpreters.journal._portable import parse_export
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._driver import new_run_id, program_name
+from interpreters.runtime._sync import blocking
 from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome
 from op import OpdslError
 from state import CRDTModel, canonical_json, to_jsonable
@@ -39,8 +38,6 @@ __all__ = [
     "outcome",
     "start_run",
 ]
-
-T = TypeVar("T")
 
 TASK_TIMEOUT = timedelta(seconds=4)
 """How long a workflow task may take before Temporal gives it to another worker (its default
@@ -203,12 +200,6 @@ _STATUS: dict[WorkflowExecutionStatus, RunStatus] = {
 }
 
 
-def _blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine to its end from synchronous code, even inside a running event loop."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, make()).result()
-
-
 @final
 class TemporalJournal(Journal):
     """The runs on a Temporal server, read as an opdsl journal (read-only): each run's record
@@ -226,7 +217,7 @@ class TemporalJournal(Journal):
                 return await export(await connect(self.target, self.namespace), run_id)
 
             try:
-                text = _blocking(fetch)
+                text = blocking(fetch)
             except TemporalError as exc:
                 if "not found" in str(exc).lower():
                     raise JournalError(f"no run {run_id!r} on Temporal at {self.target}") from None
@@ -259,7 +250,7 @@ class TemporalJournal(Journal):
                 )
             return sorted(out, key=lambda r: r.created_at)
 
-        return _blocking(listed)
+        return blocking(listed)
 
     def _read_only(self) -> JournalError:
         return JournalError(f"the runs on Temporal at {self.target} are read here, not written")
