@@ -5,6 +5,7 @@ process would) before its handler runs."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -12,6 +13,21 @@ import pytest
 
 from interpreters import CallInfo, JournalError, LiveInterpreter, SqliteJournal, check_integrity
 from op import Op, tool
+
+
+def _outside(db: Path) -> tuple[sqlite3.Connection, Callable[[int, CallInfo], str]]:
+    """Another reader of the journal file (as another process would be), and a tool that
+    says whether its own effect's begin is committed there while it runs."""
+    outside = sqlite3.connect(db, check_same_thread=False)
+
+    def seen_from_outside(i: int, call: CallInfo) -> str:
+        row = outside.execute(
+            "SELECT status FROM entries WHERE run_id=? AND address=?",
+            (call.run_id, call.address),
+        ).fetchone()
+        return "committed" if row == ("started",) else f"not committed: {row}"
+
+    return outside, seen_from_outside
 
 
 def _program(n: int) -> Op[list[str]]:
@@ -26,14 +42,7 @@ def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
     tmp_path: Path, grouped: bool
 ) -> None:
     db = tmp_path / "runs.db"
-    outside = sqlite3.connect(db, check_same_thread=False)  # another reader of the file
-
-    def seen_from_outside(i: int, call: CallInfo) -> str:
-        row = outside.execute(
-            "SELECT status FROM entries WHERE run_id=? AND address=?",
-            (call.run_id, call.address),
-        ).fetchone()
-        return "committed" if row == ("started",) else f"not committed: {row}"
+    outside, seen_from_outside = _outside(db)
 
     journal = SqliteJournal(db, group_commit=grouped)
     commits: list[str] = []
@@ -116,14 +125,7 @@ def test_a_fork_on_a_grouped_journal_keeps_its_begins_write_ahead(tmp_path: Path
     from interpreters import resume
 
     db = tmp_path / "runs.db"
-    outside = sqlite3.connect(db, check_same_thread=False)
-
-    def seen_from_outside(i: int, call: CallInfo) -> str:
-        row = outside.execute(
-            "SELECT status FROM entries WHERE run_id=? AND address=?",
-            (call.run_id, call.address),
-        ).fetchone()
-        return "committed" if row == ("started",) else f"not committed: {row}"
+    outside, seen_from_outside = _outside(db)
 
     def program() -> Op[list[str]]:
         from op import checkpoint
