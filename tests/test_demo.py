@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from interpreters.cli._demo import demo
@@ -50,16 +51,17 @@ def test_the_demo_runs_offline_and_shows_every_step(tmp_path: Path) -> None:
     assert tests.returncode == 0, tests.stdout
 
 
-def test_the_director_demo_runs_offline_and_its_commands_run_as_printed(tmp_path: Path) -> None:
+def test_the_director_demo_runs_offline_and_its_commands_run_as_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import os
 
-    from interpreters.cli._demo_director import director_demo
+    from interpreters.cli import main
     from tests.programs.test_director_readme import Director, _env
     from tests.servers import ScriptedServer
 
-    out = io.StringIO()
-    code = director_demo(Console(file=out, width=200, color_system=None))
-    text = out.getvalue()
+    code = main(["demo", "director"])  # as the README says: opdsl demo director
+    text = capsys.readouterr().out
     assert code == 0, text
     assert "> APPROVE  (typed by the demo)" in text and "1. greet() returns hello" in text
     assert "checkpoint implement-step-2" in text and "checkpoint done" in text
