@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar, assert_never, final
 
 from interpreters.agents._base import backends
+from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
 from interpreters.models._base import Model, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
@@ -34,6 +35,7 @@ from op import (
     Response,
     Sleep,
     Tool,
+    ToolResult,
     TurnRecord,
     Usage,
     Uuid,
@@ -124,6 +126,27 @@ class LiveHandlers(Handlers):
             f'give it in a JSON file named by OPDSL_PRICES: {{"{name}": {{"input": USD_PER_M, "output": USD_PER_M}}}}'
         )
 
+    def _host(self, effect: Agent, served: Any, call: Call) -> ToolHost:
+        """The bound tools ``agent(..., tools=[...])`` serves its agent, performed here."""
+        backend = self.agents[effect.backend]
+        if not getattr(backend, "serves_tools", False):
+            raise ModelError(f"the agent backend {effect.backend!r} cannot be given opdsl's tools")
+        if isinstance(served, str) or not all(isinstance(n, str) for n in served):
+            raise ModelError(f"agent(tools=...) takes a list of tool names, not {served!r}")
+        try:
+            specs = self.tools.specs(list(served))
+        except KeyError as exc:
+            raise ModelError(str(exc.args[0]).replace("infer()", "agent()", 1)) from None
+        # the agent's calls run beside its process: a blocking tool works in a thread
+        inner = dataclasses.replace(call, off_loop=True)
+
+        async def perform(name: str, arguments: Mapping[str, Any]) -> ToolResult:
+            bound = self.tools.get(name)
+            assert bound is not None
+            return await bound.call(arguments, inner)
+
+        return ToolHost(specs, perform)
+
     async def perform(self, effect: LeafEffect, call: Call) -> Any:
         match effect:
             case Tool():
@@ -160,7 +183,10 @@ class LiveHandlers(Handlers):
                     effect = dataclasses.replace(
                         effect, options={**effect.options, "cwd": str(cwd)}
                     )
-                return await backend(effect, call)
+                served = effect.options.get("tools")
+                if served is None:
+                    return await backend(effect, call)
+                return await backend(effect, call, self._host(effect, served, call))
             case Checkpoint():
                 if self.workspace is not None:
                     if self.workspace.repo() is not None:

@@ -21,6 +21,7 @@ validator's verdict; it is written only against ``op`` and ``state``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -34,10 +35,12 @@ from op import (
     Append,
     Assign,
     Message,
+    ModelError,
     Op,
     OpdslError,
     ToolCall,
     ToolResult,
+    agent,
     ask,
     checkpoint,
     emit,
@@ -69,6 +72,10 @@ __all__ = [
 ]
 
 State = Literal["PLAN", "DRAFT", "BUFFER", "IMPLEMENT", "VALIDATE", "DONE"]
+Backend = Literal["model", "claude-code"]
+"""Who does a role's work: the run's model (through ``infer``, with opdsl's tool loop) or
+Claude Code (through the ``agent`` effect, its only tools opdsl's, served over MCP)."""
+BACKENDS: tuple[Backend, ...] = ("model", "claude-code")
 STATES: tuple[State, ...] = ("PLAN", "DRAFT", "BUFFER", "IMPLEMENT", "VALIDATE", "DONE")
 
 TRANSITIONS: dict[State, frozenset[State]] = {
@@ -334,15 +341,107 @@ def _ok(result: ToolResult, what: str) -> str:
     return str(result.output)
 
 
-def _ask_plan(goal: str, params: Mapping[str, Any]) -> Op[Plan]:
+class _Called(BaseModel):
+    """One tool call a role made, and how it went."""
+
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    output: str
+
+
+def _work(
+    system: str,
+    brief: str,
+    tools: tuple[str, ...],
+    backend: Backend,
+    params: Mapping[str, Any],
+    *,
+    stop: tuple[str, ...] = (),
+) -> Op[list[_Called]]:
+    """A role's turn with ``tools``: on the run's model, opdsl's tool loop; on an agent
+    backend, one fresh session whose only tools are these. Returns the calls made, up to and
+    including the first one named in ``stop`` (which ends the turn). An agent's turn that
+    fails raises its :class:`~op.ModelError`."""
+    called: list[_Called] = []
+    if backend == "model":
+
+        def note(call: ToolCall, result: ToolResult) -> None:
+            text = str(result.output) if result.ok else str(result.error)
+            called.append(
+                _Called(name=call.name, arguments=call.arguments, ok=result.ok, output=text)
+            )
+            if call.name in stop:
+                raise _TurnEnded(call.name, str(result.output or call.arguments))
+
+        options = dict(params)
+        model = options.pop("model", None)
+        with contextlib.suppress(_TurnEnded):
+            yield from tool_loop(
+                [Message.system(system), Message.user(brief)],
+                tools=tools,
+                model=None if model is None else str(model),
+                on_result=note,
+                params=options,
+                max_steps=30,
+            )
+        return called
+    record = yield from agent(
+        backend,
+        brief,
+        tools=list(tools),
+        system_prompt=system,
+        max_turns=30,
+        **_agent_params(params),
+    )
+    for t in record.tool_calls:
+        name = str(t.get("name"))
+        args = t.get("input")
+        called.append(
+            _Called(
+                name=name,
+                arguments=args if isinstance(args, dict) else {},
+                ok=t.get("status") == "ok",
+                output=str(t.get("output") or ""),
+            )
+        )
+        if name in stop and called[-1].ok:
+            break
+    return called
+
+
+def _agent_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """What an agent backend takes of the run's parameters: its model."""
+    return {"model": str(params["model"])} if params.get("model") else {}
+
+
+def _answer(messages: list[Message], backend: Backend, params: Mapping[str, Any]) -> Op[str]:
+    """A role's answer in words (no tools), appended to ``messages`` as the assistant's."""
+    if backend == "model":
+        reply = yield from infer(messages, **{k: v for k, v in params.items() if k != "model"})
+        messages.append(reply.as_message())
+        return reply.text
+    conversation = "\n\n".join(f"[{m.role}]\n{m.content}" for m in messages[1:])
+    record = yield from agent(
+        backend,
+        conversation,
+        tools=[],
+        system_prompt=messages[0].content,
+        max_turns=1,
+        **_agent_params(params),
+    )
+    messages.append(Message(role="assistant", content=record.text))
+    return record.text
+
+
+def _ask_plan(goal: str, roles: Backend, params: Mapping[str, Any]) -> Op[Plan]:
     """PLAN: the director writes a plan; the user reads it and answers APPROVE or says what to
     change. The workflow does not leave PLAN without APPROVE."""
     messages = [Message.system(PLANNER), Message.user(f"Goal: {goal}")]
     while True:
-        reply = yield from infer(messages, **dict(params))
-        messages.append(reply.as_message())
+        text = yield from _answer(messages, roles, params)
         try:
-            plan = parse_plan(reply.text)
+            plan = parse_plan(text)
         except PlanError as exc:
             messages.append(Message.user(f"{exc}. Answer with the plan's JSON alone."))
             continue
@@ -354,21 +453,16 @@ def _ask_plan(goal: str, params: Mapping[str, Any]) -> Op[Plan]:
         messages.append(Message.user(f"Change the plan: {answer}"))
 
 
-def _draft(plan: Plan, params: Mapping[str, Any]) -> Op[list[str]]:
+def _draft(plan: Plan, roles: Backend, params: Mapping[str, Any]) -> Op[list[str]]:
     """DRAFT: the drafter writes the tests and its summary; returns the test files written."""
-    written: list[str] = []
-
-    def note(call: ToolCall, result: ToolResult) -> None:
-        path = str(call.arguments.get("path", ""))
-        if call.name == "write_file" and result.ok and "test" in path.rsplit("/", 1)[-1]:
-            written.append(path)
-
-    yield from tool_loop(
-        [Message.system(DRAFTER), Message.user(plan.render())],
-        tools=DRAFTER_TOOLS,
-        on_result=note,
-        params=params,
-    )
+    called = yield from _work(DRAFTER, plan.render(), DRAFTER_TOOLS, roles, params)
+    written = [
+        str(c.arguments.get("path", ""))
+        for c in called
+        if c.name == "write_file"
+        and c.ok
+        and "test" in str(c.arguments.get("path", "")).rsplit("/", 1)[-1]
+    ]
     summary = yield from tool("read_file", {"path": DRAFT_FILE})
     if not summary.ok or not str(summary.output).strip():
         raise PlanError(f"the drafter wrote no summary in {DRAFT_FILE}; DRAFT cannot end")
@@ -394,10 +488,12 @@ def _implement(
     summary: str,
     failure: str,
     guidance: str,
+    backend: Backend,
     params: Mapping[str, Any],
 ) -> Op[tuple[str, str]]:
-    """One attempt at one step by a fresh implementor: ("passed", commit or note),
-    ("failed", why) or ("blocked", why)."""
+    """One attempt at one step by a fresh implementor (a new conversation; on an agent
+    backend, a new process): ("passed", commit or note), ("failed", why) or
+    ("blocked", why)."""
     brief = (
         f"Step {number}: {step.goal}\nFiles: {', '.join(step.files)}\nTest: {step.test}\n\n"
         f"The drafter's summary:\n{summary}"
@@ -406,26 +502,17 @@ def _implement(
         brief += f"\n\nThe last attempt failed:\n{failure}"
     if guidance:
         brief += f"\n\nGuidance from the user:\n{guidance}"
-
-    def end_turn(call: ToolCall, result: ToolResult) -> None:
-        if call.name in ("finish_step", "blocked"):
-            raise _TurnEnded(call.name, str(result.output or call.arguments))
-
-    options = dict(params)
-    model = options.pop("model", None)
     try:
-        yield from tool_loop(
-            [Message.system(IMPLEMENTOR), Message.user(brief)],
-            tools=IMPLEMENTOR_TOOLS,
-            model=None if model is None else str(model),
-            on_result=end_turn,
-            params=options,
-            max_steps=30,
+        called = yield from _work(
+            IMPLEMENTOR, brief, IMPLEMENTOR_TOOLS, backend, params, stop=("finish_step", "blocked")
         )
+    except ModelError as exc:
+        return "failed", f"the implementor's turn failed: {exc}"
+    ended = [c for c in called if c.name in ("finish_step", "blocked") and c.ok]
+    if not ended:
         return "failed", "the implementor stopped without calling finish_step or blocked"
-    except _TurnEnded as turn:
-        if turn.tool == "blocked":
-            return "blocked", turn.text
+    if ended[0].name == "blocked":
+        return "blocked", ended[0].output or str(ended[0].arguments)
     tested = yield from tool("run", {"command": shlex.split(step.test)})
     if not tested.ok:
         return "failed", f"the step's test failed:\n{tested.error or tested.output}"
@@ -439,27 +526,25 @@ def _implement(
     return "passed", str(commit.output)
 
 
-def _revise(step: PlanStep, why: str, params: Mapping[str, Any]) -> Op[PlanStep]:
+def _revise(step: PlanStep, why: str, roles: Backend, params: Mapping[str, Any]) -> Op[PlanStep]:
     """BUFFER: the director (an unblocker) revises a step that failed."""
     messages = [Message.system(UNBLOCKER), Message.user(f"{step.model_dump_json()}\n\n{why}")]
     for _ in range(3):
-        reply = yield from infer(messages, **dict(params))
+        text = yield from _answer(messages, roles, params)
         try:
-            body = _FENCE.search(reply.text)
-            return PlanStep.model_validate_json((body.group(1) if body else reply.text).strip())
+            body = _FENCE.search(text)
+            return PlanStep.model_validate_json((body.group(1) if body else text).strip())
         except ValidationError as exc:
-            messages += [reply.as_message(), Message.user(f"Not a step: {exc.errors()[0]['msg']}")]
+            messages.append(Message.user(f"Not a step: {exc.errors()[0]['msg']}"))
     return step
 
 
-def _validate(run: int, plan: Plan, params: Mapping[str, Any]) -> Op[Verdict]:
+def _validate(run: int, plan: Plan, roles: Backend, params: Mapping[str, Any]) -> Op[Verdict]:
     """VALIDATE: the validator checks the whole result and writes its verdict, which must be
     there, be for this run and agree with itself (asked again twice, then the run fails)."""
     note = f"Validation run {run}.\n\n{plan.render()}"
     for _ in range(3):
-        yield from tool_loop(
-            [Message.system(VALIDATOR), Message.user(note)], tools=VALIDATOR_TOOLS, params=params
-        )
+        yield from _work(VALIDATOR, note, VALIDATOR_TOOLS, roles, params)
         text = yield from tool("read_file", {"path": VERDICT_FILE})
         try:
             return parse_verdict(
@@ -478,26 +563,36 @@ def director(
     max_attempts: int = 4,
     max_fixes: int = 2,
     max_tokens: int = 4096,
+    implementor: Backend = "model",
+    roles: Backend = "model",
 ) -> Op[DirectorResult]:
     """Take ``goal`` from a plan the user approves to validated, committed steps.
 
     Run it with a workspace (``--workspace REPO``, a git repository), the run's model, and
     this module's :data:`TOOLS`. ``mode``: progressive runs every remaining step before
-    validating; direct validates after each step. ``model``: the model name the implementor
-    uses (default: the run's model's own), recorded as the run's implementor.
+    validating; direct validates after each step. ``implementor``: who carries out the
+    steps, the run's model or ``claude-code``; ``roles``: who plans, drafts, revises and
+    validates. ``model``: the model name the implementor uses (default: the backend's own).
+    Both backends are chosen here, once, and recorded in the run's state; an agent backend
+    that cannot run is refused before anything changes.
     """
+    for name, value in (("implementor", implementor), ("roles", roles)):
+        if value not in BACKENDS:
+            raise OpdslError(f"{name}={value!r} is not a backend ({', '.join(BACKENDS)})")
+    for backend in sorted({implementor, roles} - {"model"}):
+        yield from agent(backend, "", probe=True)  # refused here, before any change
     params: dict[str, Any] = {"max_tokens": max_tokens}
-    yield from update(implementor=Assign(f"model:{model or 'default'}"))
+    yield from update(implementor=Assign(f"{implementor}:{model or 'default'}"))
     commits: list[str] = []
     while True:
-        plan = yield from _ask_plan(goal, params)
+        plan = yield from _ask_plan(goal, roles, params)
         yield from update(plan_hash=Assign(plan_hash(plan)), pointer=Assign(1))
         yield from enter("DRAFT")
         written = yield from tool(
             "write_file", {"path": PLAN_FILE, "content": plan.model_dump_json(indent=2)}
         )
         _ok(written, f"writing {PLAN_FILE}")
-        tests = yield from _draft(plan, params)
+        tests = yield from _draft(plan, roles, params)
         summary = _ok((yield from tool("read_file", {"path": DRAFT_FILE})), "the draft")
         yield from enter("BUFFER")
         try:
@@ -507,7 +602,8 @@ def director(
                 [*tests, PLAN_FILE, DRAFT_FILE],
                 commits,
                 mode,
-                model,
+                (implementor, roles),
+                {**params, **({"model": model} if model else {})},
                 params,
                 max_attempts=max_attempts,
                 max_fixes=max_fixes,
@@ -528,16 +624,17 @@ def _steps(
     locked: list[str],
     commits: list[str],
     mode: str,
-    model: str | None,
+    backends: tuple[Backend, Backend],
+    implementor_params: dict[str, Any],
     params: dict[str, Any],
     *,
     max_attempts: int,
     max_fixes: int,
 ) -> Op[DirectorResult]:
     """From BUFFER: implement the steps, validate, until the validator says PASS (DONE)."""
+    implementor, roles = backends
     steps = list(plan.steps)
     guidance = ""
-    implementor_params = {**params, **({"model": model} if model else {})}
     while True:
         s = yield from get(DirectorState)
         pointer = s.pointer.value or 1
@@ -547,7 +644,13 @@ def _steps(
         for _ in range(max_attempts):
             _ok((yield from tool("lock_files", {"patterns": locked})), "locking the tests")
             outcome, detail = yield from _implement(
-                steps[pointer - 1], pointer, summary, failure, guidance, implementor_params
+                steps[pointer - 1],
+                pointer,
+                summary,
+                failure,
+                guidance,
+                implementor,
+                implementor_params,
             )
             if outcome == "passed":
                 if detail:
@@ -570,7 +673,7 @@ def _steps(
                     f"revisions:\n{failure}\n\nWhat should the implementor do?"
                 )
             else:
-                steps[pointer - 1] = yield from _revise(steps[pointer - 1], failure, params)
+                steps[pointer - 1] = yield from _revise(steps[pointer - 1], failure, roles, params)
             continue
         guidance = ""
         yield from update(pointer=Assign(pointer + 1), attempts=Assign(0), fixes=Assign(0))
@@ -579,7 +682,7 @@ def _steps(
         yield from enter("VALIDATE")
         s = yield from get(DirectorState)
         run = s.validation_run.value or 1
-        verdict = yield from _validate(run, plan, params)
+        verdict = yield from _validate(run, plan, roles, params)
         if verdict.passed and pointer >= len(steps):
             yield from enter("DONE")
             return DirectorResult(done=True, commits=commits, validation_runs=run, plan=plan)
@@ -589,5 +692,6 @@ def _steps(
             steps[verdict.step - 1] = yield from _revise(
                 steps[verdict.step - 1],
                 f"The validator failed this step (validation run {verdict.run}).",
+                roles,
                 params,
             )

@@ -25,11 +25,13 @@ import os
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, final
 
+from interpreters.agents._bridge import ToolHost
 from interpreters.runtime._frame import Call
 from interpreters.tools._process import run_process
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
@@ -80,6 +82,9 @@ class _Turn:
     session_id: str | None = None
     finished: bool = False
     error: str | None = None
+    #: the tools opdsl serves this turn (their own names), when it serves any: the CLI must
+    #: offer exactly these and nothing else
+    served: frozenset[str] | None = None
 
     def emit(self, event: Any) -> None:
         if self.call.bus.active:
@@ -141,11 +146,24 @@ class _Turn:
         return base.model_copy(update={"cost_usd": self.cost})
 
 
+@dataclass
+class Session:
+    """How one turn's process is started: its argv, environment additions and folder."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    #: the tools opdsl serves the CLI this turn (see :class:`_Turn.served`)
+    served: frozenset[str] | None = None
+
+
 class CliBackend(ABC):
     """A coding agent run as a subprocess that prints JSON lines."""
 
     name: ClassVar[str]
     command: ClassVar[str]
+    #: whether the backend can be given opdsl's bound tools (``agent(..., tools=[...])``)
+    serves_tools: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -183,6 +201,15 @@ class CliBackend(ABC):
     @abstractmethod
     def argv(self, exe: str, effect: Agent) -> list[str]: ...
 
+    @asynccontextmanager
+    async def session(
+        self, exe: str, effect: Agent, tools: ToolHost | None
+    ) -> AsyncIterator[Session]:
+        """Prepare one turn's process (and whatever must live as long as it)."""
+        if tools is not None:
+            raise ModelError(f"the {self.name} backend cannot be given opdsl's tools")
+        yield Session(self.argv(exe, effect), cwd=effect.options.get("cwd"))
+
     def _confined(self, effect: Agent) -> bool:
         asked = effect.options.get("confine")
         if asked is not None:
@@ -193,11 +220,11 @@ class CliBackend(ABC):
         """Whether the CLI runs inside bubblewrap when neither the program nor the backend says."""
         return False
 
-    def _confine(self, argv: list[str], effect: Agent, env: Mapping[str, str]) -> list[str]:
+    def _confine(self, argv: list[str], folder: str | None, env: Mapping[str, str]) -> list[str]:
         problem = sandbox_problem()
         if problem is not None:
             raise ModelError(f"the {self.name} agent was asked to run confined, but {problem}")
-        cwd = Path(str(effect.options.get("cwd") or os.getcwd())).resolve()
+        cwd = Path(folder or os.getcwd()).resolve()
         homes = {Path(env[v]).resolve() for v in self.homes if env.get(v)}
         homes = {h for h in homes if h.is_dir() and h != cwd}
         exe = Path(argv[0]).resolve()
@@ -229,8 +256,12 @@ class CliBackend(ABC):
             crash_reason=None if reason is None else reason[:MAX_REASON],
         )
 
-    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
+    async def __call__(
+        self, effect: Agent, call: Call, tools: ToolHost | None = None
+    ) -> TurnRecord:
         exe = self.find()
+        if effect.options.get("probe"):
+            return await self.probe(exe)
         turn = _Turn(call=call, backend=self.name)
         turn.emit(AgentStart(**turn.base(), backend=self.name, model=effect.options.get("model")))
         started = time.monotonic()
@@ -239,22 +270,24 @@ class CliBackend(ABC):
         exit_code: int | None = None
         reader = _Reader(self, turn, effect)
         try:
-            env = {**os.environ, **self.env}
-            env.pop("CLAUDECODE", None)
-            argv = self.argv(exe, effect)
-            if self._confined(effect):
-                argv = self._confine(argv, effect, env)
-            # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
-            end = await run_process(
-                argv,
-                cwd=effect.options.get("cwd"),
-                env=env,
-                timeout=self.timeout,
-                idle_timeout=self.idle_timeout,
-                grace=self.grace,
-                consume=reader.feed,
-                exit_wait=self.grace,
-            )
+            async with self.session(exe, effect, tools) as session:
+                turn.served = session.served
+                env = {**os.environ, **self.env, **session.env}
+                env.pop("CLAUDECODE", None)
+                argv = session.argv
+                if self._confined(effect):
+                    argv = self._confine(argv, session.cwd, env)
+                # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
+                end = await run_process(
+                    argv,
+                    cwd=session.cwd,
+                    env=env,
+                    timeout=self.timeout,
+                    idle_timeout=self.idle_timeout,
+                    grace=self.grace,
+                    consume=reader.feed,
+                    exit_wait=self.grace,
+                )
             exit_code = end.returncode
             if end.ending == "timeout":
                 kind, reason = "timeout", f"no final event within {self.timeout:g}s"
@@ -284,6 +317,36 @@ class CliBackend(ABC):
         if kind is not None:
             raise AgentError(kind, record)
         return record
+
+    async def probe(self, exe: str) -> TurnRecord:
+        """``agent(backend, "", probe=True)``: check the CLI runs (``--version``), without a
+        turn; its answer is the record's text. A program calls it before it changes anything."""
+        out = bytearray()
+
+        def take(chunk: bytes) -> bool:
+            out.extend(chunk[: 4096 - len(out)])
+            return False
+
+        try:
+            end = await run_process(
+                [exe, "--version"],
+                cwd=None,
+                env={**os.environ, **self.env},
+                timeout=30,
+                idle_timeout=30,
+                grace=self.grace,
+                consume=take,
+                merge_stderr=True,
+            )
+        except OSError as exc:
+            raise ModelError(f"the {self.name} backend's `{exe}` cannot start: {exc}") from None
+        text = out.decode("utf-8", "replace").strip()
+        if end.ending != "exited" or end.returncode != 0:
+            raise ModelError(
+                f"the {self.name} backend's `{exe} --version` failed "
+                f"(status {end.returncode}, {end.ending}): {text[:500]}"
+            )
+        return TurnRecord(backend=self.name, text=text, exit_code=0)
 
 
 Kind = Literal["timeout", "crash", "refused", "error", "stopped"]

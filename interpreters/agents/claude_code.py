@@ -1,13 +1,49 @@
-"""Claude Code headless (``claude -p --output-format stream-json --verbose``) as a backend."""
+"""Claude Code headless (``claude -p --output-format stream-json --verbose``) as a backend.
+
+Given opdsl's tools (``agent("claude-code", prompt, tools=[...])``), Claude Code runs with no
+tool of its own: its only tools are those opdsl serves it over MCP (:mod:`._bridge`), and
+everything around it is pinned down, because a headless Claude Code otherwise trusts more
+than it should:
+
+- it runs in an empty scratch folder with a private ``HOME`` (its settings, hooks,
+  ``CLAUDE.md`` and ``.mcp.json`` are read from the working folder and home, and it writes its
+  sessions and logs there), with ``--setting-sources ""`` and ``--strict-mcp-config``;
+- ``--tools ""`` turns every built-in tool off, ``--allowedTools`` names exactly the served
+  ones (without it, ``-p`` mode denies MCP calls and still reports success), and
+  ``--permission-mode dontAsk`` denies anything else;
+- the first request waits for the MCP server (``MCP_CONNECTION_NONBLOCKING=0`` and
+  ``alwaysLoad``), and the init line is checked before the agent acts: exactly the served
+  tools, the one server ``connected``, the model asked for; anything else kills it;
+- a final ``success`` is not taken at its word: denied calls (``permission_denials``) fail
+  the turn;
+- the prompt comes right after ``-p`` (options that take lists swallow a prompt after them);
+- the process group is killed at the end, so the MCP server it started goes with it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, final
 
-from interpreters.agents._base import CliBackend, _check_init, _Refused, _Turn, register_backend
+from interpreters.agents._base import (
+    CliBackend,
+    Session,
+    _check_init,
+    _Refused,
+    _Turn,
+    register_backend,
+)
+from interpreters.agents._bridge import SERVER, ToolHost, mcp_problem, serve_tools
 from interpreters.models._usage import anthropic_usage
-from op import Agent
+from op import Agent, ModelError
+
+PREFIX = f"mcp__{SERVER}__"
 
 __all__ = ["ClaudeCodeBackend"]
 
@@ -19,6 +55,77 @@ class ClaudeCodeBackend(CliBackend):
     name = "claude-code"
     command = "claude"
     homes = ("HOME", "CLAUDE_CONFIG_DIR")
+    serves_tools = True
+    #: how long one served tool call may take, and how much of its answer the agent reads
+    #: (Claude Code replaces a longer answer by a file path it cannot open without tools)
+    tool_timeout: float = 600.0
+    max_tool_output: int = 30_000
+
+    @asynccontextmanager
+    async def session(
+        self, exe: str, effect: Agent, tools: ToolHost | None
+    ) -> AsyncIterator[Session]:
+        if tools is None:
+            async with super().session(exe, effect, None) as plain:
+                yield plain
+            return
+        problem = mcp_problem() if tools.specs else None
+        if problem is not None:
+            raise ModelError(f"the claude-code backend cannot be given opdsl's tools: {problem}")
+        folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-"))
+        try:
+            home, scratch = folder / "home", folder / "work"
+            home.mkdir()
+            scratch.mkdir()
+            _carry_login(home, self.env.get("HOME") or os.environ.get("HOME"))
+            async with self._serving(tools, folder) as config:
+                served = [PREFIX + spec.name for spec in tools.specs]
+                yield Session(
+                    self.served_argv(exe, effect, config, served),
+                    env={
+                        "HOME": str(home),
+                        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+                        "MCP_CONNECTION_NONBLOCKING": "0",
+                        "MCP_CONNECT_TIMEOUT_MS": "20000",
+                        "MCP_TOOL_TIMEOUT": str(int(self.tool_timeout * 1000) + 10_000),
+                        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                    },
+                    cwd=str(scratch),
+                    served=frozenset(spec.name for spec in tools.specs),
+                )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    @asynccontextmanager
+    async def _serving(self, tools: ToolHost, folder: Path) -> AsyncIterator[dict[str, Any]]:
+        if not tools.specs:  # no tool at all: no MCP server either
+            yield {"mcpServers": {}}
+            return
+        async with serve_tools(
+            tools, folder, timeout=self.tool_timeout, max_output=self.max_tool_output
+        ) as config:
+            yield config
+
+    def served_argv(
+        self, exe: str, effect: Agent, config: dict[str, Any], served: list[str]
+    ) -> list[str]:
+        """The command line of a turn whose only tools are ``served`` (MCP names)."""
+        o = effect.options
+        prompt = effect.prompt
+        if prompt.startswith("-"):
+            prompt = " " + prompt  # a prompt is never read as an option
+        argv = [exe, "-p", prompt, "--output-format", "stream-json", "--verbose"]
+        argv += ["--mcp-config", json.dumps(config), "--strict-mcp-config"]
+        argv += ["--tools", ""]
+        if served:
+            argv += ["--allowedTools", ",".join(served)]
+        argv += ["--permission-mode", "dontAsk", "--setting-sources", ""]
+        argv += ["--no-session-persistence", "--max-turns", str(int(o.get("max_turns") or 30))]
+        if o.get("model"):
+            argv += ["--model", str(o["model"])]
+        if o.get("system_prompt"):
+            argv += ["--system-prompt", str(o["system_prompt"])]
+        return [*argv, *self.extra_args]
 
     def argv(self, exe: str, effect: Agent) -> list[str]:
         o = effect.options
@@ -55,13 +162,12 @@ class ClaudeCodeBackend(CliBackend):
         if kind == "system" and line.get("subtype") == "init":
             turn.__dict__["init_seen"] = True
             turn.session_id = line.get("session_id")
-            _check_init(
-                self.name,
-                effect,
-                line.get("model"),
-                [str(t) for t in line.get("tools") or []],
-                line.get("mcp_servers") or [],
-            )
+            tools = [str(t) for t in line.get("tools") or []]
+            servers = line.get("mcp_servers") or []
+            if turn.served is not None:
+                _check_served(turn.served, tools, servers)
+                tools, servers = [], []  # checked: exactly opdsl's
+            _check_init(self.name, effect, line.get("model"), tools, servers)
         elif kind == "assistant":
             message = line.get("message") or {}
             turn.open_turn()
@@ -76,14 +182,15 @@ class ClaudeCodeBackend(CliBackend):
                 if block.get("type") == "text":
                     turn.text = block.get("text", "")
                 elif block.get("type") == "tool_use":
-                    turn.tool_start(
-                        str(block.get("id")), str(block.get("name")), block.get("input")
-                    )
+                    name = str(block.get("name"))
+                    if turn.served is not None and name.startswith(PREFIX):
+                        name = name[len(PREFIX) :]  # opdsl's own tool, by its own name
+                    turn.tool_start(str(block.get("id")), name, block.get("input"))
         elif kind == "user":
             for block in (line.get("message") or {}).get("content") or []:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     content = block.get("content")
-                    text = content if isinstance(content, str) else json.dumps(content)
+                    text = content if isinstance(content, str) else _text_of(content)
                     turn.tool_end(str(block.get("tool_use_id")), not block.get("is_error"), text)
             turn.close_turn()
         elif kind == "result":
@@ -99,6 +206,50 @@ class ClaudeCodeBackend(CliBackend):
                 turn.turns = max(turn.turns, int(line["num_turns"]))
             if line.get("is_error") or line.get("subtype") != "success":
                 turn.error = f"{line.get('subtype')}: {line.get('result') or line.get('errors') or ''}".strip()
+            elif line.get("permission_denials"):
+                denied = sorted({str(d.get("tool_name")) for d in line["permission_denials"]})
+                turn.error = f"claude-code was denied tool calls: {', '.join(denied)}"
+
+
+def _check_served(served: frozenset[str], offered: list[str], servers: list[Any]) -> None:
+    """The init of a turn with opdsl's tools: exactly those, from the one server, connected."""
+    if served and not servers:
+        raise _Refused("claude-code started without opdsl's MCP server")
+    for server in servers:
+        name = server.get("name") if isinstance(server, dict) else str(server)
+        status = server.get("status") if isinstance(server, dict) else None
+        if name != SERVER:
+            raise _Refused(f"claude-code connected MCP server {name!r}, which was not allowed")
+        if status != "connected":
+            raise _Refused(
+                f"opdsl's MCP server is {status!r}, not connected, as claude-code starts: its "
+                "tools would be missing from the first request"
+            )
+    extra = sorted(t for t in offered if not t.startswith(PREFIX) or t[len(PREFIX) :] not in served)
+    if extra:
+        raise _Refused(f"claude-code offers tools that opdsl does not serve: {', '.join(extra)}")
+    missing = sorted(served - {t[len(PREFIX) :] for t in offered})
+    if missing:
+        raise _Refused(f"claude-code does not offer opdsl's tools {', '.join(missing)}")
+
+
+def _text_of(content: Any) -> str:
+    """A tool result's content blocks as text: their texts joined, else the JSON."""
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" for b in content
+    ):
+        return "".join(str(b.get("text", "")) for b in content)
+    return json.dumps(content)
+
+
+def _carry_login(home: Path, real_home: str | None) -> None:
+    """A user logged in to Claude Code (no API key) keeps that login in a private home."""
+    if not real_home:
+        return
+    credentials = Path(real_home) / ".claude" / ".credentials.json"
+    if credentials.is_file():
+        (home / ".claude").mkdir(mode=0o700, exist_ok=True)
+        shutil.copy2(credentials, home / ".claude" / ".credentials.json")
 
 
 register_backend("claude-code", ClaudeCodeBackend)
