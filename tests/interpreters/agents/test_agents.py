@@ -227,3 +227,91 @@ def _two() -> Op[int]:
     yield from agent("claude-code", "one")
     yield from agent("claude-code", "two")
     return 2
+
+
+def _served(
+    scenario: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> tuple[Any, dict[str, Any]]:
+    """A turn given opdsl's tools (read_file, write_file), on the fake CLI."""
+    monkeypatch.setenv("FAKE_SCENARIO", scenario)
+    monkeypatch.setenv("FAKE_ENV_FILE", str(tmp_path / "env.json"))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    started = time.monotonic()
+    result = run(
+        delegate,
+        db=MemoryJournal(),
+        workspace=str(work),
+        kwargs={"tools": ["read_file", "write_file"], "model": "claude-sonnet-4-5"},
+    )
+    assert time.monotonic() - started < 20  # a refused agent is killed, not waited for
+    seen = json.loads((tmp_path / "env.json").read_text())
+    return result.value, seen
+
+
+@pytest.mark.parametrize(
+    ("scenario", "reason"),
+    [
+        ("mcp_pending", "opdsl's MCP server is 'pending', not connected"),
+        ("mcp_builtin", "offers tools that opdsl does not serve: Bash"),
+        ("mcp_intruder", "connected MCP server 'intruder', which was not allowed"),
+        ("mcp_missing", "does not offer opdsl's tools write_file"),
+        ("wrong_model", "reported model 'claude-opus-9'"),
+    ],
+)
+def test_a_turn_with_opdsls_tools_is_killed_when_its_init_is_not_exactly_them(
+    scenario: str, reason: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    out, _ = _served(scenario, monkeypatch, tmp_path)
+    assert out["kind"] == "refused" and reason in out["reason"], out
+
+
+def test_denied_calls_fail_a_turn_that_says_success(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    out, _ = _served("mcp_denied", monkeypatch, tmp_path)
+    assert out["kind"] == "error" and "denied tool calls: mcp__opdsl__run" in out["reason"], out
+
+
+def test_a_turn_with_opdsls_tools_runs_locked_down(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    record, seen = _served("success", monkeypatch, tmp_path)
+    assert isinstance(record, TurnRecord)
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv[:2] == ["-p", "make the tests pass"]  # the prompt right after -p
+    pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert pairs["--tools"] == "" and pairs["--setting-sources"] == ""
+    assert pairs["--allowedTools"] == "mcp__opdsl__read_file,mcp__opdsl__write_file"
+    assert pairs["--permission-mode"] == "dontAsk" and "--strict-mcp-config" in argv
+    assert "--no-session-persistence" in argv
+    # run from an empty scratch folder with a private home, never the workspace or ~
+    assert seen["cwd"] != str((tmp_path / "work").resolve()) and seen["HOME"] != os.environ["HOME"]
+    assert Path(seen["cwd"]).parent == Path(seen["HOME"]).parent
+    assert not Path(seen["cwd"]).exists()  # removed when the turn ended
+    server = seen["config"]["mcpServers"]["opdsl"]
+    assert server["alwaysLoad"] is True and server["args"][0] == "-I"
+
+
+def test_a_backend_that_cannot_serve_tools_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FAKE_SCENARIO", "success")
+    result = run(
+        delegate,
+        "codex",
+        db=MemoryJournal(),
+        workspace=str(tmp_path),
+        kwargs={"tools": ["read_file"]},
+    )
+    assert result.status == "failed"
+    assert "the agent backend 'codex' cannot be given opdsl's tools" in str(result.error)
+
+
+def test_a_probe_checks_the_cli_runs_without_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = run(delegate, db=MemoryJournal(), kwargs={"probe": True}).value
+    assert isinstance(record, TurnRecord) and record.turns == 0
+    assert record.text == "2.1.197 (Claude Code)"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = run(delegate, db=MemoryJournal(), kwargs={"probe": True})
+    assert result.status == "failed" and "needs the `claude` executable" in str(result.error)
