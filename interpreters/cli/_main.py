@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -388,6 +389,9 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
+_HEXISH = re.compile(r"[0-9a-f-]+")
+
+
 def _state_line(r: Any, entries: Sequence[Any]) -> str:
     """The run's registers in one line (``fsm=IMPLEMENT pointer=2 implementor=model:qwen3``):
     its final state, or the state its last checkpoint recorded while it is not finished."""
@@ -411,8 +415,10 @@ def _state_line(r: Any, entries: Sequence[Any]) -> str:
         # registers (a value with a Lamport time) whose value is plain
         if isinstance(field, dict) and "lamport" in field and "value" in field:
             value = field["value"]
-            if isinstance(value, str) and len(value) > 24:
+            if isinstance(value, str) and len(value) > 24 and _HEXISH.fullmatch(value):
                 value = value[:12] + "..."  # a hash, an id: enough to tell them apart
+            elif isinstance(value, str) and len(value) > 80:
+                value = value[:77] + "..."
             if value is not None and isinstance(value, str | int | float | bool):
                 out.append(f"{name}={value}")
     return " ".join(out)

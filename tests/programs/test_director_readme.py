@@ -86,10 +86,11 @@ def _env(server: ScriptedServer, db: Path) -> dict[str, str]:
     }
 
 
-def _commands() -> list[str]:
+def _commands(which: int = 0) -> list[str]:
+    """The lines of the README's ``which``-th shell block that runs the director."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "programs.director" in b)
-    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    blocks = [b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if "programs.director" in b]
+    return [line for line in blocks[which].replace("\\\n", " ").splitlines() if line.strip()]
 
 
 def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
@@ -231,3 +232,57 @@ def test_an_unreachable_model_is_refused_before_anything_changes(tmp_path: Path)
         ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True
     ).stdout
     assert status == "", "the repository is as it was"
+
+
+def test_the_readme_claude_code_command_runs_as_written(tmp_path: Path) -> None:
+    """The second command: Claude Code (the real CLI, offline, found on PATH) implements the
+    steps through opdsl's tools; the director's roles are the run's model over HTTP."""
+    from tests.programs.test_director_claude_code import CLAUDE, Roles
+
+    if not CLAUDE.exists():
+        import pytest
+
+        pytest.skip(f"the real Claude Code CLI is not installed at {CLAUDE} (make cli)")
+    repo = _repo(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").symlink_to(CLAUDE)
+    (line,) = _commands(1)
+    assert "--arg implementor=claude-code" in line
+    roles = Roles()
+    with ScriptedServer([Director()] * 100) as srv, ScriptedServer([roles] * 40) as claude:
+        env = {
+            **_env(srv, tmp_path / "runs.db"),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "ANTHROPIC_BASE_URL": claude.url,
+            "ANTHROPIC_API_KEY": "sk-test-any",
+        }
+
+        def opdsl(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "interpreters", *args],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+
+        started = opdsl(*shlex.split(line)[1:])
+        assert started.returncode == 0, started.stderr
+        found = re.search(r"opdsl answer (\w+) TEXT", started.stderr)
+        assert found is not None, started.stderr
+        answered = opdsl("answer", found.group(1), "APPROVE")
+        assert answered.returncode == 0, answered.stderr
+        assert json.loads(answered.stdout.splitlines()[-1])["done"] is True
+        shown = opdsl("show", found.group(1))
+    assert "implementor=claude-code:claude-sonnet-4-5" in shown.stdout, shown.stdout
+    assert roles.step2_attempts == 3 and roles.systems
+    assert all("You are the implementor" in s for s in roles.systems)
+    log = subprocess.run(
+        ["git", "log", "--format=%an|%s"], cwd=repo, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert log[:2] == [
+        "agent-implementor|step 2: greet(name) greets by name",
+        "agent-implementor|step 1: greet() returns hello",
+    ]
