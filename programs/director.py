@@ -565,6 +565,7 @@ def director(
     max_tokens: int = 4096,
     implementor: Backend = "model",
     roles: Backend = "model",
+    ask_next: bool = False,
 ) -> Op[DirectorResult]:
     """Take ``goal`` from a plan the user approves to validated, committed steps.
 
@@ -574,7 +575,8 @@ def director(
     steps, the run's model or ``claude-code``; ``roles``: who plans, drafts, revises and
     validates. ``model``: the model name the implementor uses (default: the backend's own).
     Both backends are chosen here, once, and recorded in the run's state; an agent backend
-    that cannot run is refused before anything changes.
+    that cannot run is refused before anything changes. ``ask_next``: at DONE, ask the user
+    for the next goal (DONE -> PLAN) until they answer END.
     """
     for name, value in (("implementor", implementor), ("roles", roles)):
         if value not in BACKENDS:
@@ -595,11 +597,12 @@ def director(
         tests = yield from _draft(plan, roles, params)
         summary = _ok((yield from tool("read_file", {"path": DRAFT_FILE})), "the draft")
         yield from enter("BUFFER")
+        locked = [*tests, PLAN_FILE, DRAFT_FILE]
         try:
             result = yield from _steps(
                 plan,
                 summary,
-                [*tests, PLAN_FILE, DRAFT_FILE],
+                locked,
                 commits,
                 mode,
                 (implementor, roles),
@@ -615,7 +618,20 @@ def director(
             yield from enter("PLAN")
             goal = f"{goal}\n\n(The previous plan was abandoned: {defect})"
             continue
-        return result
+        if not ask_next:
+            return result
+        answer = yield from ask(
+            f"Done: {plan.goal} ({len(commits)} commits so far). Give the next goal, or answer "
+            "END to finish."
+        )
+        if answer.strip() == "END":
+            return result
+        yield from enter("PLAN")
+        _ok(
+            (yield from tool("unlock_files", {"patterns": locked})),
+            "unlocking the last goal's files",
+        )
+        goal = answer.strip()
 
 
 def _steps(

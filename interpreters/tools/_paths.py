@@ -172,6 +172,10 @@ class _Paths:
         """Refuse writes to files matching ``patterns`` (paths relative to the root, or globs)."""
         self.locked.update(patterns)
 
+    def unlock(self, *patterns: str) -> None:
+        """Allow writes again to what :meth:`lock` locked under exactly these ``patterns``."""
+        self.locked.difference_update(patterns)
+
     @contextmanager
     def _dir_fd(self, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
         """An fd of the directory ``parts`` under the root, walked without following symlinks."""

@@ -87,6 +87,12 @@ class Workspace(_Snapshots):
         self.lock(*patterns)
         return ToolResult(output=f"locked: {', '.join(sorted(self.locked))}")
 
+    def unlock_files(self, patterns: list[str]) -> ToolResult:
+        """Unlock what ``lock_files`` locked under exactly these patterns (a program that
+        moves on to new work)."""
+        self.unlock(*patterns)
+        return ToolResult(output=f"locked: {', '.join(sorted(self.locked)) or 'nothing'}")
+
     def program_tools(self) -> list[BoundTool]:
         """Tools for programs rather than models: staging, committing, the branch, snapshots."""
         fns = (
@@ -96,5 +102,6 @@ class Workspace(_Snapshots):
             self.snapshot_files,
             self.restore_files,
             self.lock_files,
+            self.unlock_files,
         )
         return [BoundTool.from_function(fn) for fn in fns]

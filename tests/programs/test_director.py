@@ -445,3 +445,57 @@ def test_show_tells_where_the_workflow_is(
     for part in ("fsm=DONE", "pointer=3", "validation_run=1", "implementor=model:default"):
         assert part in line.split(), line
     assert "plan_hash=" in line and len(line) < 200
+
+
+def test_done_goes_back_to_plan_for_the_next_goal_until_end(tmp_path: Path) -> None:
+    from interpreters import ScriptedModel, Workspace
+    from programs.director import TOOLS, DirectorResult, director
+
+    repo = _repo(tmp_path)
+    journal = MemoryJournal()
+    replies = iter(["APPROVE", "greet in French too", "APPROVE", "END"])
+    result = run(
+        director,
+        "greet people by name",
+        kwargs={"ask_next": True},
+        model=ScriptedModel(Scripted()),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=lambda question: next(replies),
+        db=journal,
+    )
+    assert result.status == "completed", result.describe()
+    value = result.value
+    assert isinstance(value, DirectorResult) and value.done and value.validation_runs == 2
+    entries = journal.entries(result.run_id)
+    names = [json.loads(e.effect_json)["name"] for e in entries if e.kind == "checkpoint"]
+    assert names[names.index("done") :] == [
+        "done",
+        "plan",
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "implement-step-2",
+        "validate-run-2",
+        "done",
+    ]
+    questions = [json.loads(e.effect_json)["question"] for e in entries if e.kind == "ask"]
+    assert questions[1].startswith("Done: a greet() function") and "END" in questions[1]
+    planner = [
+        e for e in entries if e.kind == "infer" and "You are the director of" in e.effect_json
+    ]
+    assert "Goal: greet in French too" in planner[1].effect_json
+    state = result.state
+    assert isinstance(state, DirectorState) and "DONE -> PLAN" in state.moves.items
+    # the one refused write is the first goal's implementor's; the second goal's drafter
+    # rewrote the files the first goal had locked
+    refused = [e for e in entries if e.kind == "tool" and "is locked" in (e.result_json or "")]
+    assert len(refused) == 1
+    drafts = [
+        e
+        for e in entries
+        if e.kind == "tool"
+        and json.loads(e.effect_json)["name"] == "write_file"
+        and json.loads(e.effect_json)["args"]["path"] == "handoff/draft.md"
+    ]
+    assert len(drafts) == 2 and all(json.loads(e.result_json or "{}")["ok"] for e in drafts)
