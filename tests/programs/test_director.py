@@ -196,6 +196,45 @@ JOURNEY_PLAN = {
 }
 
 
+def implementor_calls(step2_attempt: int) -> list[tuple[str, dict[str, Any]]]:
+    """What the scripted implementor calls: step 1 (``0``) right at once; step 2 first tries
+    to change the locked test and is wrong, then changes nothing, then is right."""
+    if step2_attempt == 0:
+        return [
+            ("write_file", {"path": "greet.py", "content": GREET_V1}),
+            ("finish_step", {"summary": "greet returns hello"}),
+        ]
+    if step2_attempt == 1:
+        return [
+            ("write_file", {"path": "test_greet.py", "content": "pass\n"}),
+            ("write_file", {"path": "greet.py", "content": GREET_WRONG}),
+            ("finish_step", {"summary": "greets"}),
+        ]
+    if step2_attempt == 2:
+        return [("finish_step", {"summary": "nothing changed"})]
+    return [
+        ("write_file", {"path": "greet.py", "content": GREET_V2}),
+        ("finish_step", {"summary": "greets by name"}),
+    ]
+
+
+STEP_COMMITS = [
+    "agent-implementor <agent@localhost>|step 2: greet(name) greets by name|N",
+    "agent-implementor <agent@localhost>|step 1: greet() returns hello|N",
+]
+"""The journey's two commits, newest first, as :func:`git_log` shows them."""
+
+
+def git_log(repo: Path) -> list[str]:
+    """``author <email>|subject|signature status`` of each commit, newest first."""
+    import subprocess
+
+    out = subprocess.run(
+        ["git", "log", "--format=%an <%ae>|%s|%G?"], cwd=repo, capture_output=True, text=True
+    )
+    return out.stdout.splitlines()
+
+
 class Scripted:
     """Answers by the role in the system prompt; step 2's implementor is wrong twice (and once
     tries to change the locked test) before it gets it right."""
@@ -231,25 +270,10 @@ class Scripted:
                 ),
             )
         if system.startswith("You are the implementor"):
-            brief = request.messages[1].content
-            if brief.startswith("Step 1"):
-                return calls(
-                    ("write_file", {"path": "greet.py", "content": GREET_V1}),
-                    ("finish_step", {"summary": "greet returns hello"}),
-                )
+            if request.messages[1].content.startswith("Step 1"):
+                return calls(*implementor_calls(0))
             self.step2_attempts += 1
-            if self.step2_attempts == 1:
-                return calls(
-                    ("write_file", {"path": "test_greet.py", "content": "pass\n"}),
-                    ("write_file", {"path": "greet.py", "content": GREET_WRONG}),
-                    ("finish_step", {"summary": "greets"}),
-                )
-            if self.step2_attempts == 2:
-                return calls(("finish_step", {"summary": "nothing changed"}))
-            return calls(
-                ("write_file", {"path": "greet.py", "content": GREET_V2}),
-                ("finish_step", {"summary": "greets by name"}),
-            )
+            return calls(*implementor_calls(self.step2_attempts))
         if system.startswith("You are the validator"):
             run = request.messages[1].content.split("Validation run ")[1].split(".")[0]
             return calls(
@@ -272,7 +296,6 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def test_a_goal_goes_from_plan_to_done_with_a_step_that_fails_twice(tmp_path: Path) -> None:
-    import subprocess
 
     from programs.director import DirectorResult
 
@@ -288,13 +311,7 @@ def test_a_goal_goes_from_plan_to_done_with_a_step_that_fails_twice(tmp_path: Pa
     assert isinstance(value, DirectorResult) and value.done and len(value.commits) == 2
     assert questions and "1. greet() returns hello" in questions[0]
     assert model.step2_attempts == 3  # failed twice, then passed
-    log = subprocess.run(
-        ["git", "log", "--format=%an <%ae>|%s|%G?"], cwd=repo, capture_output=True, text=True
-    ).stdout.splitlines()
-    assert log[:2] == [
-        "agent-implementor <agent@localhost>|step 2: greet(name) greets by name|N",
-        "agent-implementor <agent@localhost>|step 1: greet() returns hello|N",
-    ]
+    assert git_log(repo)[:2] == STEP_COMMITS
     assert (repo / "test_greet.py").read_text() == TEST_GREET  # locked: the attempt was refused
     refusals = [
         e.result_json

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,14 @@ import pytest
 from interpreters import ClaudeCodeBackend, MemoryJournal, ScriptedModel, Workspace, resume, run
 from programs.director import TOOLS, DirectorResult, DirectorState, director
 from tests.programs.test_director import (
-    GREET_V1,
     GREET_V2,
-    GREET_WRONG,
     JOURNEY_PLAN,
+    STEP_COMMITS,
     TEST_GREET,
     Scripted,
     _repo,
+    git_log,
+    implementor_calls,
 )
 from tests.servers import Reply, ScriptedServer, anthropic
 
@@ -71,58 +71,37 @@ class Roles:
             )
         assert "You are the implementor" in system, system[:200]
         if "Step 1" in prompt:
-            return use(
-                ("write_file", {"path": "greet.py", "content": GREET_V1}),
-                ("finish_step", {"summary": "greet returns hello"}),
-            )
+            return use(*implementor_calls(0))
         self.step2_attempts += 1
-        if self.step2_attempts == 1:
-            return use(
-                ("write_file", {"path": "test_greet.py", "content": "pass\n"}),
-                ("write_file", {"path": "greet.py", "content": GREET_WRONG}),
-                ("finish_step", {"summary": "greets"}),
-            )
-        if self.step2_attempts == 2:
-            return use(("finish_step", {"summary": "nothing changed"}))
-        return use(
-            ("write_file", {"path": "greet.py", "content": GREET_V2}),
-            ("finish_step", {"summary": "greets by name"}),
-        )
+        return use(*implementor_calls(self.step2_attempts))
 
 
 def claude(srv: ScriptedServer | None, home: Path, executable: Path = CLAUDE) -> ClaudeCodeBackend:
+    home.mkdir(exist_ok=True)
     env = {"ANTHROPIC_API_KEY": "sk-test-any", "HOME": str(home)}
     if srv is not None:
         env["ANTHROPIC_BASE_URL"] = srv.url
     return ClaudeCodeBackend(executable=str(executable), timeout=120, idle_timeout=60, env=env)
 
 
-def git_log(repo: Path) -> list[str]:
-    out = subprocess.run(
-        ["git", "log", "--format=%an <%ae>|%s|%G?"], cwd=repo, capture_output=True, text=True
-    )
-    return out.stdout.splitlines()
-
-
 def journey(
-    tmp_path: Path, roles: str, srv: ScriptedServer
-) -> tuple[Any, MemoryJournal, Path, Workspace]:
+    tmp_path: Path, backend: ClaudeCodeBackend, **kwargs: Any
+) -> tuple[Any, MemoryJournal, Path]:
+    """The director run on a fresh repository, the user approving every plan."""
     repo = _repo(tmp_path)
-    (tmp_path / "home").mkdir()
     journal = MemoryJournal()
-    workspace = Workspace(repo)
     result = run(
         director,
         "greet people by name",
-        kwargs={"implementor": "claude-code", "roles": roles, "model": MODEL},
+        kwargs=kwargs,
         model=ScriptedModel(Scripted()),
         tools=TOOLS,
-        workspace=workspace,
-        agents={"claude-code": claude(srv, tmp_path / "home")},
+        workspace=Workspace(repo),
+        agents={"claude-code": backend},
         answer=lambda question: "APPROVE",
         db=journal,
     )
-    return result, journal, repo, workspace
+    return result, journal, repo
 
 
 @needs_claude
@@ -130,15 +109,14 @@ def test_claude_code_implements_each_step_through_opdsls_tools(tmp_path: Path) -
     roles = Roles()
     with ScriptedServer() as srv:
         srv.add(*[roles] * 40)
-        result, journal, repo, workspace = journey(tmp_path, "model", srv)
+        result, journal, repo = journey(
+            tmp_path, claude(srv, tmp_path / "home"), implementor="claude-code", model=MODEL
+        )
         assert result.status == "completed", result.describe()
         value = result.value
         assert isinstance(value, DirectorResult) and value.done and len(value.commits) == 2
         assert roles.step2_attempts == 3  # failed twice (the test's verdict), then passed
-        assert git_log(repo)[:2] == [
-            "agent-implementor <agent@localhost>|step 2: greet(name) greets by name|N",
-            "agent-implementor <agent@localhost>|step 1: greet() returns hello|N",
-        ]
+        assert git_log(repo)[:2] == STEP_COMMITS
         assert (repo / "test_greet.py").read_text() == TEST_GREET  # locked, also over MCP
         agents = [e for e in journal.entries(result.run_id) if e.kind == "agent"]
         # a probe, then a fresh Claude Code per attempt: step 1 once, step 2 three times
@@ -184,7 +162,13 @@ def test_every_role_can_be_claude_code(tmp_path: Path) -> None:
     roles = Roles()
     with ScriptedServer() as srv:
         srv.add(*[roles] * 40)
-        result, journal, repo, _ = journey(tmp_path, "claude-code", srv)
+        result, journal, repo = journey(
+            tmp_path,
+            claude(srv, tmp_path / "home"),
+            implementor="claude-code",
+            roles="claude-code",
+            model=MODEL,
+        )
     assert result.status == "completed", result.describe()
     assert isinstance(result.value, DirectorResult) and result.value.done
     seen = {re.search(r"You are the (\w+)", s)[1] for s in roles.systems}  # type: ignore[index]
@@ -199,36 +183,16 @@ def test_every_role_can_be_claude_code(tmp_path: Path) -> None:
 def test_a_backend_that_cannot_run_is_refused_before_anything_changes(
     tmp_path: Path, roles: str
 ) -> None:
-    repo = _repo(tmp_path)
-    before = git_log(repo)
-    journal = MemoryJournal()
-    result = run(
-        director,
-        "greet people by name",
-        kwargs={"implementor": "claude-code", "roles": roles},
-        model=ScriptedModel(Scripted()),
-        tools=TOOLS,
-        workspace=Workspace(repo),
-        agents={"claude-code": claude(None, tmp_path, tmp_path / "no" / "claude")},
-        answer=lambda question: "APPROVE",
-        db=journal,
-    )
+    missing = claude(None, tmp_path / "home", tmp_path / "no" / "claude")
+    result, journal, repo = journey(tmp_path, missing, implementor="claude-code", roles=roles)
     assert result.status == "failed"
     assert "the claude-code backend needs the `claude` executable" in str(result.error)
-    assert git_log(repo) == before and not (repo / "handoff").exists()
+    assert len(git_log(repo)) == 1 and not (repo / "handoff").exists()
     kinds = [e.kind for e in journal.entries(result.run_id)]
     assert "ask" not in kinds and "infer" not in kinds and "tool" not in kinds
 
 
 def test_a_backend_that_is_not_one_is_refused(tmp_path: Path) -> None:
-    result = run(
-        director,
-        "greet people by name",
-        kwargs={"implementor": "gpt-in-a-box"},
-        model=ScriptedModel(Scripted()),
-        tools=TOOLS,
-        workspace=Workspace(_repo(tmp_path)),
-        db=MemoryJournal(),
-    )
+    result, _, _ = journey(tmp_path, claude(None, tmp_path / "home"), implementor="gpt-in-a-box")
     assert result.status == "failed"
     assert "implementor='gpt-in-a-box' is not a backend (model, claude-code)" in str(result.error)

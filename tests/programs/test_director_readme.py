@@ -19,8 +19,10 @@ from tests.programs.test_director import (
     GREET_V2,
     GREET_WRONG,
     JOURNEY_PLAN,
+    STEP_COMMITS,
     TEST_GREET,
     _repo,
+    git_log,
 )
 from tests.servers import Reply, ScriptedServer, openai
 
@@ -122,13 +124,7 @@ def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
     assert json.loads(answered.stdout.splitlines()[-1])["done"] is True
     assert "fsm=DONE" in shown.stdout and "implementor=model:default" in shown.stdout
     assert json.loads(forked.stdout.splitlines()[-1])["done"] is True
-    log = subprocess.run(
-        ["git", "log", "--format=%an|%s"], cwd=repo, capture_output=True, text=True
-    ).stdout.splitlines()
-    assert log[:2] == [
-        "agent-implementor|step 2: greet(name) greets by name",
-        "agent-implementor|step 1: greet() returns hello",
-    ]
+    assert git_log(repo)[:2] == STEP_COMMITS
     assert director.step2 == 6  # wrong twice, then right: in the run and again in the fork
 
 
@@ -279,10 +275,4 @@ def test_the_readme_claude_code_command_runs_as_written(tmp_path: Path) -> None:
     assert "implementor=claude-code:claude-sonnet-4-5" in shown.stdout, shown.stdout
     assert roles.step2_attempts == 3 and roles.systems
     assert all("You are the implementor" in s for s in roles.systems)
-    log = subprocess.run(
-        ["git", "log", "--format=%an|%s"], cwd=repo, capture_output=True, text=True
-    ).stdout.splitlines()
-    assert log[:2] == [
-        "agent-implementor|step 2: greet(name) greets by name",
-        "agent-implementor|step 1: greet() returns hello",
-    ]
+    assert git_log(repo)[:2] == STEP_COMMITS
