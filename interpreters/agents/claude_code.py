@@ -73,6 +73,9 @@ class ClaudeCodeBackend(CliBackend):
         if problem is not None:
             raise ModelError(f"the claude-code backend cannot be given opdsl's tools: {problem}")
         folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-"))
+        if len(str(folder)) > 80:  # a Unix socket's path must stay under 108 bytes
+            folder.rmdir()
+            folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-", dir="/tmp"))
         try:
             home, scratch = folder / "home", folder / "work"
             home.mkdir()

@@ -7,6 +7,7 @@ stands for one of the traps found when Claude Code was first driven this way."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,16 @@ pytestmark = pytest.mark.skipif(
     reason=f"the real Claude Code CLI is not installed at {CLAUDE} (make cli installs it)",
 )
 MODEL = "claude-sonnet-4-5"
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The turns' private folders go to a temporary folder of this test's (short: a socket
+    lives there), so what a test finds left behind is its own."""
+    folder = tempfile.mkdtemp(prefix="cc", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", folder)
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def delegate(prompt: str, options: dict[str, Any]) -> Op[Any]:
@@ -102,7 +113,8 @@ def text(block: Any) -> str:
 
 
 def shims() -> list[str]:
-    """The command lines of opdsl MCP servers still running."""
+    """The command lines of this test's opdsl MCP servers still running."""
+    mine = str(tempfile.gettempdir())
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -110,7 +122,7 @@ def shims() -> list[str]:
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "_mcp_shim.py" in cmd:
+            if "_mcp_shim.py" in cmd and mine in cmd:
                 found.append(cmd)
     return found
 
