@@ -83,6 +83,8 @@ class _Waiting:
     started: float
     spinner: Spinner
     streamed: list[str] = field(default_factory=list)
+    #: the model's thinking, shown live while no answer has come yet
+    thinking: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -160,6 +162,9 @@ class ConsoleSink:
             tail = "".join(w.streamed)[-60:].replace("\n", " ")
             label = Text(f"{w.kind} {address} {now - w.started:.1f}s ", style="bold")
             label.append(w.what + (f"  {tail}" if tail else ""), style="dim")
+            if w.thinking and not tail:
+                thought = "".join(w.thinking)[-60:].replace("\n", " ")
+                label.append(f"  thinking: {thought}", style="dim italic")
             w.spinner.update(text=label)
             grid.add_row(w.spinner, "", "")
         return grid
@@ -203,9 +208,10 @@ class ConsoleSink:
         if isinstance(event, TokenDelta):
             waiting = self._waiting.get(event.address)
             if self._live is not None and waiting is not None:
-                waiting.streamed.append(event.text)  # shown live, printed whole at the end
+                # shown live; the answer is printed whole at the end
+                (waiting.thinking if event.thinking else waiting.streamed).append(event.text)
             elif self.show_tokens:
-                c.print(event.text, end="", style="dim")
+                c.print(event.text, end="", style="dim italic" if event.thinking else "dim")
                 self._streaming = True
             return
         self._end_stream()

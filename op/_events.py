@@ -92,6 +92,8 @@ class TokenDelta(_Event):
     type: Literal["token_delta"] = "token_delta"
     address: str
     text: str
+    #: a piece of the model's thinking (its reasoning before the answer), not of the answer
+    thinking: bool = False
 
 
 class ConflictDetected(_Event):

@@ -152,8 +152,10 @@ def openai(
     model: str = "gpt-4.1-mini",
     cut: int | None = None,
     choices: bool = True,
+    thinking: str = "",
 ) -> Answer:
-    """An answer with ``text`` and ``tool_calls`` (id, name, arguments as a JSON *string*)."""
+    """An answer with ``text`` and ``tool_calls`` (id, name, arguments as a JSON *string*);
+    streamed, ``thinking`` comes first, as ``reasoning_content`` (llama.cpp, vLLM)."""
     calls = tool_calls or []
     finish = "tool_calls" if calls else "stop"
     usage_obj = {
@@ -183,7 +185,7 @@ def openai(
             }
             return Reply(body=body)
         return Reply(
-            chunks=list(_openai_chunks(text, calls, finish, usage_obj, model, choices)),
+            chunks=list(_openai_chunks(text, calls, finish, usage_obj, model, choices, thinking)),
             content_type="text/event-stream",
             cut=cut,
         )
@@ -192,7 +194,13 @@ def openai(
 
 
 def _openai_chunks(
-    text: str, calls: list[tuple[str, str, str]], finish: str, usage: Any, model: str, choices: bool
+    text: str,
+    calls: list[tuple[str, str, str]],
+    finish: str,
+    usage: Any,
+    model: str,
+    choices: bool,
+    thinking: str = "",
 ) -> Iterator[str]:
     def chunk(choices_: list[Any], usage_: Any = None) -> str:
         return (
@@ -214,6 +222,9 @@ def _openai_chunks(
         yield chunk(
             [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
         )
+        for piece in [thinking[i : i + 4] for i in range(0, len(thinking), 4)]:
+            delta = {"reasoning_content": piece}
+            yield chunk([{"index": 0, "delta": delta, "finish_reason": None}])
         for piece in [text[i : i + 4] for i in range(0, len(text), 4)]:
             yield chunk([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
         for n, (cid, name, args) in enumerate(calls):
@@ -409,8 +420,10 @@ def ollama(
     model: str = "qwen3:8b",
     error_after: int | None = None,
     cut: int | None = None,
+    thinking: str = "",
 ) -> Answer:
-    """An answer with ``text`` and ``tool_calls`` (name, arguments: an object or a JSON string)."""
+    """An answer with ``text`` and ``tool_calls`` (name, arguments: an object or a JSON string);
+    streamed, ``thinking`` comes first, in the message's ``thinking`` field."""
     calls = tool_calls or []
 
     def final() -> dict[str, Any]:
@@ -431,6 +444,20 @@ def ollama(
         if req.get("stream") is False:
             return Reply(body={**final(), "message": message})
         lines = [
+            json.dumps(
+                {
+                    "model": model,
+                    "message": {
+                        "role": "assistant",
+                        "content": "",
+                        "thinking": thinking[i : i + 4],
+                    },
+                    "done": False,
+                }
+            )
+            for i in range(0, len(thinking), 4)
+        ]
+        lines += [
             json.dumps(
                 {
                     "model": model,

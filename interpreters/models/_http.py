@@ -257,6 +257,12 @@ class _Stream:
             self.text.append(text)
             call.token(text)
 
+    def thinking(self, call: CallInfo, text: Any) -> None:
+        """A piece of the model's thinking: shown live, not part of the answer."""
+        if text and isinstance(text, str):
+            self.delivered = True
+            call.token(text, thinking=True)
+
 
 class HttpModel(ABC):
     """A model behind an HTTP API. Subclasses give the wire format."""

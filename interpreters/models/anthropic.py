@@ -144,6 +144,8 @@ class AnthropicModel(HttpModel):
                 if delta.get("type") == "text_delta":
                     block["text"] = block.get("text", "") + delta.get("text", "")
                     seen.token(call, delta.get("text", ""))
+                elif delta.get("type") == "thinking_delta":
+                    seen.thinking(call, delta.get("thinking"))
                 elif delta.get("type") == "input_json_delta":
                     block["partial"] += delta.get("partial_json", "")
                     seen.delivered = True

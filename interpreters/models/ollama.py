@@ -113,6 +113,7 @@ class OllamaModel(HttpModel):
                     str(data["error"]), response.status_code, retryable=not seen.delivered
                 )
             message = data.get("message") or {}
+            seen.thinking(call, message.get("thinking"))
             seen.token(call, message.get("content") or "")
             new = self._calls(message, len(calls))
             if new:

@@ -135,6 +135,8 @@ class OpenAIModel(HttpModel):
             for choice in chunk.get("choices") or []:
                 any_choice = True
                 delta = choice.get("delta") or {}
+                # servers name the thinking reasoning_content (llama.cpp, vLLM) or reasoning
+                seen.thinking(call, delta.get("reasoning_content") or delta.get("reasoning"))
                 seen.token(call, delta.get("content") or "")
                 for frag in delta.get("tool_calls") or []:
                     slot = calls.setdefault(

@@ -90,13 +90,19 @@ class Call:
         """Stable across a crash and a resume: the same effect gets the same key."""
         return f"{self.run_id}:{self.address}"
 
-    def token(self, text: str) -> None:
-        """A streamed piece of the answer (about one token): told to the sinks, counted
-        against the budget."""
+    def token(self, text: str, *, thinking: bool = False) -> None:
+        """A streamed piece of the answer, or of the model's thinking before it (about one
+        token): told to the sinks, counted against the budget."""
         self.streamed += 1
         if self.bus.active:
             self.bus.emit(
-                TokenDelta(run_id=self.run_id, at=self.clock.now(), address=self.address, text=text)
+                TokenDelta(
+                    run_id=self.run_id,
+                    at=self.clock.now(),
+                    address=self.address,
+                    text=text,
+                    thinking=thinking,
+                )
             )
         if self.token_limit is not None and self.streamed >= self.token_limit:
             raise TokenLimit()

@@ -580,3 +580,35 @@ def test_model_timeout_on_the_command_line_bounds_a_hanging_call(tmp_path: Path)
         )
     assert out.returncode == 1 and time.monotonic() - t0 < 15, out.stderr
     assert "deadline of 1s" in out.stderr
+
+
+@pytest.mark.parametrize("provider", ["openai", "ollama"])
+def test_thinking_is_shown_live_and_kept_out_of_the_answer(provider: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from interpreters import ConsoleSink
+
+    answer = (openai if provider == "openai" else ollama)(
+        "The answer is 4.", thinking="Two and two make four."
+    )
+    with ScriptedServer([answer]) as srv:
+        model = (openai_model if provider == "openai" else ollama_model)(srv, stream=True)
+        rec = Recorder()
+        out = io.StringIO()
+        sink = ConsoleSink(Console(file=out, width=200, color_system=None), live=False)
+        journal = MemoryJournal()
+
+        def both(event: Any) -> None:
+            rec(event)
+            sink(event)
+
+        result = run(ask, model=model, db=journal, on_event=both)
+    assert result.value.text == "The answer is 4."
+    deltas = rec.of(TokenDelta)
+    assert "".join(d.text for d in deltas if d.thinking) == "Two and two make four."
+    assert "".join(d.text for d in deltas if not d.thinking) == "The answer is 4."
+    assert "Two and two" not in (journal.entries(result.run_id)[0].result_json or "")
+    shown = out.getvalue()
+    assert shown.index("Two and two make four.") < shown.index("The answer is 4.")
