@@ -278,8 +278,10 @@ def anthropic(
     model: str = "claude-sonnet-4-5",
     cut: int | None = None,
     error_at_end: str | None = None,
+    thinking: str = "",
 ) -> Answer:
-    """An answer with ``text`` and ``tool_uses`` (id, name, input object)."""
+    """An answer with ``text`` and ``tool_uses`` (id, name, input object); streamed,
+    ``thinking`` comes first, as a thinking block."""
     uses = tool_uses or []
     stop = "tool_use" if uses else "end_turn"
     msg_id = f"msg_{next(_ids)}"
@@ -306,7 +308,7 @@ def anthropic(
                 },
             }
             return Reply(body=body)
-        events = list(_anthropic_events(text, uses, stop, usage, model, msg_id))
+        events = list(_anthropic_events(text, uses, stop, usage, model, msg_id, thinking))
         if error_at_end:
             events = events[:2] + [
                 _event(
@@ -333,6 +335,7 @@ def _anthropic_events(
     usage: tuple[int, int, int],
     model: str,
     msg_id: str,
+    thinking: str = "",
 ) -> Iterator[str]:
     yield _event(
         "message_start",
@@ -357,12 +360,25 @@ def _anthropic_events(
     )
     yield _event("ping", {"type": "ping"})
     index = 0
+    if thinking:
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        yield _event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        )
+        for piece in [thinking[i : i + 4] for i in range(0, len(thinking), 4)]:
+            delta = {"type": "thinking_delta", "thinking": piece}
+            yield _event(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        index = 1
     if text:
         yield _event(
             "content_block_start",
             {
                 "type": "content_block_start",
-                "index": 0,
+                "index": index,
                 "content_block": {"type": "text", "text": ""},
             },
         )
@@ -371,12 +387,12 @@ def _anthropic_events(
                 "content_block_delta",
                 {
                     "type": "content_block_delta",
-                    "index": 0,
+                    "index": index,
                     "delta": {"type": "text_delta", "text": piece},
                 },
             )
-        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        index = 1
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
     for k, (uid, name, inp) in enumerate(uses):
         i = index + k
         yield _event(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -582,7 +583,7 @@ def test_model_timeout_on_the_command_line_bounds_a_hanging_call(tmp_path: Path)
     assert "deadline of 1s" in out.stderr
 
 
-@pytest.mark.parametrize("provider", ["openai", "ollama"])
+@pytest.mark.parametrize("provider", ["openai", "ollama", "anthropic"])
 def test_thinking_is_shown_live_and_kept_out_of_the_answer(provider: str) -> None:
     import io
 
@@ -590,11 +591,21 @@ def test_thinking_is_shown_live_and_kept_out_of_the_answer(provider: str) -> Non
 
     from interpreters import ConsoleSink
 
-    answer = (openai if provider == "openai" else ollama)(
-        "The answer is 4.", thinking="Two and two make four."
+    text, thinking = "The answer is 4.", "Two and two make four."
+    answer = (
+        openai(text, thinking=thinking)
+        if provider == "openai"
+        else ollama(text, thinking=thinking)
+        if provider == "ollama"
+        else anthropic(text, thinking=thinking)
     )
+    client: dict[str, Callable[..., Any]] = {
+        "openai": openai_model,
+        "ollama": ollama_model,
+        "anthropic": anthropic_model,
+    }
     with ScriptedServer([answer]) as srv:
-        model = (openai_model if provider == "openai" else ollama_model)(srv, stream=True)
+        model = client[provider](srv, stream=True)
         rec = Recorder()
         out = io.StringIO()
         sink = ConsoleSink(Console(file=out, width=200, color_system=None), live=False)
