@@ -306,6 +306,7 @@ IMPLEMENTOR = (
     "are locked. When the step is done call finish_step; if it cannot be done as specified "
     "call blocked. " + _offer(IMPLEMENTOR_TOOLS)
 )
+REACH = "You are being checked before work starts. Answer with the word READY."
 UNBLOCKER = (
     "You are the director. A step of the plan failed. Answer with the step revised, as one "
     'JSON object {"goal": "...", "files": ["..."], "test": "..."}, so that it can be done.'
@@ -583,6 +584,22 @@ def director(
             raise OpdslError(f"{name}={value!r} is not a backend ({', '.join(BACKENDS)})")
     for backend in sorted({implementor, roles} - {"model"}):
         yield from agent(backend, "", probe=True)  # refused here, before any change
+    if implementor != "model" and roles == "model":
+        # the roles' model is met at PLAN, before any change; the implementor's only at
+        # IMPLEMENT, so it is asked once now: its CLI, its login and its model must answer
+        try:
+            yield from agent(
+                implementor,
+                "Answer with the word READY.",
+                tools=[],
+                system_prompt=REACH,
+                max_turns=1,
+                **({"model": model} if model else {}),
+            )
+        except ModelError as exc:
+            raise OpdslError(
+                f"the implementor backend {implementor} cannot be reached: {exc}"
+            ) from None
     params: dict[str, Any] = {"max_tokens": max_tokens}
     yield from update(implementor=Assign(f"{implementor}:{model or 'default'}"))
     commits: list[str] = []

@@ -56,6 +56,8 @@ class Roles:
             uses = [(f"toolu_{i}", f"mcp__opdsl__{n}", a) for i, (n, a) in enumerate(calls)]
             return anthropic("", uses, model=MODEL)(req)
 
+        if "You are being checked" in system:
+            return anthropic("READY", model=MODEL)(req)
         if "You are the director of" in system:
             return anthropic(json.dumps(JOURNEY_PLAN), model=MODEL)(req)
         if "You are the drafter" in system:
@@ -119,10 +121,12 @@ def test_claude_code_implements_each_step_through_opdsls_tools(tmp_path: Path) -
         assert git_log(repo)[:2] == STEP_COMMITS
         assert (repo / "test_greet.py").read_text() == TEST_GREET  # locked, also over MCP
         agents = [e for e in journal.entries(result.run_id) if e.kind == "agent"]
-        # a probe, then a fresh Claude Code per attempt: step 1 once, step 2 three times
-        assert len(agents) == 5
+        # a probe, a first call that it answers, then a fresh Claude Code per attempt: step 1
+        # once, step 2 three times
+        assert len(agents) == 6
         assert json.loads(agents[0].effect_json)["options"] == {"probe": True}
-        options = json.loads(agents[1].effect_json)["options"]
+        assert json.loads(agents[1].result_json or "{}")["text"] == "READY"
+        options = json.loads(agents[2].effect_json)["options"]
         assert options["tools"] == [
             "read_file",
             "write_file",
@@ -132,14 +136,14 @@ def test_claude_code_implements_each_step_through_opdsls_tools(tmp_path: Path) -
             "blocked",
         ]
         assert options["model"] == MODEL and "You are the implementor" in options["system_prompt"]
-        refused = json.loads(agents[2].result_json or "{}")["tool_calls"][0]
+        refused = json.loads(agents[3].result_json or "{}")["tool_calls"][0]
         assert refused["name"] == "write_file" and refused["status"] == "error"
         assert "test_greet.py is locked" in refused["output"]
         state = result.state
         assert isinstance(state, DirectorState)
         assert state.implementor.value == f"claude-code:{MODEL}"
         # the roles were the run's model: Claude Code only ever saw the implementor's prompt
-        assert all("You are the implementor" in s for s in roles.systems)
+        assert all("You are the implementor" in s for s in roles.systems[1:])
 
         # a fork from step 2 starts fresh Claude Code sessions for step 2 onwards
         roles.step2_attempts = 0
@@ -196,3 +200,24 @@ def test_a_backend_that_is_not_one_is_refused(tmp_path: Path) -> None:
     result, _, _ = journey(tmp_path, claude(None, tmp_path / "home"), implementor="gpt-in-a-box")
     assert result.status == "failed"
     assert "implementor='gpt-in-a-box' is not a backend (model, claude-code)" in str(result.error)
+
+
+@needs_claude
+def test_an_implementor_that_cannot_be_reached_is_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    """The CLI is there, but its model server is not: found before PLAN, not at IMPLEMENT."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    unreachable = claude(None, tmp_path / "home")
+    unreachable.env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+    unreachable.env["CLAUDE_CODE_MAX_RETRIES"] = "0"
+    result, journal, repo = journey(tmp_path, unreachable, implementor="claude-code", model=MODEL)
+    assert result.status == "failed"
+    assert "the implementor backend claude-code cannot be reached" in str(result.error)
+    assert len(git_log(repo)) == 1 and not (repo / "handoff").exists()
+    kinds = [e.kind for e in journal.entries(result.run_id)]
+    assert "ask" not in kinds and "infer" not in kinds and "tool" not in kinds
