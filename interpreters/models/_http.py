@@ -74,6 +74,10 @@ def _on_asyncio() -> bool:
     return True
 
 
+USER_AGENT = "opdsl"
+"""What opdsl's requests say they come from."""
+
+
 async def _closed_at_loop_end(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
     """Suspended once; asyncio closes it (running the ``finally``) when its loop shuts down."""
     try:
@@ -319,7 +323,10 @@ class HttpModel(ABC):
         self._closers: list[AsyncGenerator[None, None]] = []
         per_shard = max(1, -(-max_connections // _SHARDS))
         self.limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
-        self._clients: tuple[object, list[httpx.AsyncClient]] | None = None
+        self._clients: (
+            tuple[object, list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]] | None
+        ) = None
+        self._urls: dict[str, httpx.URL] = {}
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
@@ -350,6 +357,16 @@ class HttpModel(ABC):
         return self.max_tokens if raw is None else count_setting("max_tokens", raw)
 
     async def _http(self, key: str) -> httpx.AsyncClient:
+        """The client of this loop for run ``key`` (for the odd request; answers go through
+        :meth:`_transport`)."""
+        return (await self._pool(key))[0]
+
+    async def _transport(self, key: str) -> httpx.AsyncBaseTransport:
+        """The transport under :meth:`_http`'s client: a model call is one POST with no
+        cookies, redirects or auth flow, so it is sent to the transport directly."""
+        return (await self._pool(key))[1]
+
+    async def _pool(self, key: str) -> tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]:
         # Clients belong to one event loop: connections are reused within it, never across
         # loops. On asyncio the transport is aiohttp's (through httpx-aiohttp: httpx's API,
         # aiohttp's connection pool, which holds a thousand waiting runs without slowing
@@ -360,13 +377,17 @@ class HttpModel(ABC):
             if _on_asyncio() and os.environ.get("OPDSL_HTTP_TRANSPORT") != "httpx":
                 from httpx_aiohttp import AiohttpTransport
 
-                transport = AiohttpTransport(
-                    verify=_ssl_context(),
-                    trust_env=False,
-                    limits=httpx.Limits(max_connections=self.max_connections),
-                )
+                transports: list[httpx.AsyncBaseTransport] = [
+                    AiohttpTransport(
+                        verify=_ssl_context(),
+                        trust_env=False,
+                        limits=httpx.Limits(max_connections=self.max_connections),
+                    )
+                ]
                 clients = [
-                    httpx.AsyncClient(transport=transport, timeout=self.timeout, trust_env=False)
+                    httpx.AsyncClient(
+                        transport=transports[0], timeout=self.timeout, trust_env=False
+                    )
                 ]
                 # closed when the event loop shuts down (as it ends its async generators),
                 # so no aiohttp session is left unclosed
@@ -374,18 +395,20 @@ class HttpModel(ABC):
                 await closer.__anext__()
                 self._closers = [closer]  # held here: the loop keeps only a weak reference
             else:
-                clients = [
-                    httpx.AsyncClient(
-                        timeout=self.timeout,
-                        limits=self.limits,
-                        trust_env=False,
-                        verify=_ssl_context(),
+                transports = [
+                    httpx.AsyncHTTPTransport(
+                        limits=self.limits, trust_env=False, verify=_ssl_context()
                     )
                     for _ in range(_SHARDS)
                 ]
-            self._clients = (token, clients)
-        shards = self._clients[1]
-        return shards[hash(key) % len(shards)]
+                clients = [
+                    httpx.AsyncClient(timeout=self.timeout, transport=t, trust_env=False)
+                    for t in transports
+                ]
+            self._clients = (token, clients, transports)
+        _, clients, transports = self._clients
+        shard = hash(key) % len(clients)
+        return clients[shard], transports[shard]
 
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
@@ -487,9 +510,22 @@ class HttpModel(ABC):
         if self._basic is not None:
             headers.setdefault("authorization", self._basic)
         headers.setdefault("idempotency-key", call.idempotency_key)
+        headers.setdefault("user-agent", USER_AGENT)
         try:
-            client = await self._http(call.run_id)
-            async with client.stream("POST", url, json=body, headers=headers) as response:
+            transport = await self._transport(call.run_id)
+            target = self._urls.get(url)
+            if target is None:
+                target = self._urls[url] = httpx.URL(url)
+            request = httpx.Request(
+                "POST",
+                target,
+                headers=headers,
+                content=json.dumps(
+                    body, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+                ).encode(),
+                extensions={"timeout": self.timeout.as_dict()},
+            )
+            async with _answer(transport, request) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", "replace")
                     err = self.error(
@@ -545,6 +581,19 @@ class HttpModel(ABC):
         except httpx.TransportError as exc:
             what = "the stream was cut" if seen.delivered else f"cannot reach {self.base_url}"
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
+
+
+@contextlib.asynccontextmanager
+async def _answer(
+    transport: httpx.AsyncBaseTransport, request: httpx.Request
+) -> AsyncIterator[httpx.Response]:
+    """``request`` sent, its answer's head read; the answer is closed when the block ends."""
+    response = await transport.handle_async_request(request)
+    response.request = request
+    try:
+        yield response
+    finally:
+        await response.aclose()
 
 
 class AnswerTooLarge(Exception):

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from interpreters import resolve_model, run
+from interpreters.models import RetryPolicy
 from interpreters.models._http import HttpModel
 from op import Op, infer
-from tests.servers import ScriptedServer, openai
+from tests.servers import Reply, ScriptedServer, openai
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -23,7 +24,7 @@ def ask() -> Op[str]:
 
 def _transport(model: HttpModel) -> str:
     assert model._clients is not None
-    return type(model._clients[1][0]._transport).__name__
+    return type(model._clients[2][0]).__name__
 
 
 @pytest.mark.parametrize(
@@ -74,3 +75,36 @@ def test_no_client_is_left_unclosed_when_the_loop_ends() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "a b"
     assert "Unclosed" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_call_is_one_plain_post_whose_cookies_are_not_kept(backend: str) -> None:
+    """A model call goes to the transport directly: no cookie jar (an answer's cookie is never
+    sent back), no redirect followed, opdsl's own user agent and idempotency key."""
+
+    def with_cookie(req: dict[str, object]) -> Reply:
+        reply = openai("a")(req)  # type: ignore[arg-type]
+        reply.headers["set-cookie"] = "session=abc123; Path=/"
+        return reply
+
+    def redirect(req: dict[str, object]) -> Reply:
+        return Reply(status=307, body={"error": {"message": "moved"}}, headers={"location": "/x"})
+
+    with ScriptedServer([with_cookie, openai("b"), redirect]) as srv:
+        model = resolve_model(f"openai-compatible:m@{srv.url}/v1?stream=false")
+        assert isinstance(model, HttpModel)
+        model.retry = RetryPolicy(max_retries=0)
+
+        def three() -> Op[list[str]]:
+            out = [(yield from ask()), (yield from ask())]
+            try:
+                out.append((yield from ask()))
+            except Exception as exc:
+                out.append(str(exc))
+            return out
+
+        value = run(three, model=model, backend=backend).value
+    assert value[:2] == ["a", "b"]
+    assert "307" in value[2] and len(srv.requests) == 3  # reported, not followed
+    assert "cookie" not in {k.lower() for k in srv.headers[1]}
+    assert srv.headers[0]["user-agent"] == "opdsl" and srv.headers[0]["idempotency-key"]
