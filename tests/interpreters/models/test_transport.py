@@ -83,7 +83,7 @@ def test_a_call_is_one_plain_post_whose_cookies_are_not_kept(backend: str) -> No
     sent back), no redirect followed, opdsl's own user agent and idempotency key."""
 
     def with_cookie(req: dict[str, object]) -> Reply:
-        reply = openai("a")(req)  # type: ignore[arg-type]
+        reply = openai("a")(req)
         reply.headers["set-cookie"] = "session=abc123; Path=/"
         return reply
 
