@@ -80,7 +80,8 @@ class ClaudeCodeBackend(CliBackend):
             home, scratch = folder / "home", folder / "work"
             home.mkdir()
             scratch.mkdir()
-            _carry_login(home, self.env.get("HOME") or os.environ.get("HOME"))
+            env = {**os.environ, **self.env}
+            _carry_login(home, env.get("CLAUDE_CONFIG_DIR"), env.get("HOME"))
             async with self._serving(tools, folder) as config:
                 served = [PREFIX + spec.name for spec in tools.specs]
                 yield Session(
@@ -245,14 +246,15 @@ def _text_of(content: Any) -> str:
     return json.dumps(content)
 
 
-def _carry_login(home: Path, real_home: str | None) -> None:
-    """A user logged in to Claude Code (no API key) keeps that login in a private home."""
-    if not real_home:
-        return
-    credentials = Path(real_home) / ".claude" / ".credentials.json"
-    if credentials.is_file():
-        (home / ".claude").mkdir(mode=0o700, exist_ok=True)
-        shutil.copy2(credentials, home / ".claude" / ".credentials.json")
+def _carry_login(home: Path, config_dir: str | None, real_home: str | None) -> None:
+    """A user logged in to Claude Code (no API key) keeps that login in a private home: its
+    credentials file, from ``CLAUDE_CONFIG_DIR`` or ``~/.claude``, and nothing else."""
+    for folder in (config_dir, real_home and str(Path(real_home) / ".claude")):
+        credentials = Path(folder) / ".credentials.json" if folder else None
+        if credentials is not None and credentials.is_file():
+            (home / ".claude").mkdir(mode=0o700, exist_ok=True)
+            shutil.copy2(credentials, home / ".claude" / ".credentials.json")
+            return
 
 
 register_backend("claude-code", ClaudeCodeBackend)

@@ -315,3 +315,17 @@ def test_a_probe_checks_the_cli_runs_without_a_turn(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PATH", "/nonexistent")
     result = run(delegate, db=MemoryJournal(), kwargs={"probe": True})
     assert result.status == "failed" and "needs the `claude` executable" in str(result.error)
+
+
+def test_a_login_is_carried_into_the_private_home_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    user = tmp_path / "user"
+    (user / ".claude").mkdir(parents=True)
+    (user / ".claude" / ".credentials.json").write_text('{"token": "x"}')
+    (user / ".claude" / "settings.json").write_text('{"hooks": {}}')
+    monkeypatch.setenv("HOME", str(user))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    record, seen = _served("success", monkeypatch, tmp_path)
+    assert isinstance(record, TurnRecord)
+    assert seen["HOME"] != str(user) and seen["claude_dir"] == [".credentials.json"]
