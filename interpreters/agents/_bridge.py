@@ -120,8 +120,10 @@ async def serve_tools(
         if not hmac.compare_digest(str(request.get("token", "")), token):
             return {"ok": False, "text": "error: refused"}
         name, arguments = request.get("name"), request.get("arguments")
-        if name not in names or not isinstance(arguments, dict):
+        if name not in names:
             return {"ok": False, "text": f"error: no tool named {name!r} is served here"}
+        if not isinstance(arguments, dict):
+            return {"ok": False, "text": f"error: the arguments of {name!r} are not an object"}
         result: ToolResult | None = None
         with anyio.move_on_after(timeout):
             result = await host.perform(str(name), arguments)
