@@ -12,6 +12,7 @@ closes, so a shim the CLI left behind can do nothing more.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import importlib.metadata
 import json
@@ -47,6 +48,7 @@ class ToolHost:
     perform: Callable[[str, Mapping[str, Any]], Awaitable[ToolResult]]
 
 
+@functools.cache
 def mcp_problem() -> str | None:
     """Why opdsl cannot serve tools over MCP here, or None."""
     try:

@@ -29,13 +29,16 @@ from programs.coder import CoderConfig, CodeState, coder
 __all__ = ["demo", "demo_model"]
 
 
+def recorded(name: str) -> Any:
+    """A recorded session shipped with the demos (``demo/NAME.json``)."""
+    return json.loads(
+        resources.files("interpreters.cli").joinpath(f"demo/{name}.json").read_text("utf-8")
+    )
+
+
 def demo_model() -> ScriptedModel:
     """The recorded session as a model: each turn is picked by how far the conversation got."""
-    data = json.loads(
-        resources.files("interpreters.cli")
-        .joinpath("demo/session.json")
-        .read_text(encoding="utf-8")
-    )
+    data = recorded("session")
     work = [Response.model_validate(r) for r in data["work"]]
     commit = Response.model_validate(data["commit"])
 

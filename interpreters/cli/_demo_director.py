@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from rich.markup import escape
 
 from interpreters._api import run
 from interpreters._sinks import ConsoleSink
-from interpreters.cli._demo import _git
+from interpreters.cli._demo import _git, recorded
 from interpreters.models._base import ScriptedModel
 from op import ModelRequest, Response, ToolCall
 from programs.director import TOOLS, director
@@ -26,11 +25,7 @@ __all__ = ["director_demo", "director_model"]
 
 def director_model() -> ScriptedModel:
     """The recorded session as a model: each role's answer, picked by its system prompt."""
-    data = json.loads(
-        resources.files("interpreters.cli")
-        .joinpath("demo/director_session.json")
-        .read_text(encoding="utf-8")
-    )
+    data = recorded("director_session")
     tries: dict[str, int] = {}
 
     def calls(*pairs: tuple[str, dict[str, Any]]) -> Response:
