@@ -187,3 +187,14 @@ def test_each_extra_installs_on_its_own(
     sh(sys.executable, "-m", "venv", home / "venv", cwd=home)
     sh(home / "venv" / "bin" / "pip", "install", "-q", f"{dists[0]}[{extra}]", cwd=home)
     sh(home / "venv" / "bin" / "opdsl", "--version", cwd=home)
+    if extra == "mcp":
+        # what the extra is for: the MCP server Claude Code starts, run by path as opdsl does
+        check = (
+            "import runpy, sys\n"
+            "from interpreters.agents import _bridge\n"
+            "assert _bridge.mcp_problem() is None, _bridge.mcp_problem()\n"
+            "runpy.run_path(str(_bridge.SHIM), run_name='not_main')\n"
+            "print('shim ok')\n"
+        )
+        out = sh(home / "venv" / "bin" / "python", "-c", check, cwd=home)
+        assert out.stdout.strip() == "shim ok"
