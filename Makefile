@@ -66,7 +66,7 @@ pytest: $(STAMP)
 
 # the baselines are installed for the benchmarks only; they are not dependencies of opdsl
 bench: $(STAMP)
-	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite dbos
+	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite dbos aiohttp
 	$(BIN)/python bench/driver.py
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/concurrency.py

@@ -41,6 +41,7 @@ import httpx
 from pydantic import ValidationError
 
 from interpreters.models._base import CallInfo
+from interpreters.models._h1 import H1Transport
 from interpreters.runtime._redact import Redactor
 from op import ModelError, ModelRequest, Response, Usage
 
@@ -375,14 +376,8 @@ class HttpModel(ABC):
         token = anyio.lowlevel.current_token()
         if self._clients is None or self._clients[0] != token:
             if _on_asyncio() and os.environ.get("OPDSL_HTTP_TRANSPORT") != "httpx":
-                from httpx_aiohttp import AiohttpTransport
-
                 transports: list[httpx.AsyncBaseTransport] = [
-                    AiohttpTransport(
-                        verify=_ssl_context(),
-                        trust_env=False,
-                        limits=httpx.Limits(max_connections=self.max_connections),
-                    )
+                    H1Transport(ssl_context=_ssl_context(), max_connections=self.max_connections)
                 ]
                 clients = [
                     httpx.AsyncClient(
@@ -390,7 +385,7 @@ class HttpModel(ABC):
                     )
                 ]
                 # closed when the event loop shuts down (as it ends its async generators),
-                # so no aiohttp session is left unclosed
+                # so no connection is left open
                 closer = _closed_at_loop_end(clients[0])
                 await closer.__anext__()
                 self._closers = [closer]  # held here: the loop keeps only a weak reference

@@ -30,7 +30,7 @@ def _transport(model: HttpModel) -> str:
 @pytest.mark.parametrize(
     ("backend", "forced", "expected"),
     [
-        ("asyncio", None, "AiohttpTransport"),
+        ("asyncio", None, "H1Transport"),
         ("trio", None, "AsyncHTTPTransport"),
         ("asyncio", "httpx", "AsyncHTTPTransport"),
     ],
