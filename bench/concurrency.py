@@ -3,10 +3,10 @@ OpenAI-compatible server that answers after 50 ms, journaled to one SQLite file.
 
 Each figure is measured in the same process run against a bare aiohttp client making the
 same requests (no interpreter, no journal: the client's own limit), and the same opdsl runs
-with no journal (what the journal costs), and with the journal's group commit (the writes of
-concurrent runs committed together). Targets: opdsl at most 1.5 times the bare client;
+with no journal (what the journal costs), and with every write committed on its own
+(``group_commit=False``; by default the writes of concurrent runs are committed together). Targets: opdsl at most 1.5 times the bare client;
 the time per request at 1,000 runs within 1.3 times that at 200; under 100 KB of memory per
-waiting run.
+waiting run. Each figure is the best of two interleaved rounds.
 
     python bench/concurrency.py [RUNS ...]      (default: 200 1000)
 """
@@ -29,6 +29,7 @@ from op import Op, infer
 SIZES = [int(a) for a in sys.argv[1:]] or [200, 1_000]
 CALLS = 20
 DELAY = 0.05
+ROUNDS = 2
 
 
 def chatty(i: int) -> Op[int]:
@@ -61,7 +62,7 @@ def _rss() -> int:
 
 
 async def opdsl(
-    url: str, runs: int, db: Path | None, *, grouped: bool = False
+    url: str, runs: int, db: Path | None, *, grouped: bool | None = None
 ) -> tuple[float, int]:
     model = OpenAIModel("bench", base_url=url, stream=False, max_connections=runs)
     journal = None if db is None else SqliteJournal(db, group_commit=grouped)
@@ -102,13 +103,31 @@ def main() -> int:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}/v1"
         for runs in SIZES:
-            db = Path(tempfile.mkdtemp(prefix="opdsl-bench-")) / "runs.db"
-            journaled, grown = asyncio.run(opdsl(url, runs, db))
-            bare = asyncio.run(bare_aiohttp(url, runs))
-            unjournaled, _ = asyncio.run(opdsl(url, runs, None))
-            grouped_db = db.with_name("grouped.db")
-            grouped, _ = asyncio.run(opdsl(url, runs, grouped_db, grouped=True))
-            rows.append((runs, bare, journaled, unjournaled, grown, grouped))
+            # interleaved rounds, the best of each kept: the machine's noise hits them all
+            best: dict[str, float] = {}
+            grown = 0
+            for _ in range(ROUNDS):
+                folder = Path(tempfile.mkdtemp(prefix="opdsl-bench-"))
+                journaled, used = asyncio.run(opdsl(url, runs, folder / "runs.db"))
+                grown = max(grown, used)
+                times = {
+                    "journaled": journaled,
+                    "bare": asyncio.run(bare_aiohttp(url, runs)),
+                    "unjournaled": asyncio.run(opdsl(url, runs, None))[0],
+                    "single": asyncio.run(opdsl(url, runs, folder / "single.db", grouped=False))[0],
+                }
+                for name, t in times.items():
+                    best[name] = min(t, best.get(name, t))
+            rows.append(
+                (
+                    runs,
+                    best["bare"],
+                    best["journaled"],
+                    best["unjournaled"],
+                    grown,
+                    best["single"],
+                )
+            )
     finally:
         server.terminate()
         server.wait()
@@ -118,15 +137,15 @@ def main() -> int:
     print(
         f"{'runs':>6} {'bare aiohttp':>13} {'opdsl+SQLite':>13} {'ratio':>6} "
         f"{'no journal':>11} {'journal share':>14} {'ms/request':>11} {'KB/run':>7} "
-        f"{'group commit':>13} {'its share':>10}"
+        f"{'commit each':>12} {'its share':>10}"
     )
-    for runs, bare, journaled, unjournaled, grown, grouped in rows:
+    for runs, bare, journaled, unjournaled, grown, single in rows:
         share = max(0.0, journaled - unjournaled) / journaled
-        grouped_share = max(0.0, grouped - unjournaled) / grouped
+        single_share = max(0.0, single - unjournaled) / single
         print(
             f"{runs:>6} {bare:>12.2f}s {journaled:>12.2f}s {journaled / bare:>6.2f} "
             f"{unjournaled:>10.2f}s {share:>13.0%} {journaled / (runs * CALLS) * 1000:>11.3f} "
-            f"{grown / runs / 1e3:>7.1f} {grouped:>12.2f}s {grouped_share:>9.0%}"
+            f"{grown / runs / 1e3:>7.1f} {single:>11.2f}s {single_share:>9.0%}"
         )
     print("targets: ratio at most 1.5; KB/run under 100")
     if len(rows) >= 2:

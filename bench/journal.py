@@ -2,12 +2,14 @@
 
     (a) the raw SQLite limit: two autocommit writes per effect (insert ``started``, update
         ``completed``), the same pragmas (WAL, synchronous=NORMAL), no interpreter
-    (b) opdsl's live interpreter journaling a trivial tool to ``SqliteJournal``
+    (b) opdsl's live interpreter journaling a trivial tool to ``SqliteJournal`` (one run: each
+        write committed on its own, as the default journal does for a run alone)
+    (b2) the same with ``group_commit=True`` (one commit per effect)
     (c) LangGraph with its SQLite checkpointer, one node looping the same way (one
         checkpoint per step)
     (d) replay: a recorded run of 10,000 effects fed back from its journal (``replay``)
 
-Targets: (b) at least 20 times (c), and within 2 times (a); (d) under 0.2 s.
+Targets: (b) at least 20 times (c), and at least 0.75 times (a); (d) under 0.2 s.
 Run with ``make bench`` (installs LangGraph for this script only).
 """
 
@@ -64,7 +66,7 @@ def loop(n: int) -> Op[int]:
     return n
 
 
-def opdsl_sqlite(path: Path, n: int, *, grouped: bool = False) -> tuple[float, str]:
+def opdsl_sqlite(path: Path, n: int, *, grouped: bool | None = None) -> tuple[float, str]:
     journal = SqliteJournal(path, group_commit=grouped)
     interp = LiveInterpreter(tools=[noop], journal=journal)
     record = RunRecord(
@@ -144,8 +146,8 @@ def main() -> int:
     print(f"{'(c) LangGraph + SqliteSaver, one node looping':<62} {lg_text:>12}")
     print(f"{'(d) replay of a 10,000-effect run':<62} {replay_rate:>12,.0f}")
     print()
-    print(f"(b) / (a) = {ours / raw:.2f}  (target: at least 0.50, within 2x of the raw limit)")
-    print(f"(b2) / (a) = {grouped / raw:.2f}  (target: at least 0.75)")
+    print(f"(b) / (a) = {ours / raw:.2f}  (target: at least 0.75)")
+    print(f"(b2) / (a) = {grouped / raw:.2f}")
     if lg is not None:
         print(f"(b) / (c) = {ours / lg:.1f}  (target: at least 20)")
     print(f"replay of {REPLAY_N:,} effects: {replay_s:.3f} s  (target: under 0.2 s)")

@@ -363,7 +363,10 @@ class _CopyOnCreate(Journal):
     def __init__(self, inner: Journal, prefix: list[Entry]) -> None:
         self.inner = inner
         self.prefix = prefix
-        self.grouped = inner.grouped
+
+    @property
+    def grouped(self) -> bool:
+        return self.inner.grouped
 
     async def durable(self) -> None:
         await self.inner.durable()

@@ -166,7 +166,10 @@ class Journal(ABC):
     made so far (by any run sharing the journal) is committed then, in one transaction.
     """
 
-    grouped: bool = False
+    @property
+    def grouped(self) -> bool:
+        """Whether writes wait for :meth:`durable` to be committed (default: never)."""
+        return False
 
     async def durable(self) -> None:  # noqa: B027 - a journal that commits every write at once
         """Return once every write made so far is committed (see ``grouped``)."""

@@ -95,14 +95,20 @@ def _pid_alive(pid: int) -> bool:
 
 
 class SqliteJournal(Journal):
-    """The embedded journal: one SQLite file in WAL mode, every write committed at once.
+    """The embedded journal: one SQLite file in WAL mode.
 
-    ``group_commit=True``: the entries' writes of every run sharing this journal are committed
+    Group commit: the entries' writes of every run sharing this journal are committed
     together, once per turn of the event loop, instead of one commit each. An effect's begin is
     still committed before its handler runs (the driver awaits :meth:`durable`); its finish is
-    committed with the next commit (the next effect's begin, or the run's end), so a crash
-    leaves a prefix of the run and an effect it cut off is performed again on resume, as
-    always. Runs, locks and run ends are committed at once.
+    committed with the next commit, at the latest with the run's next effect's begin or the
+    run's end, so nothing the program does after it reaches the world before it is committed.
+    A crash leaves a prefix of the run, and an effect it cut off is performed again on resume,
+    as always; with grouping, a crash while a program computes between two effects can also
+    cut off the effect before. Runs, locks and run ends are committed at once.
+
+    ``group_commit``: None (the default) groups while more than one run is being written
+    through this journal object, and commits each write at once while only one is (one run
+    gains nothing from waiting a turn); True always groups; False never does.
 
     Example:
         >>> import tempfile, os
@@ -118,10 +124,12 @@ class SqliteJournal(Journal):
         busy_timeout: float = 10.0,
         read_only: bool = False,
         create: bool = True,
-        group_commit: bool = False,
+        group_commit: bool | None = None,
     ) -> None:
         self.path = Path(path)
-        self.grouped = group_commit and not read_only
+        self._grouping = False if read_only else group_commit
+        #: runs this object is writing now (their locks are held through it)
+        self._writing = 0
         self._in_tx = False
         self._group: _Group | None = None
         self.read_only = read_only
@@ -154,7 +162,16 @@ class SqliteJournal(Journal):
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
         self._mutex = threading.Lock()
+        #: this file, as the process-wide set of held runs knows it
+        self._key = str(self.path.resolve())
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
+
+    @property
+    def grouped(self) -> bool:
+        # an open transaction is grouped until it is committed, whatever else changed
+        if self._grouping is None:
+            return self._writing > 1 or self._in_tx
+        return self._grouping
 
     def _connect_read_only(self, busy_timeout: float) -> sqlite3.Connection:
         """Open for reading only: nothing is created, and a file the user may not write (or a
@@ -465,7 +482,8 @@ class SqliteJournal(Journal):
                 "INSERT INTO locks (run_id, holder, pid, host) VALUES (?, ?, ?, ?)",
                 (run_id, me, os.getpid(), host),
             )
-            _HELD.add((str(self.path.resolve()), run_id))
+            _HELD.add((self._key, run_id))
+            self._writing += 1
             return
         except sqlite3.IntegrityError:
             pass
@@ -474,7 +492,7 @@ class SqliteJournal(Journal):
             return self.acquire(run_id)
         holder, pid, their_host = row
         if their_host == host and (pid == os.getpid() or not _pid_alive(pid)):
-            if pid == os.getpid() and (str(self.path.resolve()), run_id) in _HELD:
+            if pid == os.getpid() and (self._key, run_id) in _HELD:
                 raise RunLocked(f"run {run_id} is already being written by this process")
             # else: a dead process's lock, or this process's own left behind when the journal
             # could not be written at release: take it over
@@ -486,14 +504,17 @@ class SqliteJournal(Journal):
             )
             if taken.rowcount != 1:
                 return self.acquire(run_id)  # someone else took it first: look again
-            _HELD.add((str(self.path.resolve()), run_id))
+            _HELD.add((self._key, run_id))
+            self._writing += 1
             return None
         raise RunLocked(
             f"run {run_id} is being written by {holder}; wait for it or stop that process"
         )
 
     def release(self, run_id: str) -> None:
-        _HELD.discard((str(self.path.resolve()), run_id))
+        if (self._key, run_id) in _HELD:
+            _HELD.discard((self._key, run_id))
+            self._writing = max(0, self._writing - 1)
         self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
 
 

@@ -220,6 +220,9 @@ class Journaled(Layer):
         )
         result_json = d.json(recorded, f"the result of {effect.kind}", address)
         self.finish(address, "completed", result_json=result_json, usage=usage_of(result))
+        # grouped: the finish is committed with the next commit, at the latest before this
+        # run's next effect runs (its begin waits for it) or as the run ends; nothing the
+        # program does in between reaches the world
         return result
 
 

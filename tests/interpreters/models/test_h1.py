@@ -432,3 +432,64 @@ def test_tls_with_a_trusted_certificate_and_not_with_another(server: Make) -> No
     )
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         go(lambda t: body_of(t, post(srv.url("https"))))  # the system's CAs only
+
+
+def test_a_trickling_answer_is_stopped_at_the_deadline(server: Make) -> None:
+    """Each piece comes within the read timeout; the whole answer does not come by the
+    deadline."""
+
+    def script(conn: Conn, n: int) -> None:
+        conn.request()
+        conn.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n")
+        for _ in range(100):
+            conn.send(b"x")
+            time.sleep(0.05)
+
+    srv = server(script)
+
+    async def whole(t: H1Transport) -> object:
+        url = httpx.URL(srv.url())
+        headers = [(b"host", b"127.0.0.1"), (b"content-length", b"2")]
+        deadline = time.monotonic() + 0.5
+        return await t.exchange(url, headers, b"{}", {"read": 5.0}, 1000, deadline)
+
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="deadline"):
+        go(whole)
+    assert time.monotonic() - t0 < 2
+
+
+def test_a_waiter_for_a_connection_that_gives_up_passes_its_turn_on(server: Make) -> None:
+    srv = server(answering(ok()))
+
+    async def turns(t: H1Transport) -> tuple[int, bytes]:
+        held = await t.handle_async_request(post(srv.url()))
+        gives_up = asyncio.ensure_future(t.handle_async_request(post(srv.url())))
+        waits = asyncio.ensure_future(body_of(t, post(srv.url(), pool=5)))
+        await asyncio.sleep(0.05)
+        gives_up.cancel()
+        await held.aclose()
+        with pytest.raises(asyncio.CancelledError):
+            await gives_up
+        return await waits
+
+    assert go(turns, max_connections=1) == (200, b'{"a":1}')
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(b"authorization", b"Bearer k\r\nx-evil: 1"), (b"x-a", b"v\nw"), (b"x a", b"v")],
+)
+def test_a_header_that_would_break_the_request_is_refused(
+    server: Make, name: bytes, value: bytes
+) -> None:
+    srv = server(answering(ok()))
+
+    async def send(t: H1Transport) -> object:
+        headers = [(b"host", b"127.0.0.1"), (b"content-length", b"2"), (name, value)]
+        return await t.exchange(httpx.URL(srv.url()), headers, b"{}", {}, 1000)
+
+    with pytest.raises(httpx.LocalProtocolError, match="refused") as caught:
+        go(send)
+    assert b"Bearer" not in str(caught.value).encode()  # never the value
+    assert srv.accepted == 0  # nothing was sent

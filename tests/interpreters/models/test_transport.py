@@ -108,3 +108,17 @@ def test_a_call_is_one_plain_post_whose_cookies_are_not_kept(backend: str) -> No
     assert "307" in value[2] and len(srv.requests) == 3  # reported, not followed
     assert "cookie" not in {k.lower() for k in srv.headers[1]}
     assert srv.headers[0]["user-agent"] == "opdsl" and srv.headers[0]["idempotency-key"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_key_with_a_line_break_is_refused_unsent_and_unnamed(backend: str) -> None:
+    """An API key pasted with a line break would end its header and start another one."""
+    from interpreters.models import OpenAIModel
+
+    with ScriptedServer([openai("a")]) as srv:
+        model = OpenAIModel(
+            "m", base_url=f"{srv.url}/v1", api_key="sk-secret\r\nx-evil: 1", stream=False
+        )
+        result = run(ask, model=model, backend=backend)
+    assert result.status == "failed" and srv.requests == []
+    assert "model openai:m" in str(result.error) and "sk-secret" not in str(result.error)
