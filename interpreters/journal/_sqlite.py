@@ -107,8 +107,9 @@ class SqliteJournal(Journal):
     cut off the effect before. Runs, locks and run ends are committed at once.
 
     ``group_commit``: None (the default) groups while more than one run is being written
-    through this journal object, and commits each write at once while only one is (one run
-    gains nothing from waiting a turn); True always groups; False never does.
+    through this journal object, and commits each write at once while only one is (a lone
+    run's finish would otherwise wait for its next effect to be committed); True always
+    groups; False never does.
 
     Example:
         >>> import tempfile, os
