@@ -361,10 +361,10 @@ class HttpModel(ABC):
 
     async def _pool(self, key: str) -> tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]:
         # Clients belong to one event loop: connections are reused within it, never across
-        # loops. On asyncio the transport is aiohttp's (through httpx-aiohttp: httpx's API,
-        # aiohttp's connection pool, which holds a thousand waiting runs without slowing
-        # down); elsewhere (trio) httpx's own, with requests spread over a few clients by run,
-        # since httpx's pool looks at every connection it holds for every request.
+        # loops. On asyncio the transport is opdsl's own (``_h1``: a thousand waiting runs
+        # without slowing down); elsewhere (trio) httpx's, with requests spread over a few
+        # clients by run, since httpx's pool looks at every connection it holds for every
+        # request.
         try:
             token: object = asyncio.get_running_loop()
             on_asyncio = True
@@ -480,7 +480,7 @@ class HttpModel(ABC):
                     # of a call)
                     return self._priced(await self._exchange(transport, url, body, call, ends))
                 with anyio.fail_after(left):
-                    return self._priced(await self._send(url, body, stream, call, seen))
+                    return self._priced(await self._send(transport, url, body, stream, call, seen))
             except TimeoutError:
                 raise self.error(
                     f"no whole answer within the call's deadline of {self.deadline:g}s"
@@ -504,7 +504,7 @@ class HttpModel(ABC):
         target = self._urls.get(url)
         if target is None:
             parsed = httpx.URL(url)
-            target = self._urls[url] = (parsed, httpx.Request("POST", parsed).headers.raw[0][1])
+            target = self._urls[url] = (parsed, parsed.netloc)
         return target
 
     def _request_headers(self, call: CallInfo) -> dict[str, str]:
@@ -524,22 +524,10 @@ class HttpModel(ABC):
         target, host = self._target(url)
         wire = [(b"host", host), (b"content-length", str(len(content)).encode())]
         wire += [(k.encode(), v.encode()) for k, v in self._request_headers(call).items()]
-        try:
+        with self._carried():
             status, headers, raw = await transport.exchange(
                 target, wire, content, self.timeout.as_dict(), self.max_answer_bytes, ends
             )
-        except AnswerTooLarge:
-            raise self.error(
-                f"the answer is over {self.max_answer_bytes:,} bytes; refused"
-            ) from None
-        except httpx.LocalProtocolError as exc:  # a request that cannot be sent: no retry
-            raise self.error(str(exc)) from None
-        except httpx.TimeoutException as exc:
-            raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
-        except httpx.TransportError as exc:
-            raise self.error(
-                f"cannot reach {self.base_url}: {type(exc).__name__}: {exc}", retryable=True
-            ) from None
         if status >= 400:
             raise self._refusal(status, httpx.Headers(headers), raw)
         if any(name.lower() == b"content-encoding" for name, _ in headers):
@@ -547,44 +535,53 @@ class HttpModel(ABC):
         return self._whole(status, raw)
 
     async def _send(
-        self, url: str, body: dict[str, Any], stream: bool, call: CallInfo, seen: _Stream
+        self,
+        transport: httpx.AsyncBaseTransport,
+        url: str,
+        body: dict[str, Any],
+        stream: bool,
+        call: CallInfo,
+        seen: _Stream,
     ) -> Response:
-        headers = self._request_headers(call)
-        content = _json_body(body)
-        try:
-            transport = await self._transport(call.run_id)
-            target, _ = self._target(url)
+        with self._carried(seen):
             request = httpx.Request(
                 "POST",
-                target,
-                headers=headers,
-                content=content,
+                self._target(url)[0],
+                headers=self._request_headers(call),
+                content=_json_body(body),
                 extensions={"timeout": self.timeout.as_dict()},
             )
             async with _answer(transport, request) as response:
                 status = response.status_code
                 if status >= 400:
                     raise self._refusal(status, response.headers, await response.aread())
-                if not stream:
-                    whole = bytearray()
-                    async for chunk in response.aiter_bytes():
-                        whole += chunk
-                        if len(whole) > self.max_answer_bytes:
-                            raise self.error(
-                                f"the answer is over {self.max_answer_bytes:,} bytes; refused",
-                                status,
-                            )
-                    return self._whole(status, whole)
-                seen.limit = self.max_answer_bytes
                 try:
+                    if not stream:
+                        whole = bytearray()
+                        async for chunk in response.aiter_bytes():
+                            whole += chunk
+                            if len(whole) > self.max_answer_bytes:
+                                raise AnswerTooLarge(self.max_answer_bytes)
+                        return self._whole(status, whole)
+                    seen.limit = self.max_answer_bytes
                     with self._shaped(status):
                         return self._checked(await self._read_stream(response, call, seen))
                 except AnswerTooLarge:
-                    raise self.error(
-                        f"the answer is over {self.max_answer_bytes:,} bytes; refused", status
-                    ) from None
-        except httpx.LocalProtocolError:  # a request that cannot be sent: no retry
-            # (h11's message quotes the header's value: an API key, maybe)
+                    raise self._too_large(status) from None
+
+    def _too_large(self, status: int | None) -> ProviderError:
+        return self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status)
+
+    @contextlib.contextmanager
+    def _carried(self, seen: _Stream | None = None) -> Iterator[None]:
+        """The transport's failures as errors that name the model: a lost connection or a
+        timeout may be tried again, a request that cannot be sent may not."""
+        try:
+            yield
+        except AnswerTooLarge:
+            raise self._too_large(None) from None
+        except httpx.LocalProtocolError:
+            # h11's message quotes the header's value (an API key, maybe): never repeated
             raise self.error(
                 "a request header has a line break, a NUL or a character a header cannot "
                 "have (look at the API key); refused"
@@ -592,7 +589,8 @@ class HttpModel(ABC):
         except httpx.TimeoutException as exc:
             raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
         except httpx.TransportError as exc:
-            what = "the stream was cut" if seen.delivered else f"cannot reach {self.base_url}"
+            cut = seen is not None and seen.delivered
+            what = "the stream was cut" if cut else f"cannot reach {self.base_url}"
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
 
     def _refusal(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
