@@ -30,7 +30,7 @@ import contextlib
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httptools
@@ -244,8 +244,9 @@ async def _within(
     future: asyncio.Future[Any],
     seconds: float | None,
     deadline: float | None,
+    late: Callable[[], Exception] = lambda: httpx.ReadTimeout("no answer in time"),
 ) -> None:
-    """Wait for ``future``: a ReadTimeout after ``seconds`` without it, a TimeoutError at
+    """Wait for ``future``: ``late()`` after ``seconds`` without it, a TimeoutError at
     ``deadline`` (``time.monotonic()``), whichever comes first."""
     if future.done():
         future.result()
@@ -253,9 +254,7 @@ async def _within(
     wait, error = _bound(seconds, deadline)
     timer = None
     if wait is not None:
-        timer = loop.call_later(
-            wait, _expire, future, error or httpx.ReadTimeout("no answer in time")
-        )
+        timer = loop.call_later(wait, _expire, future, error or late())
     try:
         await future
     finally:
@@ -276,6 +275,10 @@ def _bound(seconds: float | None, deadline: float | None) -> tuple[float | None,
     return seconds, None
 
 
+def _no_free_connection() -> Exception:
+    return httpx.PoolTimeout("no free connection within the pool timeout")
+
+
 class _Slots:
     """At most ``n`` connections in use; the others wait in turn."""
 
@@ -292,17 +295,8 @@ class _Slots:
         loop = asyncio.get_running_loop()
         turn: asyncio.Future[None] = loop.create_future()
         self.waiting.append(turn)
-        wait, error = _bound(seconds, deadline)
-        timer = None
-        if wait is not None:
-            timer = loop.call_later(
-                wait,
-                _expire,
-                turn,
-                error or httpx.PoolTimeout("no free connection within the pool timeout"),
-            )
         try:
-            await turn
+            await _within(loop, turn, seconds, deadline, _no_free_connection)
         except BaseException:
             if turn.done() and not turn.cancelled() and turn.exception() is None:
                 self.give()  # handed a slot just as it gave up: pass it on
@@ -310,9 +304,6 @@ class _Slots:
                 with contextlib.suppress(ValueError):
                     self.waiting.remove(turn)
             raise
-        finally:
-            if timer is not None:
-                timer.cancel()
 
     def give(self) -> None:
         while self.waiting:

@@ -493,3 +493,56 @@ def test_a_header_that_would_break_the_request_is_refused(
         go(send)
     assert b"Bearer" not in str(caught.value).encode()  # never the value
     assert srv.accepted == 0  # nothing was sent
+
+
+def test_a_wait_for_a_connection_past_its_deadline_loses_no_slot(server: Make) -> None:
+    srv = server(answering(ok()))
+
+    async def late(t: H1Transport) -> tuple[int, bytes]:
+        held = await t.handle_async_request(post(srv.url()))
+        headers = [(b"host", b"127.0.0.1"), (b"content-length", b"2")]
+        with pytest.raises(TimeoutError, match="deadline"):
+            await t.exchange(httpx.URL(srv.url()), headers, b"{}", {}, 1000, time.monotonic())
+        await held.aclose()
+        return await body_of(t, post(srv.url(), pool=0.5))  # the one slot is free again
+
+    assert go(late, max_connections=1) == (200, b'{"a":1}')
+
+
+def test_a_connection_idle_too_long_is_not_reused(
+    server: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreters.models import _h1
+
+    monkeypatch.setattr(_h1, "_IDLE_EXPIRY", 0.05)
+    srv = server(answering(ok()))
+
+    async def apart(t: H1Transport) -> list[tuple[int, bytes]]:
+        first = await body_of(t, post(srv.url()))
+        await asyncio.sleep(0.2)
+        return [first, await body_of(t, post(srv.url()))]
+
+    assert go(apart) == [(200, b'{"a":1}')] * 2
+    assert srv.accepted == 2
+
+
+def test_a_compressed_whole_answer_reaches_the_model_decoded(server: Make) -> None:
+    """A model call that does not stream skips httpx's response; a server that compresses
+    anyway (opdsl asks for no encoding) is still read."""
+    import gzip
+    import json
+
+    from interpreters import MemoryJournal, run
+    from interpreters.models import OpenAIModel
+    from op import Op, infer
+
+    answer = {"choices": [{"message": {"role": "assistant", "content": "unzipped"}}]}
+    body = gzip.compress(json.dumps(answer).encode())
+    srv = server(answering(ok(body, extra=b"content-encoding: gzip\r\n")))
+
+    def ask() -> Op[str]:
+        return (yield from infer("hi")).text
+
+    model = OpenAIModel("m", base_url=f"http://127.0.0.1:{srv.port}/v1", stream=False)
+    result = run(ask, model=model, db=MemoryJournal())
+    assert result.value == "unzipped", result.describe()
