@@ -129,8 +129,8 @@ class SqliteJournal(Journal):
     ) -> None:
         self.path = Path(path)
         self._grouping = False if read_only else group_commit
-        #: runs this object is writing now (their locks are held through it)
-        self._writing = 0
+        #: the runs this object is writing now (their locks were taken through it)
+        self._writing: set[str] = set()
         self._in_tx = False
         self._group: _Group | None = None
         self.read_only = read_only
@@ -171,7 +171,7 @@ class SqliteJournal(Journal):
     def grouped(self) -> bool:
         # an open transaction is grouped until it is committed, whatever else changed
         if self._grouping is None:
-            return self._writing > 1 or self._in_tx
+            return len(self._writing) > 1 or self._in_tx
         return self._grouping
 
     def _connect_read_only(self, busy_timeout: float) -> sqlite3.Connection:
@@ -244,10 +244,11 @@ class SqliteJournal(Journal):
         open transaction, committed by :meth:`durable`; any other write commits it first."""
         try:
             with self._mutex:
-                if self._in_tx and not (deferred and self.grouped):
+                grouped = deferred and self.grouped
+                if self._in_tx and not grouped:
                     self._db.execute("COMMIT")
                     self._in_tx = False
-                elif deferred and self.grouped and not self._in_tx:
+                elif grouped and not self._in_tx:
                     self._db.execute("BEGIN")
                     self._in_tx = True
                 return self._db.execute(sql, params)
@@ -484,7 +485,7 @@ class SqliteJournal(Journal):
                 (run_id, me, os.getpid(), host),
             )
             _HELD.add((self._key, run_id))
-            self._writing += 1
+            self._writing.add(run_id)
             return
         except sqlite3.IntegrityError:
             pass
@@ -506,16 +507,15 @@ class SqliteJournal(Journal):
             if taken.rowcount != 1:
                 return self.acquire(run_id)  # someone else took it first: look again
             _HELD.add((self._key, run_id))
-            self._writing += 1
+            self._writing.add(run_id)
             return None
         raise RunLocked(
             f"run {run_id} is being written by {holder}; wait for it or stop that process"
         )
 
     def release(self, run_id: str) -> None:
-        if (self._key, run_id) in _HELD:
-            _HELD.discard((self._key, run_id))
-            self._writing = max(0, self._writing - 1)
+        _HELD.discard((self._key, run_id))
+        self._writing.discard(run_id)
         self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
 
 

@@ -186,6 +186,6 @@ def test_by_default_a_run_alone_commits_each_write_and_runs_together_group(
 
     assert anyio.run(together) == [["committed"] * 4] * 5
     assert "BEGIN" in statements  # grouped while they ran together
-    assert not journal.grouped and journal._writing == 0  # and alone again after
+    assert not journal.grouped and not journal._writing  # and alone again after
     journal.close()
     outside.close()
