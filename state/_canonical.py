@@ -18,7 +18,7 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -82,6 +82,10 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
             item if type(item) in _EXACT_SCALARS else to_jsonable(item, f"{path}[{i}]")
             for i, item in enumerate(value)
         ]
+    names = _FIELDS.get(cls)
+    if names is not None:  # a dataclass seen before (every effect is one)
+        kind = getattr(value, "kind", None)
+        return _fields(value, names, path, {"kind": kind} if isinstance(kind, str) else {})
     if isinstance(value, BaseModel):
         out = _fields(value, cls.model_fields, path, {})
         for name in _omitted(cls):
@@ -146,13 +150,35 @@ _ENCODER = json.JSONEncoder(
 )
 
 
-def _dump(data: Any) -> str:
-    return _ENCODER.encode(data)
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"a {type(value).__name__} is not plain JSON data")
 
 
-def dump_jsonable(data: Any) -> str:
-    """Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."""
-    return _ENCODER.encode(data)
+def _encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, less the C encoder it builds on every call: built once here.
+
+    The data is the output of ``to_jsonable``, a tree (a cycle never gets that far), so the
+    encoder keeps no table of the containers it is inside. The bytes are ``_ENCODER``'s: the
+    same C encoder, with the same settings."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return _ENCODER.encode
+    # markers, default, string encoder, indent, key and item separators, sort_keys,
+    # skipkeys, allow_nan
+    chunks = make(None, _refuse, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+
+    def encode(data: Any) -> str:
+        if type(data) is str:
+            return json.encoder.encode_basestring(data)
+        return "".join(chunks(data, 0))
+
+    return encode
+
+
+_dump = dump_jsonable = _encoder()
+dump_jsonable.__doc__ = (
+    "Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."
+)
 
 
 def canonical_json(value: Any) -> str:
@@ -162,4 +188,49 @@ def canonical_json(value: Any) -> str:
         >>> canonical_json({"b": {3, 1, 2}, "a": (1.5, None)})
         '{"a":[1.5,null],"b":[1,2,3]}'
     """
+    plan = _PLANS.get(type(value))
+    if plan is not None:
+        return _by_plan(value, plan)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _by_plan(value, _plan(type(value)))
     return _dump(to_jsonable(value))
+
+
+# A dataclass's text written field by field, without the dict ``to_jsonable`` would build (an
+# effect is one, and every effect is journaled): its keys in canonical order, each with its
+# key's text, and whether it is the ``kind`` that ``to_jsonable`` adds when it is a string.
+_Plan = tuple[tuple[str, str, bool], ...]
+_PLANS: dict[type, _Plan] = {}
+_STR = json.encoder.encode_basestring
+_LITERALS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+
+
+def _plan(cls: type) -> _Plan:
+    names = _dataclass_fields(cls)
+    keys = sorted({*names, "kind"})
+    plan = tuple((k, _STR(k) + ":", k == "kind" and k not in names) for k in keys)
+    _PLANS[cls] = plan
+    return plan
+
+
+def _by_plan(value: Any, plan: _Plan) -> str:
+    parts = []
+    for key, head, added_kind in plan:
+        if added_kind:
+            item = getattr(value, "kind", None)
+            if not isinstance(item, str):
+                continue
+        else:
+            item = getattr(value, key)
+        cls = type(item)
+        if cls is str:
+            parts.append(head + _STR(item))
+        elif cls is bool or item is None:
+            parts.append(head + _LITERALS[item])
+        elif cls is int:
+            parts.append(head + int.__repr__(item))
+        elif cls is dict and not item:
+            parts.append(head + "{}")
+        else:
+            parts.append(head + _dump(to_jsonable(item, f"$.{key}")))
+    return "{" + ",".join(parts) + "}"

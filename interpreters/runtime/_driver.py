@@ -103,7 +103,7 @@ from op import (
     default_state,
 )
 from op._marker import Marker
-from state import CRDTModel, StateError, canonical_json, to_jsonable
+from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsonable
 
 __all__ = [
     "Driver",
@@ -119,7 +119,7 @@ T = TypeVar("T")
 _EFFECT_SET = frozenset(EFFECT_TYPES)
 
 _OK_HEAD = '{"error":null,"ok":true,"output":'
-_STRING = json.JSONEncoder(ensure_ascii=False).encode
+_STRING = json.encoder.encode_basestring
 """A str as canonical JSON writes it (``canonical_json``'s encoder, for one string)."""
 
 _ADDRESS = Marker("address", str)
@@ -201,6 +201,8 @@ class Driver:
         self.interrupted = False
         self._payload_of: object = None
         self._payload: Any = None
+        self._text_of: object = None
+        self._text = ""
         # the chain of layers a leaf effect goes through (see ``_layers``): each is there
         # only when its job exists, so a live run with nothing to record is the handlers alone
         perform: Perform = Handled(self).perform
@@ -335,6 +337,25 @@ class Driver:
         self._payload_of, self._payload = effect, data
         return data
 
+    def effect_json(self, effect: AnyEffect, address: str) -> str:
+        """The effect's canonical JSON text (as journaled, before secrets are replaced): from
+        its data when a layer already asked for it, else written straight from the effect."""
+        if effect is self._text_of:
+            return self._text
+        if effect is self._payload_of:
+            text = dump_jsonable(self._payload)
+        else:
+            try:
+                text = canonical_json(effect)
+            except NotSerializable as exc:
+                raise NotSerializable(
+                    f"{self.program}: the {effect.kind} effect at address {address} cannot be "
+                    f"recorded: {exc}",
+                    path=exc.path,
+                ) from None
+        self._text_of, self._text = effect, text
+        return text
+
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
             # the commonest result, written without the generic walk (the same bytes)
@@ -378,7 +399,8 @@ class Driver:
             if self._announced is not None:
                 self._announced.started(effect, address, data)
             if self._journaled is not None:
-                self._journaled.begin(effect, address, data, self.clock.now())
+                text = dump_jsonable(data)
+                self._journaled.begin(effect, address, text, self.clock.now())
         return self.clock.monotonic()
 
     def _end(

@@ -57,7 +57,7 @@ from op import (
     Usage,
     usage_of,
 )
-from state import canonical_json, dump_jsonable, to_jsonable
+from state import canonical_json, to_jsonable
 
 if TYPE_CHECKING:
     from interpreters.runtime._driver import Driver
@@ -156,12 +156,12 @@ class Journaled(Layer):
 
     __slots__ = ()
 
-    def begin(self, effect: AnyEffect, address: str, data: Any, now: float) -> None:
+    def begin(self, effect: AnyEffect, address: str, text: str, now: float) -> None:
+        """Journal the effect (``text``, its canonical JSON) as started."""
         d = self.driver
         assert d.journal is not None
-        text = d.clean(dump_jsonable(data))
         try:
-            d.journal.begin(d.run_id, address, effect.kind, text, now)
+            d.journal.begin(d.run_id, address, effect.kind, d.clean(text), now)
         except JournalError:
             raise
         except Exception as exc:
@@ -199,7 +199,7 @@ class Journaled(Layer):
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
-        self.begin(effect, address, d.payload(effect, address), d.clock.now())
+        self.begin(effect, address, d.effect_json(effect, address), d.clock.now())
         journal = d.journal
         assert journal is not None
         if journal.grouped:
@@ -330,7 +330,7 @@ class Replay(Layer):
                     address,
                     f"the record finished the scope at {frame.finished_scope.address} without this effect",
                     None,
-                    dump_jsonable(d.payload(effect, address)),
+                    d.effect_json(effect, address),
                 )
             if log.strict:
                 raise d.diverged(
@@ -338,10 +338,10 @@ class Replay(Layer):
                     address,
                     "the record ends before this effect",
                     None,
-                    dump_jsonable(d.payload(effect, address)),
+                    d.effect_json(effect, address),
                 )
             return None
-        now = d.clean(dump_jsonable(d.payload(effect, address)))
+        now = d.clean(d.effect_json(effect, address))
         if now != entry.effect_json:
             raise d.diverged(
                 frame,

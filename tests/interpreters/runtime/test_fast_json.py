@@ -1,15 +1,21 @@
-"""The driver writes the commonest result (a tool's ``ok`` result) without the generic walk:
-it must be the very bytes ``canonical_json`` writes, or old journals would not replay."""
+"""The commonest values are written without the generic walk: a tool's ``ok`` result (by the
+driver) and every effect (field by field). They must be the very bytes the walk writes, or old
+journals would not replay."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from interpreters.runtime import Driver, EventBus, SystemClock
 from interpreters.runtime._frame import Call, Handlers
-from op import LeafEffect, ToolResult
-from state import canonical_json
+from op import Checkpoint, Emit, LeafEffect, Tool, ToolResult
+from state import NotSerializable, canonical_json, dump_jsonable, to_jsonable
 
 
 class _Nothing(Handlers):
@@ -35,3 +41,55 @@ def test_a_tool_result_is_written_as_canonical_json_writes_it(
         error = "failed"
     result = ToolResult(ok=ok, output=output, error=error)
     assert _DRIVER.json(result, "the result", "1") == canonical_json(result)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    | st.frozensets(st.integers(), max_size=3)
+    | st.tuples(inner, inner),
+    max_leaves=8,
+)
+
+
+@given(st.text(), st.dictionaries(st.text(max_size=5), _JSON, max_size=4), _JSON)
+def test_an_effect_is_written_as_the_generic_walk_writes_it(
+    name: str, args: dict[str, Any], data: Any
+) -> None:
+    # effects are written field by field (``canonical_json``'s dataclass path), not through
+    # ``to_jsonable``'s dict: the bytes must be the same, or old journals would not replay
+    for effect in (Tool(name=name, args=args), Emit(name=name, data=data), Checkpoint(name=name)):
+        assert canonical_json(effect) == dump_jsonable(to_jsonable(effect))
+
+
+@dataclass(frozen=True)
+class _OwnKind:
+    kind: int
+    b: str = "x"
+
+
+@dataclass(frozen=True)
+class _NoKind:
+    z: tuple[int, ...]
+    a: float
+    hidden: str = field(default="h", metadata={"serialize": False})
+
+
+@dataclass(frozen=True)
+class _Subclassed(Tool):
+    extra: str = "e"
+
+
+def test_other_dataclasses_are_written_as_the_generic_walk_writes_them() -> None:
+    for value in (_OwnKind(3), _NoKind((2, 1), 0.5), _Subclassed(name="t", extra="é\n")):
+        assert canonical_json(value) == dump_jsonable(to_jsonable(value))
+    assert canonical_json(_NoKind((1,), 1.0)) == '{"a":1.0,"z":[1]}'
+
+
+def test_a_field_that_is_not_json_is_named_by_its_path() -> None:
+    with pytest.raises(NotSerializable, match=r"\$\.args\.f: a object cannot") as caught:
+        canonical_json(Tool(name="t", args={"f": object()}))
+    assert caught.value.path == "$.args.f"
+    with pytest.raises(NotSerializable, match=r"\$\.a: nan is not allowed"):
+        canonical_json(_NoKind((), math.nan))
