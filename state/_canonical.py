@@ -215,6 +215,7 @@ def _plan(cls: type) -> _Plan:
 
 def _by_plan(value: Any, plan: _Plan) -> str:
     parts = []
+    item: Any
     for key, head, added_kind in plan:
         if added_kind:
             item = getattr(value, "kind", None)
@@ -228,7 +229,7 @@ def _by_plan(value: Any, plan: _Plan) -> str:
         elif cls is bool or item is None:
             parts.append(head + _LITERALS[item])
         elif cls is int:
-            parts.append(head + int.__repr__(item))
+            parts.append(head + repr(item))
         elif cls is dict and not item:
             parts.append(head + "{}")
         else:

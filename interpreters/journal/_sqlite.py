@@ -163,6 +163,7 @@ class SqliteJournal(Journal):
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
         self._mutex = threading.Lock()
+        self._cursor = self._db.cursor()
         #: this file, as the process-wide set of held runs knows it
         self._key = str(self.path.resolve())
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
@@ -237,29 +238,47 @@ class SqliteJournal(Journal):
             (str(SCHEMA_VERSION),),
         )
 
-    def _exec(
-        self, sql: str, params: tuple[Any, ...] = (), *, deferred: bool = False
-    ) -> sqlite3.Cursor:
-        """Run one statement. ``deferred`` (an entry's write, with group commit on): inside the
-        open transaction, committed by :meth:`durable`; any other write commits it first."""
+    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        """Run one statement, committed at once (an open group of entries' writes first)."""
         try:
             with self._mutex:
-                grouped = deferred and self.grouped
-                if self._in_tx and not grouped:
-                    self._db.execute("COMMIT")
-                    self._in_tx = False
-                elif grouped and not self._in_tx:
-                    self._db.execute("BEGIN")
-                    self._in_tx = True
+                self._into_tx(False)
                 return self._db.execute(sql, params)
         except sqlite3.IntegrityError:
             raise
         except sqlite3.DatabaseError as exc:
-            if self.read_only and "readonly" in str(exc).replace("-", "").replace(" ", ""):
-                raise JournalError(
-                    f"journal {self.path} was opened read-only; it cannot be written"
-                ) from None
-            raise JournalError(f"journal {self.path}: {exc}") from None
+            raise self._failed(exc) from None
+
+    def _write_entry(self, sql: str, params: tuple[Any, ...]) -> int:
+        """An entry's write (a begin, a finish): with group commit on, into the open
+        transaction, committed by :meth:`durable`. Through the cursor kept for these writes
+        (the commonest statements, two per effect); returns how many rows it changed."""
+        try:
+            with self._mutex:
+                self._into_tx(self.grouped)
+                cursor = self._cursor
+                cursor.execute(sql, params)
+                return cursor.rowcount
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc) from None
+
+    def _into_tx(self, grouped: bool) -> None:
+        """Before a write (the mutex held): a grouped one goes into the open transaction (one
+        is opened), any other commits the open one first."""
+        if grouped:
+            if not self._in_tx:
+                self._db.execute("BEGIN")
+                self._in_tx = True
+        elif self._in_tx:
+            self._db.execute("COMMIT")
+            self._in_tx = False
+
+    def _failed(self, exc: sqlite3.DatabaseError) -> JournalError:
+        if self.read_only and "readonly" in str(exc).replace("-", "").replace(" ", ""):
+            return JournalError(f"journal {self.path} was opened read-only; it cannot be written")
+        return JournalError(f"journal {self.path}: {exc}")
 
     async def durable(self) -> None:
         if not self._in_tx:
@@ -371,23 +390,21 @@ class SqliteJournal(Journal):
         next_seq, addresses = self._known(run_id)
         if address in addresses:
             # begun before and left unfinished by a crash or a stop: begin it again
-            cur = self._exec(
+            changed = self._write_entry(
                 "UPDATE entries SET effect_json=?, started_at=?, status='started', finished_at=NULL, "
                 f"error_json=NULL WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
                 (effect_json, at, run_id, address),
-                deferred=True,
             )
-            if cur.rowcount == 0:
+            if changed == 0:
                 raise JournalError(
                     f"run {run_id}: address {address} is already finished; entries are append-only"
                 )
             return
         try:
-            self._exec(
+            self._write_entry(
                 "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
                 "VALUES (?, ?, ?, ?, ?, 'started', ?)",
                 (run_id, next_seq[0], address, kind, effect_json, at),
-                deferred=True,
             )
         except sqlite3.IntegrityError as exc:
             self._runs_known.pop(run_id, None)
@@ -406,13 +423,12 @@ class SqliteJournal(Journal):
         error_json: str | None = None,
         usage_json: str | None = None,
     ) -> None:
-        cur = self._exec(
+        changed = self._write_entry(
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
             f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
             (status, result_json, error_json, usage_json, at, run_id, address),
-            deferred=True,
         )
-        if cur.rowcount == 0:
+        if changed == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
 
     def add_entries(self, entries: Iterable[Entry]) -> None:

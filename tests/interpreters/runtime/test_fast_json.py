@@ -44,11 +44,17 @@ def test_a_tool_result_is_written_as_canonical_json_writes_it(
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    | st.frozensets(st.integers(), max_size=3)
-    | st.tuples(inner, inner),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        | st.frozensets(st.integers(), max_size=3)
+        | st.tuples(inner, inner)
+    ),
     max_leaves=8,
 )
 
