@@ -326,14 +326,7 @@ class Driver:
         """The effect as JSON data (computed once per effect for all the layers)."""
         if effect is self._payload_of:
             return self._payload
-        try:
-            data = to_jsonable(effect)
-        except NotSerializable as exc:
-            raise NotSerializable(
-                f"{self.program}: the {effect.kind} effect at address {address} cannot be "
-                f"recorded: {exc}",
-                path=exc.path,
-            ) from None
+        data = self._recordable(to_jsonable, effect, address)
         self._payload_of, self._payload = effect, data
         return data
 
@@ -345,16 +338,20 @@ class Driver:
         if effect is self._payload_of:
             text = dump_jsonable(self._payload)
         else:
-            try:
-                text = canonical_json(effect)
-            except NotSerializable as exc:
-                raise NotSerializable(
-                    f"{self.program}: the {effect.kind} effect at address {address} cannot be "
-                    f"recorded: {exc}",
-                    path=exc.path,
-                ) from None
+            text = self._recordable(canonical_json, effect, address)
         self._text_of, self._text = effect, text
         return text
+
+    def _recordable(self, write: Callable[[Any], T], effect: AnyEffect, address: str) -> T:
+        """``write(effect)``; an effect that cannot be written is named with its address."""
+        try:
+            return write(effect)
+        except NotSerializable as exc:
+            raise NotSerializable(
+                f"{self.program}: the {effect.kind} effect at address {address} cannot be "
+                f"recorded: {exc}",
+                path=exc.path,
+            ) from None
 
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
