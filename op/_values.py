@@ -205,9 +205,8 @@ class TurnRecord(_Value):
 
 def usage_of(value: object) -> Usage | None:
     """The usage carried by a result, if it carries any."""
-    cls = type(value)
-    if cls is ToolResult or cls is Response or cls is TurnRecord:  # the commonest, asked first
-        return None if cls is ToolResult else value.usage  # type: ignore[attr-defined]
+    if type(value) is ToolResult:  # the commonest result, and it carries none
+        return None
     if isinstance(value, Response | TurnRecord):
         return value.usage
     return None

@@ -168,17 +168,17 @@ def _encoder() -> Callable[[Any], str]:
     chunks = make(None, _refuse, json.encoder.encode_basestring, None, ":", ",", True, False, False)
 
     def encode(data: Any) -> str:
-        if type(data) is str:
-            return json.encoder.encode_basestring(data)
         return "".join(chunks(data, 0))
 
     return encode
 
 
-_dump = dump_jsonable = _encoder()
-dump_jsonable.__doc__ = (
-    "Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."
-)
+_dump = _encoder()
+
+
+def dump_jsonable(data: Any) -> str:
+    """Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."""
+    return _dump(data)
 
 
 def canonical_json(value: Any) -> str:

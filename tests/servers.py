@@ -5,6 +5,7 @@ and non-streaming clients alike (our own, and the official SDKs)."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -13,6 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Request = dict[str, Any]
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (it was bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass

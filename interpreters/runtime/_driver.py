@@ -396,7 +396,7 @@ class Driver:
             if self._announced is not None:
                 self._announced.started(effect, address, data)
             if self._journaled is not None:
-                text = dump_jsonable(data)
+                text = self.effect_json(effect, address)  # from the data just computed
                 self._journaled.begin(effect, address, text, self.clock.now())
         return self.clock.monotonic()
 

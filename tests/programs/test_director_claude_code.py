@@ -23,7 +23,7 @@ from tests.programs.test_director import (
     git_log,
     implementor_calls,
 )
-from tests.servers import Reply, ScriptedServer, anthropic
+from tests.servers import Reply, ScriptedServer, anthropic, closed_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / ".cli" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
@@ -188,9 +188,15 @@ def test_a_backend_that_cannot_run_is_refused_before_anything_changes(
     tmp_path: Path, roles: str
 ) -> None:
     missing = claude(None, tmp_path / "home", tmp_path / "no" / "claude")
-    result, journal, repo = journey(tmp_path, missing, implementor="claude-code", roles=roles)
+    refused = journey(tmp_path, missing, implementor="claude-code", roles=roles)
+    _refused_before_anything(*refused, "the claude-code backend needs the `claude` executable")
+
+
+def _refused_before_anything(result: Any, journal: MemoryJournal, repo: Path, why: str) -> None:
+    """The run failed saying ``why``, with no question, model call or tool, and the
+    repository as it was."""
     assert result.status == "failed"
-    assert "the claude-code backend needs the `claude` executable" in str(result.error)
+    assert why in str(result.error)
     assert len(git_log(repo)) == 1 and not (repo / "handoff").exists()
     kinds = [e.kind for e in journal.entries(result.run_id)]
     assert "ask" not in kinds and "infer" not in kinds and "tool" not in kinds
@@ -207,17 +213,8 @@ def test_an_implementor_that_cannot_be_reached_is_refused_before_anything_change
     tmp_path: Path,
 ) -> None:
     """The CLI is there, but its model server is not: found before PLAN, not at IMPLEMENT."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
     unreachable = claude(None, tmp_path / "home")
-    unreachable.env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+    unreachable.env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{closed_port()}"
     unreachable.env["CLAUDE_CODE_MAX_RETRIES"] = "0"
-    result, journal, repo = journey(tmp_path, unreachable, implementor="claude-code", model=MODEL)
-    assert result.status == "failed"
-    assert "the implementor backend claude-code cannot be reached" in str(result.error)
-    assert len(git_log(repo)) == 1 and not (repo / "handoff").exists()
-    kinds = [e.kind for e in journal.entries(result.run_id)]
-    assert "ask" not in kinds and "infer" not in kinds and "tool" not in kinds
+    refused = journey(tmp_path, unreachable, implementor="claude-code", model=MODEL)
+    _refused_before_anything(*refused, "the implementor backend claude-code cannot be reached")

@@ -24,7 +24,7 @@ from tests.programs.test_director import (
     _repo,
     git_log,
 )
-from tests.servers import Reply, ScriptedServer, openai
+from tests.servers import Reply, ScriptedServer, closed_port, openai
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,12 +199,8 @@ def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> No
 
 
 def test_an_unreachable_model_is_refused_before_anything_changes(tmp_path: Path) -> None:
-    import socket
-
     repo = _repo(tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once it is closed
+    port = closed_port()
     env = {
         **os.environ,
         "OPENAI_API_KEY": "sk-test",

@@ -17,6 +17,7 @@ import pytest
 import trustme
 
 from interpreters.models._h1 import H1Transport
+from tests.servers import closed_port
 
 
 class Conn:
@@ -342,9 +343,7 @@ def test_a_stalled_body_is_a_read_timeout(server: Make) -> None:
 
 
 def test_a_closed_port_is_a_connect_error() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = closed_port()
     with pytest.raises(httpx.ConnectError, match=f"127.0.0.1:{port}"):
         go(lambda t: body_of(t, post(f"http://127.0.0.1:{port}/x")))
 

@@ -30,7 +30,7 @@ from op import (
 from programs.loop import tool_loop
 from tests.fixtures.model_programs import TOOLS, summarize
 from tests.helpers import Recorder
-from tests.servers import ScriptedServer, anthropic, hang, ollama, openai, status
+from tests.servers import ScriptedServer, anthropic, closed_port, hang, ollama, openai, status
 
 KEY = "sk-secret-test-key-123456"
 
@@ -279,12 +279,7 @@ def test_a_server_that_never_answers_is_ended_by_timeout() -> None:
 def test_the_default_model_when_unreachable_says_how_to_set_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
+    port = closed_port()
     monkeypatch.delenv("OPDSL_MODEL", raising=False)
     monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
     result = run(ask_catching, db=MemoryJournal())
