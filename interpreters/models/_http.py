@@ -371,7 +371,13 @@ class HttpModel(ABC):
         except RuntimeError:  # trio
             token, on_asyncio = anyio.lowlevel.current_token(), False
         if self._clients is None or self._clients[0] is not token:
-            if on_asyncio and os.environ.get("OPDSL_HTTP_TRANSPORT") != "httpx":
+            forced = os.environ.get("OPDSL_HTTP_TRANSPORT") or None
+            if forced not in (None, "httpx"):
+                raise self.error(
+                    f"OPDSL_HTTP_TRANSPORT={forced!r} is not a transport opdsl has: set it to "
+                    "'httpx' for httpx's own, or leave it unset for opdsl's"
+                )
+            if on_asyncio and forced is None:
                 transports: list[httpx.AsyncBaseTransport] = [
                     H1Transport(ssl_context=_ssl_context(), max_connections=self.max_connections)
                 ]

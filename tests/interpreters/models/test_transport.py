@@ -122,3 +122,15 @@ def test_a_key_with_a_line_break_is_refused_unsent_and_unnamed(backend: str) -> 
         result = run(ask, model=model, backend=backend)
     assert result.status == "failed" and srv.requests == []
     assert "model openai:m" in str(result.error) and "sk-secret" not in str(result.error)
+
+
+@pytest.mark.parametrize("value", ["aiohttp", "HTTPX", "h2"])
+def test_an_unknown_transport_setting_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("OPDSL_HTTP_TRANSPORT", value)
+    with ScriptedServer([openai("a")]) as srv:
+        model = resolve_model(f"openai-compatible:m@{srv.url}/v1")
+        result = run(ask, model=model)
+    assert result.status == "failed" and srv.requests == []
+    assert f"OPDSL_HTTP_TRANSPORT={value!r} is not a transport" in str(result.error)
