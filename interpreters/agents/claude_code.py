@@ -72,10 +72,7 @@ class ClaudeCodeBackend(CliBackend):
         problem = mcp_problem() if tools.specs else None
         if problem is not None:
             raise ModelError(f"the claude-code backend cannot be given opdsl's tools: {problem}")
-        folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-"))
-        if len(str(folder)) > 80:  # a Unix socket's path must stay under 108 bytes
-            folder.rmdir()
-            folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-", dir="/tmp"))
+        folder = private_folder()
         try:
             home, scratch = folder / "home", folder / "work"
             home.mkdir()
@@ -244,6 +241,17 @@ def _text_of(content: Any) -> str:
     ):
         return "".join(str(b.get("text", "")) for b in content)
     return json.dumps(content)
+
+
+def private_folder() -> Path:
+    """A fresh private folder (mode 0700) for one turn, short enough for the Unix socket it
+    holds: a socket's path is at most 104 bytes on macOS and 108 on Linux, so a long temporary
+    folder (``$TMPDIR``) gives way to /tmp."""
+    folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-"))
+    if len(str(folder)) > 80:
+        folder.rmdir()
+        folder = Path(tempfile.mkdtemp(prefix="opdsl-claude-", dir="/tmp"))
+    return folder
 
 
 def _carry_login(home: Path, config_dir: str | None, real_home: str | None) -> None:

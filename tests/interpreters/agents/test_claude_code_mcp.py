@@ -428,3 +428,26 @@ def test_the_shim_runs_by_path_with_only_mcp() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert _bridge.mcp_problem() is None
+
+
+@pytest.mark.parametrize("length", [40, 150])
+def test_a_turns_folder_holds_its_socket_however_long_the_temporary_folder(
+    private_tmp: Path, length: int
+) -> None:
+    """The tool socket lives in the turn's folder, and a Unix socket's path is at most 108
+    bytes: under a long $TMPDIR (macOS's are long) the folder is made in /tmp instead."""
+    import socket
+
+    from interpreters.agents.claude_code import private_folder
+
+    base = private_tmp / ("t" * (length - len(str(private_tmp)) - 1))
+    base.mkdir()
+    tempfile.tempdir = str(base)  # the fixture puts the real one back
+    folder = private_folder()
+    try:
+        assert folder.parent == (base if length < 80 else Path("/tmp"))
+        assert folder.stat().st_mode & 0o777 == 0o700
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(folder / "tools.sock"))  # what serve_tools binds
+    finally:
+        shutil.rmtree(folder)
