@@ -4,9 +4,10 @@ OpenAI-compatible server that answers after 50 ms, journaled to one SQLite file.
 Each figure is measured in the same process run against a bare aiohttp client making the
 same requests (no interpreter, no journal: the client's own limit), and the same opdsl runs
 with no journal (what the journal costs), and with every write committed on its own
-(``group_commit=False``; by default the writes of concurrent runs are committed together). Targets: opdsl at most 1.5 times the bare client;
-the time per request at 1,000 runs within 1.3 times that at 200; under 100 KB of memory per
-waiting run. Each figure is the best of two interleaved rounds.
+(``group_commit=False``; by default the writes of concurrent runs are committed together).
+Targets: opdsl at most 1.5 times the bare client; the time per request at 1,000 runs within
+1.3 times that at 200; under 100 KB of memory per waiting run. Each figure is the best of two
+interleaved rounds.
 
     python bench/concurrency.py [RUNS ...]      (default: 200 1000)
 """
@@ -26,7 +27,7 @@ from interpreters import LiveInterpreter, SqliteJournal
 from interpreters.models import OpenAIModel
 from op import Op, infer
 
-SIZES = [int(a) for a in sys.argv[1:]] or [200, 1_000]
+SIZES = [200, 1_000]
 CALLS = 20
 DELAY = 0.05
 ROUNDS = 2
@@ -87,6 +88,12 @@ def free_port() -> int:
 
 
 def main() -> int:
+    if not all(a.isdigit() and int(a) > 0 for a in sys.argv[1:]):
+        print(
+            f"usage: python bench/concurrency.py [RUNS ...]  (counts of runs; got {sys.argv[1:]})"
+        )
+        return 2
+    sizes = [int(a) for a in sys.argv[1:]] or SIZES
     port = free_port()
     server = subprocess.Popen(
         [
@@ -102,7 +109,7 @@ def main() -> int:
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}/v1"
-        for runs in SIZES:
+        for runs in sizes:
             # interleaved rounds, the best of each kept: the machine's noise hits them all
             best: dict[str, float] = {}
             grown = 0
