@@ -317,15 +317,20 @@ def test_a_probe_checks_the_cli_runs_without_a_turn(monkeypatch: pytest.MonkeyPa
     assert result.status == "failed" and "needs the `claude` executable" in str(result.error)
 
 
+@pytest.mark.parametrize("kept_in", ["home", "CLAUDE_CONFIG_DIR"])
 def test_a_login_is_carried_into_the_private_home_and_nothing_else(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kept_in: str
 ) -> None:
     user = tmp_path / "user"
-    (user / ".claude").mkdir(parents=True)
-    (user / ".claude" / ".credentials.json").write_text('{"token": "x"}')
-    (user / ".claude" / "settings.json").write_text('{"hooks": {}}')
+    config = user / ".claude" if kept_in == "home" else tmp_path / "elsewhere"
+    config.mkdir(parents=True)
+    (config / ".credentials.json").write_text('{"token": "x"}')
+    (config / "settings.json").write_text('{"hooks": {}}')
     monkeypatch.setenv("HOME", str(user))
-    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    if kept_in == "home":
+        monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    else:
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
     record, seen = _served("success", monkeypatch, tmp_path)
     assert isinstance(record, TurnRecord)
     assert seen["HOME"] != str(user) and seen["claude_dir"] == [".credentials.json"]
