@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -619,7 +620,7 @@ def cmd_new(a: argparse.Namespace) -> int:
     print(f"created {root}/ ({len(written)} files):")
     for path in written:
         print(f"  {path.relative_to(root)}")
-    print(f"next: cd {root} && pip install -e '.[test]' && pytest")
+    print(f"next: cd {shlex.quote(str(root))} && pip install -e '.[test]' && pytest")
     return 0
 
 
@@ -778,9 +779,24 @@ _READS = frozenset(("runs", "show", "report", "diff", "checkpoints", "replay", "
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    code = _dispatch(args)
-    if argv is None and (getattr(args, "temporal", None) or args.command == "worker"):
+    """The command. Ctrl-C at any moment, from start-up to the process's end, is one line on
+    stderr and status 130, never a traceback: before and during the command it is caught here;
+    once the command is over (``argv`` None: this is the process's own command) a Ctrl-C ends
+    the process at once (see :func:`_end_at_once_on_interrupt`)."""
+    args: argparse.Namespace | None = None
+    _SAID_STOPPED.clear()
+    try:
+        try:
+            args = _parser().parse_args(argv)
+            code = _dispatch(args)
+        except KeyboardInterrupt:
+            code = _interrupted(ending=argv is None)
+    finally:
+        if argv is None:
+            _end_at_once_on_interrupt()
+    if argv is None and args is not None and (
+        getattr(args, "temporal", None) or args.command == "worker"
+    ):
         _exit_at_once(code)
     return code
 
@@ -826,10 +842,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         message = Redactor.from_env()(" ".join(str(exc).split()))
         print(f"opdsl: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(_stopped(), file=sys.stderr)
-        return 130
-
 
 def _exit_at_once(code: int) -> None:
     """End the process without the interpreter's teardown. The Temporal client's native
@@ -855,6 +867,55 @@ def _check_temporal(a: argparse.Namespace) -> None:
         raise UsageError("--temporal and --db name two places for the runs; give one")
     if a.command in _READS:
         a.db = TemporalJournal(a.temporal)
+
+
+_SAID_STOPPED: list[bool] = []
+"""Whether the line that says what Ctrl-C left was printed (it is printed once)."""
+
+
+def _set_sigint(handler: Any) -> Any:
+    """Set the SIGINT handler and give the one it replaced (None off the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _interrupted(*, ending: bool) -> int:
+    """Ctrl-C stopped the command: say in one line what it left (a Ctrl-C pressed again
+    meanwhile is ignored), and give status 130. ``ending``: the process ends next, so the
+    ignoring is not undone (:func:`_end_at_once_on_interrupt` takes over)."""
+    import signal
+
+    previous = _set_sigint(signal.SIG_IGN)
+    try:
+        if not _SAID_STOPPED:
+            print(_stopped(), file=sys.stderr)
+            _SAID_STOPPED.append(True)
+    finally:
+        if not ending and previous is not None:
+            _set_sigint(previous)
+    return 130
+
+
+def _end_at_once_on_interrupt() -> None:
+    """From here to the process's end (its result is printed; the interpreter tears down), a
+    Ctrl-C ends the process at once with status 130 and one line, where Python would raise
+    KeyboardInterrupt wherever teardown happened to be (a traceback, or death by signal)."""
+
+    def end(signum: int, frame: Any) -> None:
+        try:
+            if not _SAID_STOPPED:
+                sys.stderr.write("opdsl: stopped\n")
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: S110 - a stream the signal caught mid-write: end all the same
+            pass
+        os._exit(130)
+
+    _set_sigint(end)
 
 
 def _stopped() -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import keyword
 import re
 import sys
@@ -12,14 +13,28 @@ from pathlib import Path
 __all__ = ["new_project"]
 
 
+NAME_RULE = (
+    "a project name is ASCII letters, digits, '-', '_' and '.', starting and ending with a "
+    "letter or digit, and its module name (lower case, '-' and '.' as '_') must not start "
+    "with a digit or be a Python keyword"
+)
+"""The names ``opdsl new`` takes: a valid distribution name (PEP 508) whose module name is a
+Python identifier."""
+
+_DIST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
+
+
 def _names(path: Path) -> tuple[str, str]:
-    """(distribution name, module name) for a project folder."""
+    """(distribution name, module name) for a project folder, or ValueError saying the rule."""
     dist = path.name
-    module = re.sub(r"[^0-9a-zA-Z_]", "_", dist).lower().strip("_")
-    if not dist or not module or module[0].isdigit() or keyword.iskeyword(module):
-        raise ValueError(
-            f"{path.name!r} cannot name a Python package; pick a folder name such as my-agent"
-        )
+    module = re.sub(r"[-.]", "_", dist).lower()
+    if (
+        not _DIST.fullmatch(dist)
+        or not module.isidentifier()
+        or not module.isascii()
+        or keyword.iskeyword(module)
+    ):
+        raise ValueError(f"{dist!r} cannot name a project: {NAME_RULE}")
     if module in sys.stdlib_module_names or module in (
         "op",
         "state",
@@ -27,10 +42,13 @@ def _names(path: Path) -> tuple[str, str]:
         "programs",
         "tests",
     ):
-        raise ValueError(
-            f"{path.name!r} would shadow the module {module!r}; pick another folder name"
-        )
+        raise ValueError(f"{dist!r} would shadow the module {module!r}; pick another folder name")
     return dist, module
+
+
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string (JSON's escapes are TOML's, for these characters)."""
+    return json.dumps(text, ensure_ascii=True)
 
 
 def new_project(path: str | Path, *, version: str) -> list[Path]:
@@ -49,14 +67,21 @@ def new_project(path: str | Path, *, version: str) -> list[Path]:
         "tests/__init__.py": "",
         "tests/test_agent.py": TESTS,
     }
+    # the names are checked above; in TOML they are written as quoted strings
+    fill = {
+        "{dist_toml}": _toml_string(dist),
+        "{requirement_toml}": _toml_string(f"opdsl>={version}"),
+        "{packages_toml}": _toml_string(f"{module}*"),
+        "{dist}": dist,
+        "{module}": module,
+    }
     written = []
     for name, text in files.items():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(
-            text.replace("{dist}", dist).replace("{module}", module).replace("{version}", version),
-            encoding="utf-8",
-        )
+        for placeholder, value in fill.items():
+            text = text.replace(placeholder, value)
+        target.write_text(text, encoding="utf-8")
         written.append(target)
     written.append(_record_cassette(root, module))
     return written
@@ -96,17 +121,17 @@ requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
 
 [project]
-name = "{dist}"
+name = {dist_toml}
 version = "0.1.0"
 description = "An agent program written with opdsl."
 requires-python = ">=3.11"
-dependencies = ["opdsl>={version}"]
+dependencies = [{requirement_toml}]
 
 [project.optional-dependencies]
 test = ["pytest>=8", "mypy>=1.10"]
 
 [tool.setuptools.packages.find]
-include = ["{module}*"]
+include = [{packages_toml}]
 
 [tool.pytest.ini_options]
 pythonpath = ["."]
