@@ -319,7 +319,9 @@ async def aresume(
             parent_run=run_id,
             fork_checkpoint=from_checkpoint,
         )
-        log = ReplayLog({e.address: e for e in prefix}, restore_at=cp.address)
+        log = ReplayLog(
+            {e.address: e for e in prefix}, restore_at=cp.address, content=journal.content
+        )
         run_record = new_record
         on_created: list[Entry] | None = prefix
     else:
@@ -330,7 +332,7 @@ async def aresume(
         if answer is not None:
             answers = {_question_to_answer(run_id, entries, answer_at): answer}
         target_id = run_id
-        log = ReplayLog({e.address: e for e in entries})
+        log = ReplayLog({e.address: e for e in entries}, content=journal.content)
         run_record = record
         on_created = None
     handlers = LiveHandlers(
@@ -389,6 +391,12 @@ class _CopyOnCreate(Journal):
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         self.inner.add_entries(entries)
+
+    def put_content(self, pieces: Mapping[str, str]) -> None:
+        self.inner.put_content(pieces)
+
+    def content(self, hashes: Iterable[str]) -> dict[str, str]:
+        return self.inner.content(hashes)
 
     def run(self, run_id: str) -> RunRecord:
         return self.inner.run(run_id)
@@ -480,7 +488,7 @@ async def areplay(
         bus=EventBus([]),
         clock=VirtualClock(),
         state=_initial_state(record, config),
-        log=ReplayLog({e.address: e for e in entries}, strict=True),
+        log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
     )
     if isinstance(result.error, Divergence):
         raise result.error

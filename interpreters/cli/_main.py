@@ -318,11 +318,18 @@ def cmd_show(a: argparse.Namespace) -> int:
     journal = open_journal(a.db, read_only=True)
     r = journal.run(a.run)
     if a.json:
+        from interpreters.journal._content import Reader
+
         entries = []
+        # each infer with the messages it added (``earlier`` counts the others), results whole
+        reader = Reader(journal.content)
         for e in journal.entries(r.run_id):
             item = e.as_dict()
-            for key in ("effect_json", "result_json", "error_json", "usage_json"):
+            for key in ("error_json", "usage_json"):
                 item[key.removesuffix("_json")] = _loads(item.pop(key))
+            del item["effect_json"], item["result_json"]
+            item["effect"] = reader.effect(e.kind, e.effect_json)
+            item["result"] = reader.result(e.kind, e.result_json)
             item["tool_failed"] = e.tool_failure()
             entries.append(item)
         _print_json(
@@ -431,7 +438,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     journal = open_journal(a.db, read_only=True)
     r = journal.run(a.run)
-    page = render_report(r, list(journal.entries(r.run_id)))
+    page = render_report(r, list(journal.entries(r.run_id)), journal.content)
     out = Path(a.output or f"{r.run_id}.html")
     out.write_text(page, encoding="utf-8")
     print(f"wrote {out} ({len(page.encode()):,} bytes): open it in a browser")
@@ -444,7 +451,13 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
     journal = open_journal(a.db, read_only=True)
     first, second = journal.run(a.run_a), journal.run(a.run_b)
-    found = diff_runs(first, journal.entries(first.run_id), second, journal.entries(second.run_id))
+    found = diff_runs(
+        first,
+        journal.entries(first.run_id),
+        second,
+        journal.entries(second.run_id),
+        journal.content,
+    )
     if a.json:
         _print_json(found.as_json())
     else:

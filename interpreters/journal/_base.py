@@ -22,7 +22,7 @@ import os
 import re
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,6 +212,23 @@ class Journal(ABC):
     @abstractmethod
     def add_entries(self, entries: Iterable[Entry]) -> None:
         """Copy finished entries in as they are (forks, imports)."""
+
+    @abstractmethod
+    def put_content(self, pieces: Mapping[str, str]) -> None:
+        """Store pieces of content (hash: text) that entries about to be written refer to;
+        a piece already stored is left as it is (see ``journal._content``)."""
+
+    @abstractmethod
+    def content(self, hashes: Iterable[str]) -> dict[str, str]:
+        """The stored pieces among ``hashes`` (a missing one is left out)."""
+
+    def content_hashes(self) -> set[str]:
+        """Every stored piece's hash (``gc``)."""
+        raise NotImplementedError
+
+    def delete_content(self, hashes: Iterable[str]) -> int:  # pragma: no cover - per store
+        """Remove pieces no run refers to (``gc``); returns how many went."""
+        raise NotImplementedError
 
     @abstractmethod
     def run(self, run_id: str) -> RunRecord: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import final
 
 from interpreters.journal._base import (
@@ -24,6 +24,7 @@ class MemoryJournal(Journal):
         self._runs: dict[str, RunRecord] = {}
         self._entries: dict[str, dict[str, Entry]] = {}
         self._locks: set[str] = set()
+        self._content: dict[str, str] = {}
 
     def create_run(self, run: RunRecord) -> None:
         if run.run_id in self._runs:
@@ -104,6 +105,24 @@ class MemoryJournal(Journal):
     def add_entries(self, entries: Iterable[Entry]) -> None:
         for e in entries:
             self._run_entries(e.run_id)[e.address] = e.replace()
+
+    def put_content(self, pieces: Mapping[str, str]) -> None:
+        for h, body in pieces.items():
+            self._content.setdefault(h, body)
+
+    def content(self, hashes: Iterable[str]) -> dict[str, str]:
+        found = self._content
+        return {h: found[h] for h in hashes if h in found}
+
+    def content_hashes(self) -> set[str]:
+        return set(self._content)
+
+    def delete_content(self, hashes: Iterable[str]) -> int:
+        gone = 0
+        for h in hashes:
+            if self._content.pop(h, None) is not None:
+                gone += 1
+        return gone
 
     def run(self, run_id: str) -> RunRecord:
         try:

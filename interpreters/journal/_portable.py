@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -12,25 +16,114 @@ from interpreters.journal._base import (
     JournalError,
     RunRecord,
 )
+from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
 from interpreters.runtime._redact import Redactor
 from state import canonical_json
 
 # -- portability and checks -------------------------------------------------------------------
 
+FORMAT = 2
+"""The export's format: 2 carries pieces of content (``journal._content``); 1 had none."""
+
 
 def export_run(journal: Journal, run_id: str) -> str:
-    """A run as JSONL: its record on the first line, then one entry a line."""
-    lines = [json.dumps({"run": journal.run(run_id).model_dump()}, sort_keys=True)]
-    lines += [json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in journal.entries(run_id)]
-    # a journal written before redaction (or with other secrets about) leaves none in the file
-    return Redactor.from_env()("\n".join(lines) + "\n")
+    """A run as JSONL: its record on the first line, then each piece of content its entries
+    refer to, once (a piece after those it refers to), then one entry a line."""
+    entries = journal.entries(run_id)
+    pieces = run_pieces(journal, entries)
+    # a journal written before redaction (or with other secrets about) leaves none in the
+    # file; a piece whose text changes gets the hash of its new text, everywhere
+    redact = Redactor.from_env()
+    renamed: dict[str, str] = {}
+    first = json.dumps({"format": FORMAT, "run": journal.run(run_id).model_dump()}, sort_keys=True)
+    lines = [_keeping_refs(redact, first, renamed)]
+    for h, body in pieces.items():
+        text = _keeping_refs(redact, body, renamed)
+        new = h if text == body else digest(text)
+        if new != h:
+            renamed[h] = new
+        lines.append(json.dumps({"piece": [new, text]}, ensure_ascii=False))
+    lines += [
+        _keeping_refs(redact, json.dumps({"entry": e.as_dict()}, sort_keys=True), renamed)
+        for e in entries
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_REF = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+
+
+def _keeping_refs(redact: Redactor, text: str, renamed: Mapping[str, str]) -> str:
+    """``text`` with secrets replaced, except in references (a hex secret could match inside
+    one); a reference to a renamed piece gets its new name."""
+    refs: list[str] = []
+
+    def keep(m: re.Match[str]) -> str:
+        refs.append(m.group(0))
+        return "\x01"
+
+    held = _REF.sub(keep, text)
+    cleaned = redact(held)
+    if not refs:
+        return cleaned
+    parts = cleaned.split("\x01")
+    if len(parts) != len(refs) + 1:  # cannot happen: JSON text holds no raw control character
+        return redact(text)
+    out = [parts[0]]
+    for ref, part in zip(refs, parts[1:], strict=True):
+        out += (renamed.get(ref, ref), part)
+    return "".join(out)
+
+
+def run_pieces(journal: Journal, entries: Iterable[Entry]) -> dict[str, str]:
+    """Every piece the entries refer to, with the pieces those refer to, each once and after
+    the pieces it refers to (the order an import checks them in)."""
+    out: dict[str, str] = {}
+    wanted: list[str] = []
+    for e in entries:
+        wanted += sorted(refs_of(e.kind, e.effect_json, e.result_json))
+    stack: list[tuple[str, bool]] = [(h, False) for h in reversed(wanted)]
+    bodies: dict[str, str] = {}
+    while stack:
+        h, ready = stack.pop()
+        if h in out:
+            continue
+        if ready:
+            out[h] = bodies[h]
+            continue
+        if h not in bodies:
+            found = journal.content((h,))
+            if h not in found:
+                raise JournalError(f"piece {h} is missing from the journal")
+            bodies[h] = found[h]
+        stack.append((h, True))
+        stack += [(r, False) for r in sorted(piece_refs(bodies[h])) if r not in out]
+    return out
 
 
 def parse_export(text: str, *, source: str = "the file") -> tuple[RunRecord, list[Entry]]:
-    """A run and its entries from text :func:`export_run` wrote, every line checked (what
-    :func:`import_run` adds, and what a run on another engine carries or is read back as)."""
+    """A run and its entries from text :func:`export_run` wrote (see :func:`read_export`)."""
+    exported = read_export(text, source=source)
+    return exported.run, exported.entries
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A run read from an export: its record, its entries, the pieces they refer to."""
+
+    run: RunRecord
+    entries: list[Entry]
+    pieces: dict[str, str]
+
+
+def read_export(text: str, *, source: str = "the file") -> Exported:
+    """A run, its entries and its pieces from text :func:`export_run` wrote, every line
+    checked (what :func:`import_run` adds, and what a run on another engine carries or is
+    read back as): each piece's text has the hash it is named by, every reference names a
+    piece of the file, and each chain holds as many messages as its entry says."""
     run: RunRecord | None = None
     entries: list[Entry] = []
+    pieces: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -40,10 +133,13 @@ def parse_export(text: str, *, source: str = "the file") -> tuple[RunRecord, lis
                 raise ValueError("a line must be a JSON object")
             if n == 1:
                 run = RunRecord.model_validate(data["run"])
+            elif "piece" in data:
+                h, body = _piece_line(data["piece"], pieces)
+                pieces[h] = body
             else:
                 entries.append(Entry.from_dict(data["entry"]))
         except (ValueError, KeyError, ValidationError) as exc:
-            what = "a run record" if n == 1 else "an entry"
+            what = "a run record" if n == 1 else "an entry or a piece"
             raise JournalError(
                 f"{source}, line {n}: expected {what}: {str(exc).splitlines()[0]}"
             ) from None
@@ -54,15 +150,69 @@ def parse_export(text: str, *, source: str = "the file") -> tuple[RunRecord, lis
             raise JournalError(
                 f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}"
             )
-    problems = _entry_problems(entries)
+    problems = _entry_problems(entries) or _reference_problems(entries, pieces)
     if problems:
         raise JournalError(f"{source}: {problems[0]}")
-    return run, entries
+    return Exported(run, entries, pieces)
+
+
+def _piece_line(value: Any, known: Mapping[str, str]) -> tuple[str, str]:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        raise ValueError("a piece must be [hash, text]")
+    h, body = value
+    if not is_digest(h):
+        raise ValueError(f"{h[:70]!r} is not a piece's hash (64 hex digits)")
+    if digest(body) != h:
+        raise ValueError(f"piece {h}: its text does not have that hash")
+    json.loads(body)
+    for r in sorted(piece_refs(body)):
+        if r not in known:
+            raise ValueError(f"piece {h} refers to piece {r}, which comes later or not at all")
+    return h, body
+
+
+def _reference_problems(entries: list[Entry], pieces: Mapping[str, str]) -> list[str]:
+    """The first reference of an entry that the pieces cannot answer, if any."""
+    lengths: dict[str, int] = {}
+
+    def length(head: str) -> int:
+        walk: list[str] = []
+        h: Any = head
+        while h is not None and h not in lengths:
+            if h not in pieces:
+                raise ValueError(f"the chain refers to piece {h}, which the file does not hold")
+            node = json.loads(pieces[h])
+            if not (isinstance(node, list) and len(node) == 2 and isinstance(node[1], dict)):
+                raise ValueError(f"piece {h} is not a node of a message chain")
+            walk.append(h)
+            h = node[0]
+        n = 0 if h is None else lengths[h]
+        for w in reversed(walk):
+            n += 1
+            lengths[w] = n
+        return n
+
+    for e in entries:
+        for r in sorted(refs_of(e.kind, e.effect_json, e.result_json)):
+            if r not in pieces:
+                return [f"entry {e.address} refers to piece {r}, which the file does not hold"]
+        if e.kind != "infer":
+            continue
+        try:
+            chain = json.loads(e.effect_json).get("messages")
+            if isinstance(chain, dict):
+                head, n = chain.get("$chain"), chain.get("n")
+                if (0 if head is None else length(head)) != n:
+                    return [f"entry {e.address}: its chain does not hold {n} messages"]
+        except (ValueError, AttributeError) as exc:
+            return [f"entry {e.address}: {exc}"]
+    return []
 
 
 def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
     """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
-    run, entries = parse_export(text, source=source)
+    exported = read_export(text, source=source)
+    run, entries = exported.run, exported.entries
     # a run from elsewhere names code; it runs only when the user names the program again
     try:
         config = json.loads(run.config_json or "{}")
@@ -73,6 +223,7 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     run = run.model_copy(
         update={"config_json": canonical_json({**config, "imported_from": source})}
     )
+    journal.put_content(exported.pieces)
     journal.create_run(run)
     journal.add_entries(entries)
     return run

@@ -7,7 +7,7 @@ import os
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,10 @@ from interpreters.journal._base import (
 )
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: entries hold their whole text; 2: the ``content`` table, each piece of content once, and
+entries that refer to it (``journal._content``). A version 1 file is read as it is, and
+becomes version 2 when it is opened for writing."""
 _BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
 _FINISH_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(FINISH_FROM))
 _SCHEMA = """
@@ -64,6 +67,10 @@ CREATE TABLE IF NOT EXISTS entries (
     finished_at REAL,
     PRIMARY KEY (run_id, address)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS content (
+    hash TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS locks (
     run_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
@@ -167,6 +174,7 @@ class SqliteJournal(Journal):
         #: this file, as the process-wide set of held runs knows it
         self._key = str(self.path.resolve())
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
+        self._content_table: bool | None = None
 
     @property
     def grouped(self) -> bool:
@@ -236,6 +244,11 @@ class SqliteJournal(Journal):
         self._db.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
+        )
+        # a version 1 file: its entries read as they are; new ones may refer to content
+        self._db.execute(
+            "UPDATE meta SET value=? WHERE key='schema_version' AND CAST(value AS INTEGER) < ?",
+            (str(SCHEMA_VERSION), SCHEMA_VERSION),
         )
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
@@ -447,6 +460,54 @@ class SqliteJournal(Journal):
                 self._db.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"journal {self.path}: cannot add entries: {exc}") from None
+
+    def put_content(self, pieces: Mapping[str, str]) -> None:
+        """Into the open transaction when grouped (the entry that needs them follows)."""
+        try:
+            with self._mutex:
+                self._into_tx(self.grouped)
+                self._cursor.executemany(
+                    "INSERT OR IGNORE INTO content (hash, body) VALUES (?, ?)", pieces.items()
+                )
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(exc) from None
+
+    def content(self, hashes: Iterable[str]) -> dict[str, str]:
+        wanted = list(hashes)
+        out: dict[str, str] = {}
+        if not wanted or not self._has_content:
+            return out
+        for i in range(0, len(wanted), 500):
+            part = wanted[i : i + 500]
+            rows = self._exec(
+                f"SELECT hash, body FROM content WHERE hash IN ({', '.join('?' * len(part))})",
+                tuple(part),
+            ).fetchall()
+            out.update((str(h), str(b)) for h, b in rows)
+        return out
+
+    @property
+    def _has_content(self) -> bool:
+        # a version 1 file opened read-only has no content table (nor needs one)
+        if self._content_table is None:
+            self._content_table = "content" in self._tables()
+        return self._content_table
+
+    def content_hashes(self) -> set[str]:
+        if not self._has_content:
+            return set()
+        return {str(r[0]) for r in self._exec("SELECT hash FROM content").fetchall()}
+
+    def delete_content(self, hashes: Iterable[str]) -> int:
+        gone = 0
+        wanted = list(hashes)
+        for i in range(0, len(wanted), 500):
+            part = wanted[i : i + 500]
+            cur = self._exec(
+                f"DELETE FROM content WHERE hash IN ({', '.join('?' * len(part))})", tuple(part)
+            )
+            gone += max(cur.rowcount, 0)
+        return gone
 
     def entries(self, run_id: str) -> list[Entry]:
         self.run(run_id)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._content import ContentError, lookup, unpack_effect, unpack_result
 
 __all__ = ["RunDiff", "diff_runs"]
 
@@ -122,9 +123,14 @@ def _fields(state_json: str | None) -> dict[str, Any]:
 
 
 def diff_runs(
-    a: RunRecord, a_entries: Sequence[Entry], b: RunRecord, b_entries: Sequence[Entry]
+    a: RunRecord,
+    a_entries: Sequence[Entry],
+    b: RunRecord,
+    b_entries: Sequence[Entry],
+    content: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
 ) -> RunDiff:
-    """Compare two runs, effect by effect and then their end states."""
+    """Compare two runs, effect by effect and then their end states. ``content``: the
+    journal's pieces, to show the entries where the runs part whole (``journal._content``)."""
     out = RunDiff(a.run_id, b.run_id)
     left = {e.address: e for e in a_entries}
     right = {e.address: e for e in b_entries}
@@ -138,6 +144,8 @@ def diff_runs(
         elif (x.status, x.result_json, x.error_json) != (y.status, y.result_json, y.error_json):
             why = "the same effect, a different result"
         if why is not None:
+            if content is not None:
+                x, y = _whole(x, content), _whole(y, content)
             out.address, out.why, out.a_entry, out.b_entry = address, why, x, y
             break
         out.same_before += 1
@@ -146,3 +154,17 @@ def diff_runs(
         if fa.get(name) != fb.get(name):
             out.state[name] = (fa.get(name), fb.get(name))
     return out
+
+
+def _whole(e: Entry | None, content: Callable[[Iterable[str]], Mapping[str, str]]) -> Entry | None:
+    """``e`` with its effect and result unpacked (as shown where two runs part)."""
+    if e is None:
+        return None
+    get = lookup({}, content)
+    try:
+        return e.replace(
+            effect_json=unpack_effect(e.effect_json, get),
+            result_json=unpack_result(e.kind, e.result_json, get),
+        )
+    except (ContentError, ValueError):
+        return e

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from interpreters.journal._base import Entry, Journal, RunRecord
+from interpreters.journal._content import Reader
 from op import (
     CheckpointSaved,
     EffectFinished,
@@ -89,6 +90,7 @@ def follow(
         RunStarted(run_id=run_id, at=run.created_at, program=run.program, parent_run=run.parent_run)
     )
     told: dict[str, str] = {}  # address -> the status last told
+    reader = Reader(journal.content)  # each entry is read once, in order
     writer_alive = getattr(journal, "writer_alive", None)
     while True:
         run = journal.run(run_id)  # read first: every entry of a finished run is then seen
@@ -101,7 +103,7 @@ def follow(
                         at=e.started_at,
                         address=e.address,
                         kind=e.kind,
-                        effect=json.loads(e.effect_json),
+                        effect=reader.effect(e.kind, e.effect_json),
                     )
                 )
                 told[e.address] = "started"

@@ -10,10 +10,11 @@ redacted; the page shows nothing else.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._content import ContentError, Reader
 from op import Usage
 
 __all__ = ["render_report", "report_data"]
@@ -43,6 +44,14 @@ def _loads(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _read(read: Callable[[], Any], text: str | None) -> Any:
+    """What ``read`` gives, or ``text`` as it is when a piece it needs cannot be read."""
+    try:
+        return read()
+    except (ContentError, ValueError):
+        return _loads(text)
 
 
 def _inside(address: str, scope: str) -> bool:
@@ -84,15 +93,25 @@ def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
     }
 
 
-def report_data(run: RunRecord, entries: Sequence[Entry]) -> dict[str, Any]:
-    """What the page shows, as plain data (the tests read it too)."""
+def report_data(
+    run: RunRecord,
+    entries: Sequence[Entry],
+    content: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
+    """What the page shows, as plain data (the tests read it too). ``content``: the
+    journal's pieces; each ``infer`` then shows the messages it added, once."""
     from interpreters._durable import checkpoint_labels
 
     labels = {e.address: label for label, e in checkpoint_labels(list(entries))}
+    reader = None if content is None else Reader(content)
     items = []
     for e in entries:
         usage = None if e.usage_json is None else Usage.model_validate_json(e.usage_json)
-        result = _loads(e.result_json)
+        result = (
+            _loads(e.result_json)
+            if reader is None
+            else _read(lambda e=e: reader.result(e.kind, e.result_json), e.result_json)
+        )
         if e.kind == "checkpoint" and isinstance(result, dict):
             result = {"state": result.get("state"), "world": result.get("world")}
         item: dict[str, Any] = {
@@ -101,7 +120,9 @@ def report_data(run: RunRecord, entries: Sequence[Entry]) -> dict[str, Any]:
             "status": e.status,
             "started_at": e.started_at,
             "finished_at": e.finished_at,
-            "effect": _loads(e.effect_json),
+            "effect": _loads(e.effect_json)
+            if reader is None
+            else _read(lambda e=e: reader.effect(e.kind, e.effect_json), e.effect_json),
             "result": result,
             "error": _loads(e.error_json),
             "tool_error": e.tool_failure(),
@@ -143,9 +164,13 @@ def report_data(run: RunRecord, entries: Sequence[Entry]) -> dict[str, Any]:
     return data
 
 
-def render_report(run: RunRecord, entries: Sequence[Entry]) -> str:
+def render_report(
+    run: RunRecord,
+    entries: Sequence[Entry],
+    content: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+) -> str:
     """The page for ``run``: HTML with its style, script and data inlined."""
-    data = json.dumps(report_data(run, entries), ensure_ascii=False, sort_keys=True)
+    data = json.dumps(report_data(run, entries, content), ensure_ascii=False, sort_keys=True)
     # inside <script>: no "</script>", no "<!--", whatever the run's text holds
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = f"opdsl run {run.run_id}"

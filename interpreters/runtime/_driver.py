@@ -44,6 +44,13 @@ from typing import Any, Generic, TypeVar, assert_never, cast, final
 from returns.result import Failure, Result, Success
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.journal._content import (
+    ContentError,
+    Packed,
+    Packer,
+    unpack_effect,
+    unpack_result,
+)
 from interpreters.journal._status import FINISHED, EndStatus
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
@@ -203,6 +210,10 @@ class Driver:
         self._payload: Any = None
         self._text_of: object = None
         self._text = ""
+        #: each piece of content journaled once (``journal._content``): this run's chains
+        self.packer = Packer(self.clean, keep=journal is not None)
+        self._packed_of: object = None
+        self._packed = Packed("")
         # the chain of layers a leaf effect goes through (see ``_layers``): each is there
         # only when its job exists, so a live run with nothing to record is the handlers alone
         perform: Perform = Handled(self).perform
@@ -323,24 +334,97 @@ class Driver:
     # -- what the layers share --------------------------------------------------------------
 
     def payload(self, effect: AnyEffect, address: str) -> Any:
-        """The effect as JSON data (computed once per effect for all the layers)."""
+        """The effect as JSON data for the events (computed once per effect for all the
+        layers). An ``infer``'s ``messages`` are those its conversation did not have before
+        (``earlier`` counts the others), so an event costs what the call adds."""
         if effect is self._payload_of:
             return self._payload
-        data = self._recordable(to_jsonable, effect, address)
+        if type(effect) is Infer:
+            self.recorded(effect, address)
+            earlier = self.packer.earlier
+            data = self._recordable(
+                to_jsonable,
+                {
+                    "kind": "infer",
+                    "messages": effect.messages[earlier:],
+                    "model": effect.model,
+                    "params": effect.params,
+                    "tools": effect.tools,
+                },
+                address,
+            )
+            if earlier:
+                data["earlier"] = earlier
+        else:
+            data = self._recordable(to_jsonable, effect, address)
         self._payload_of, self._payload = effect, data
         return data
 
     def effect_json(self, effect: AnyEffect, address: str) -> str:
-        """The effect's canonical JSON text (as journaled, before secrets are replaced): from
-        its data when a layer already asked for it, else written straight from the effect."""
+        """The effect's whole canonical JSON text (before secrets are replaced): from its
+        data when a layer already asked for it, else written straight from the effect. An
+        ``infer``'s costs its whole conversation: what is journaled is :meth:`recorded`."""
         if effect is self._text_of:
             return self._text
-        if effect is self._payload_of:
+        if effect is self._payload_of and type(effect) is not Infer:
             text = dump_jsonable(self._payload)
         else:
             text = self._recordable(canonical_json, effect, address)
         self._text_of, self._text = effect, text
         return text
+
+    def recorded(self, effect: AnyEffect, address: str) -> Packed:
+        """The effect as journaled: packed (each piece of content once, secrets replaced),
+        with the pieces it needs (see ``journal._content``)."""
+        if effect is self._packed_of:
+            return self._packed
+        if type(effect) is Infer:
+            packed = self._recordable(self.packer.effect, effect, address)
+        else:
+            packed = self.packer.effect(effect, self.effect_json(effect, address))
+        self._packed_of, self._packed = effect, packed
+        return packed
+
+    def recorded_result(self, value: Any, what: str, address: str) -> Packed:
+        """A result as journaled: packed like an effect."""
+        return self.packer.result(value, self.json(value, what, address))
+
+    def store_pieces(self) -> None:
+        """Hand the pieces made so far to the journal (before the entry that needs them)."""
+        journal = self.journal
+        if journal is not None and self.packer.keep:
+            pieces = self.packer.take()
+            if pieces:
+                journal.put_content(pieces)
+
+    def whole(self, text: str | None, kind: str | None = None) -> str | None:
+        """A journaled text, unpacked (``kind``: a result's effect kind; None: an effect)."""
+        if text is None:
+            return None
+        get = self.content
+        if kind is None:
+            return unpack_effect(text, get)
+        return unpack_result(kind, text, get)
+
+    def shown(self, text: str | None, kind: str | None = None) -> str | None:
+        """A journaled text as a divergence shows it: whole, or as it is when a piece it needs
+        is missing."""
+        try:
+            return self.whole(text, kind)
+        except (ContentError, ValueError):
+            return text
+
+    def content(self, h: str) -> str:
+        """A piece of content by its hash: made by this run, or in the record's journal."""
+        found = self.packer.pending(h)
+        if found is None:
+            source = self.log.content if self.log is not None else None
+            if source is None and self.journal is not None:
+                source = self.journal.content
+            found = None if source is None else source((h,)).get(h)
+        if found is None:
+            raise ContentError(f"piece {h} is missing from the journal")
+        return found
 
     def _recordable(self, write: Callable[[Any], T], effect: AnyEffect, address: str) -> T:
         """``write(effect)``; an effect that cannot be written is named with its address."""
@@ -396,8 +480,8 @@ class Driver:
             if self._announced is not None:
                 self._announced.started(effect, address, data)
             if self._journaled is not None:
-                text = self.effect_json(effect, address)  # from the data just computed
-                self._journaled.begin(effect, address, text, self.clock.now())
+                packed = self.recorded(effect, address)  # from the data just computed
+                self._journaled.begin(effect, address, packed, self.clock.now())
         return self.clock.monotonic()
 
     def _end(
@@ -860,7 +944,7 @@ async def execute(
                     address=first.address,
                     where=f"the program returned after its effect at address {root.last or '(none)'}",
                     checkpoint=nearest_checkpoint(log.entries.values(), first.seq),
-                    recorded=first.effect_json,
+                    recorded=driver.shown(first.effect_json),
                     now=None,
                     reason=f"the program finished, but the record goes on: the {first.kind} effect "
                     f"recorded here is no longer asked for",

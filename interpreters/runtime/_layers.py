@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from interpreters.journal._base import Entry, JournalError
+from interpreters.journal._content import Packed
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._frame import (
     BudgetStop,
@@ -156,12 +157,14 @@ class Journaled(Layer):
 
     __slots__ = ()
 
-    def begin(self, effect: AnyEffect, address: str, text: str, now: float) -> None:
-        """Journal the effect (``text``, its canonical JSON) as started."""
+    def begin(self, effect: AnyEffect, address: str, packed: Packed, now: float) -> None:
+        """Journal the effect (``packed``: its text as journaled) as started, after the pieces
+        of content it needs."""
         d = self.driver
         assert d.journal is not None
         try:
-            d.journal.begin(d.run_id, address, effect.kind, d.clean(text), now)
+            d.store_pieces()
+            d.journal.begin(d.run_id, address, effect.kind, packed.text, now)
         except JournalError:
             raise
         except Exception as exc:
@@ -172,19 +175,25 @@ class Journaled(Layer):
         address: str,
         status: EntryEnd,
         *,
-        result_json: str | None = None,
+        result_json: str | Packed | None = None,
         usage: Usage | None = None,
         exc: BaseException | None = None,
     ) -> None:
+        """Finish the entry; ``result_json``: a text to clean, or one packed (cleaned)."""
         d = self.driver
         assert d.journal is not None
+        if isinstance(result_json, Packed):
+            d.store_pieces()
+            result_text: str | None = result_json.text
+        else:
+            result_text = None if result_json is None else d.clean(result_json)
         try:
             d.journal.finish(
                 d.run_id,
                 address,
                 status,
                 at=d.clock.now(),
-                result_json=None if result_json is None else d.clean(result_json),
+                result_json=result_text,
                 error_json=None if exc is None else d.clean(error_json(exc)),
                 usage_json=None if usage is None else canonical_json(usage),
             )
@@ -199,7 +208,7 @@ class Journaled(Layer):
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
-        self.begin(effect, address, d.effect_json(effect, address), d.clock.now())
+        self.begin(effect, address, d.recorded(effect, address), d.clock.now())
         journal = d.journal
         assert journal is not None
         if journal.grouped:
@@ -218,8 +227,8 @@ class Journaled(Layer):
         recorded = (
             {**d.snapshot(frame), "world": result} if isinstance(effect, Checkpoint) else result
         )
-        result_json = d.json(recorded, f"the result of {effect.kind}", address)
-        self.finish(address, "completed", result_json=result_json, usage=usage_of(result))
+        packed = d.recorded_result(recorded, f"the result of {effect.kind}", address)
+        self.finish(address, "completed", result_json=packed, usage=usage_of(result))
         # grouped: the finish is committed with the next commit, at the latest before this
         # run's next effect runs (its begin waits for it) or as the run ends; nothing the
         # program does in between reaches the world
@@ -330,7 +339,7 @@ class Replay(Layer):
                     address,
                     f"the record finished the scope at {frame.finished_scope.address} without this effect",
                     None,
-                    d.effect_json(effect, address),
+                    d.clean(d.effect_json(effect, address)),
                 )
             if log.strict:
                 raise d.diverged(
@@ -338,18 +347,18 @@ class Replay(Layer):
                     address,
                     "the record ends before this effect",
                     None,
-                    d.effect_json(effect, address),
+                    d.clean(d.effect_json(effect, address)),
                 )
             return None
-        now = d.clean(d.effect_json(effect, address))
-        if now != entry.effect_json:
-            raise d.diverged(
-                frame,
-                address,
-                "the program asks for a different effect here",
-                entry.effect_json,
-                now,
-            )
+        if d.recorded(effect, address).text != entry.effect_json:
+            # packed texts are equal when the whole ones are; an entry written whole (by an
+            # earlier opdsl) is compared whole
+            now = d.clean(d.effect_json(effect, address))
+            recorded = d.shown(entry.effect_json)
+            if now != recorded:
+                raise d.diverged(
+                    frame, address, "the program asks for a different effect here", recorded, now
+                )
         log.used.add(address)
         return entry
 
@@ -373,12 +382,13 @@ class Replay(Layer):
         if d.log.strict:
             if isinstance(effect, Ask):
                 raise WaitingForAnswer(effect.question)
+            shown = d.shown(entry.effect_json)
             raise d.diverged(
                 frame,
                 address,
                 "the record ends inside this effect (it started and never finished)",
-                entry.effect_json,
-                entry.effect_json,
+                shown,
+                shown,
             )
         # a crash or a stop left it unfinished: perform it again (at least once), with the
         # same idempotency key
@@ -394,7 +404,7 @@ class Replay(Layer):
                 world = json.loads(entry.result_json or "{}").get("world")
                 if world is not None:
                     await d.handlers.restore(world)
-            return decode_result(effect, entry.result_json)
+            return decode_result(effect, d.whole(entry.result_json, effect.kind))
         if entry.status == "failed":
             raise decode_error(entry.error_json)
         # cancelled: a timeout or budget cut it off, or a par sibling's failure did

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -71,6 +71,8 @@ class ReplayLog:
     strict: bool = False
     restore_at: str | None = None
     used: set[str] = field(default_factory=set)
+    #: the pieces of content the entries refer to, by hash (the record's journal's)
+    content: Callable[[Iterable[str]], Mapping[str, str]] | None = None
 
 
 _DECODED: dict[tuple[str, str], Any] = {}

@@ -1,0 +1,553 @@
+"""Content stored once: the journal's pieces, and the packed form of entries that refer to them.
+
+An agent's conversation grows by a message or two a turn, and every ``infer`` carries all of
+it. Journaled whole, the record grows with the square of the conversation. Packed, each piece
+of content is written once, in the journal's content table under the SHA-256 of its text, and
+every entry that holds it refers to it:
+
+- an ``infer``'s ``messages`` become a chain: node ``k`` is the text ``[PREV, MESSAGE]`` (PREV
+  the hash of node ``k - 1``, or ``null``), and the entry keeps the last node's hash and the
+  count, ``{"$chain": HEAD, "n": N}``; the next ``infer`` of the same conversation adds only its
+  new nodes;
+- a long string where the value types hold text (a message's ``content``, a tool result's
+  ``output``, a response's ``text``) becomes ``{"$ref": HASH}``, its text stored as a JSON
+  string; a long object where they hold arguments (a tool call's ``arguments``, a ``tool``
+  effect's ``args``) becomes the string ``HASH``, its text stored as a JSON object.
+
+Each rule replaces a value by one of another JSON type than the value can have there, so a
+packed text is never mistaken for a whole one, and an entry written whole (by an opdsl before
+this format, or because it is short) reads as it always did. Packing is a function of the
+whole canonical text: the same effect packs to the same bytes in every process, and two
+packed texts are equal exactly when the whole texts are (up to SHA-256), so replay compares
+packed texts and unpacks only to show a divergence.
+
+Secrets are replaced in every piece before it is hashed, so what the journal holds under a
+hash is what the hash says; a packed text is written with a mark in each place a reference
+goes, cleaned, and the references are put in after, so no secret can change a hash.
+
+Nothing here does I/O: a journal stores the pieces; :class:`Packer` (one per run) makes them,
+and keeps each conversation's chain so that an ``infer`` costs what it adds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, final
+
+from op import Infer, Message, Response, Tool, ToolResult
+from state import canonical_json, dump_jsonable, to_jsonable
+
+__all__ = [
+    "PIECE_MIN",
+    "ContentError",
+    "Packed",
+    "Packer",
+    "digest",
+    "is_digest",
+    "new_messages",
+    "piece_refs",
+    "refs_of",
+    "unpack_effect",
+    "unpack_result",
+]
+
+PIECE_MIN: Final = 256
+"""The shortest text (in canonical JSON characters) stored as a piece of its own: shorter
+values are cheaper inline than their reference. Part of the format: packing must give the same
+bytes in every version, or replays of older journals would compare unequal (they still pass:
+an unequal packed text is compared whole before it is called a divergence)."""
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+_STR = json.encoder.encode_basestring
+_MARK = "\x01"  # canonical JSON never holds a raw control character: a reference goes here
+# the value standing for a mark until the text is written: no program's value is this string
+_MARK_VALUE = _MARK + "opdsl-ref-" + secrets.token_hex(8)
+
+
+class ContentError(ValueError):
+    """A packed text refers to a piece that is missing, or whose text is not what it says."""
+
+
+def digest(body: str) -> str:
+    """The SHA-256 of a piece's text, in hex: its name in the content table."""
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and _HEX.fullmatch(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A text as journaled and the pieces it needs that may not be stored yet."""
+
+    text: str
+    pieces: Mapping[str, str] = field(default_factory=dict)
+
+
+_NO_PIECES: Mapping[str, str] = {}
+
+
+class _Writer:
+    """Builds one packed text: values with marks where references go, then cleaned, then the
+    references put in (see the module docstring)."""
+
+    __slots__ = ("clean", "pieces", "refs")
+
+    def __init__(self, clean: Callable[[str], str], pieces: dict[str, str]) -> None:
+        self.clean = clean
+        self.pieces = pieces
+        self.refs: list[str] = []
+
+    def piece(self, body_text: str) -> str:
+        body = self.clean(body_text)
+        h = digest(body)
+        self.pieces[h] = body
+        return h
+
+    def ref(self, value_text: str) -> str:
+        """A mark standing for ``value_text`` (a reference, written after cleaning)."""
+        self.refs.append(value_text)
+        return _MARK_VALUE
+
+    def text(self, data: Any) -> str:
+        """``data`` (holding marks) as packed text: cleaned, then the references put in."""
+        cleaned = self.clean(dump_jsonable(data).replace(_MARK_JSON, _MARK))
+        if not self.refs:
+            return cleaned
+        parts = cleaned.split(_MARK)
+        if len(parts) != len(self.refs) + 1:  # a secret held the mark: cannot happen in JSON
+            raise ContentError("a secret's replacement removed a reference")
+        out = [parts[0]]
+        for ref, part in zip(self.refs, parts[1:], strict=True):
+            out += (ref, part)
+        return "".join(out)
+
+
+_MARK_JSON = json.dumps(_MARK_VALUE)  # how dump_jsonable writes a mark's value
+
+
+def _text_value(w: _Writer, text: str) -> Any:
+    """A string field: itself, or a mark for ``{"$ref": HASH}`` when it is long."""
+    if len(text) < PIECE_MIN - 2:
+        return text
+    body = _STR(text)
+    return w.ref('{"$ref":"' + w.piece(body) + '"}')
+
+
+def _object_value(w: _Writer, data: Any) -> Any:
+    """An object field: itself, or a mark for the string ``HASH`` when its text is long."""
+    if not data:
+        return data
+    body = dump_jsonable(data)
+    if len(body) < PIECE_MIN:
+        return data
+    return w.ref('"' + w.piece(body) + '"')
+
+
+def _pack_calls(w: _Writer, calls: list[Any]) -> None:
+    for call in calls:
+        if isinstance(call, dict) and isinstance(call.get("arguments"), dict):
+            call["arguments"] = _object_value(w, call["arguments"])
+
+
+@final
+class _Conversation:
+    """One conversation's chain as far as it has been packed: the messages (the very objects
+    the program passed) and the hash after each."""
+
+    __slots__ = ("heads", "messages")
+
+    def __init__(self) -> None:
+        self.messages: tuple[Message, ...] = ()
+        self.heads: list[str | None] = [None]
+
+
+@final
+class Packer:
+    """Packs one run's effects and results (see the module docstring).
+
+    ``clean`` replaces secrets (the run's redactor). ``keep``: pieces made are kept until a
+    journal takes them with :meth:`take` (a run with no journal keeps none).
+
+    Example:
+        >>> from op import Infer, Message
+        >>> p = Packer(keep=True)
+        >>> first = p.effect(Infer(messages=(Message.user("hi"),)))
+        >>> first.text[:38], len(first.pieces)
+        ('{"kind":"infer","messages":{"$chain":"', 1)
+        >>> second = p.effect(Infer(messages=(Message.user("hi"), Message.user("and you?"))))
+        >>> len(second.pieces), len(p.take())
+        (1, 2)
+    """
+
+    __slots__ = ("_clean", "_conversations", "_kept", "earlier", "keep")
+
+    _RECENT: Final = 8  # conversations kept: a program may interleave a few (roles, branches)
+
+    def __init__(self, clean: Callable[[str], str] | None = None, *, keep: bool = True) -> None:
+        self._clean: Callable[[str], str] = clean if clean is not None else _same
+        self.keep = keep
+        self._kept: dict[str, str] = {}
+        self._conversations: list[_Conversation] = []
+        #: how many of the last packed ``infer``'s messages its conversation had before
+        self.earlier = 0
+
+    def take(self) -> dict[str, str]:
+        """The pieces made since the last call (a journal stores them before the entry)."""
+        kept, self._kept = self._kept, {}
+        return kept
+
+    def pending(self, h: str) -> str | None:
+        """A piece made and not yet taken, or None."""
+        return self._kept.get(h)
+
+    def _made(self, pieces: dict[str, str]) -> Mapping[str, str]:
+        if not pieces:
+            return _NO_PIECES
+        if self.keep:
+            self._kept.update(pieces)
+        return pieces
+
+    # -- effects ------------------------------------------------------------------------------
+
+    def effect(self, effect: Any, whole: str | None = None) -> Packed:
+        """The packed text of ``effect`` (``whole``: its canonical text, when known)."""
+        if type(effect) is Infer:
+            return self._infer(effect)
+        if type(effect) is Tool and effect.args:
+            text = whole if whole is not None else canonical_json(effect)
+            if len(text) < PIECE_MIN:
+                return Packed(self._clean(text))
+            pieces: dict[str, str] = {}
+            w = _Writer(self._clean, pieces)
+            data = to_jsonable(effect)
+            data["args"] = _object_value(w, data["args"])
+            return Packed(w.text(data), self._made(pieces))
+        text = whole if whole is not None else canonical_json(effect)
+        return Packed(self._clean(text))
+
+    def _infer(self, effect: Infer) -> Packed:
+        pieces: dict[str, str] = {}
+        head, n = self._chain(effect.messages, pieces)
+        data = to_jsonable(
+            {"kind": "infer", "model": effect.model, "params": effect.params, "tools": effect.tools}
+        )
+        w = _Writer(self._clean, pieces)
+        data["messages"] = w.ref(
+            '{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}'
+        )
+        return Packed(w.text(data), self._made(pieces))
+
+    def _chain(
+        self, messages: tuple[Message, ...], pieces: dict[str, str]
+    ) -> tuple[str | None, int]:
+        """The head of ``messages``' chain, adding the nodes not made before to ``pieces``."""
+        conv, start = self._longest(messages)
+        self.earlier = start
+        heads = conv.heads
+        del heads[start + 1 :]
+        head = heads[start]
+        for message in messages[start:]:
+            w = _Writer(self._clean, pieces)
+            node = [w.ref("null" if head is None else f'"{head}"'), _packed_message(w, message)]
+            head = w.piece(w.text(node))
+            heads.append(head)
+        conv.messages = messages
+        return head, len(messages)
+
+    def _longest(self, messages: tuple[Message, ...]) -> tuple[_Conversation, int]:
+        """The known conversation ``messages`` extends furthest, and how far (moved to the
+        front); a new one when none shares its first message."""
+        best: _Conversation | None = None
+        best_n = 0
+        for conv in self._conversations:
+            known = conv.messages
+            n = len(known)
+            if n <= best_n:
+                continue
+            if len(messages) >= n and messages[n - 1] is known[n - 1] and messages[:n] == known:
+                best, best_n = conv, n  # the common case: the same history, grown
+                continue
+            k = _common(known, messages)
+            if k > best_n:
+                best, best_n = conv, k
+        convs = self._conversations
+        if best is None:
+            best = _Conversation()
+        else:
+            convs.remove(best)
+        convs.insert(0, best)
+        del convs[self._RECENT :]
+        return best, best_n
+
+    # -- results ------------------------------------------------------------------------------
+
+    def result(self, value: Any, whole: str) -> Packed:
+        """The packed text of a result whose canonical text is ``whole``."""
+        if len(whole) < PIECE_MIN or type(value) not in (ToolResult, Response):
+            return Packed(self._clean(whole))
+        pieces: dict[str, str] = {}
+        w = _Writer(self._clean, pieces)
+        data = json.loads(whole)
+        if type(value) is ToolResult:
+            data["output"] = _text_value(w, data["output"])
+        else:
+            data["text"] = _text_value(w, data["text"])
+            _pack_calls(w, data["tool_calls"])
+        return Packed(w.text(data), self._made(pieces))
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _common(a: Sequence[Message], b: Sequence[Message]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x is not y and x != y:
+            break
+        n += 1
+    return n
+
+
+def _packed_message(w: _Writer, message: Message) -> Any:
+    data = to_jsonable(message)
+    data["content"] = _text_value(w, data["content"])
+    _pack_calls(w, data["tool_calls"])
+    return data
+
+
+# -- reading packed texts back ----------------------------------------------------------------
+
+Lookup = Callable[[str], str]
+"""A piece's text by its hash (raises :class:`ContentError` when it has none)."""
+
+
+def _piece(get: Lookup, h: Any, where: str) -> Any:
+    if not is_digest(h):
+        raise ContentError(f"{where}: {str(h)[:70]!r} is not a reference to a piece")
+    body = get(h)
+    return json.loads(body)
+
+
+def _text_of(get: Lookup, value: Any, where: str) -> Any:
+    if isinstance(value, dict):
+        text = _piece(get, value.get("$ref"), where)
+        if not isinstance(text, str):
+            raise ContentError(f"{where}: piece {value.get('$ref')} is not a string")
+        return text
+    return value
+
+
+def _object_of(get: Lookup, value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        data = _piece(get, value, where)
+        if not isinstance(data, dict):
+            raise ContentError(f"{where}: piece {value} is not an object")
+        return data
+    return value
+
+
+def _calls(get: Lookup, calls: Any, where: str) -> None:
+    if isinstance(calls, list):
+        for i, call in enumerate(calls):
+            if isinstance(call, dict) and "arguments" in call:
+                call["arguments"] = _object_of(get, call["arguments"], f"{where}[{i}].arguments")
+
+
+def _message(get: Lookup, data: Any, where: str) -> Any:
+    if isinstance(data, dict):
+        if "content" in data:
+            data["content"] = _text_of(get, data["content"], f"{where}.content")
+        _calls(get, data.get("tool_calls"), f"{where}.tool_calls")
+    return data
+
+
+def chain_nodes(
+    get: Lookup, head: str | None, stop: Callable[[str], bool] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """The nodes of a chain from ``head`` back to its first (or to one ``stop`` accepts, left
+    out), as (hash, packed message)."""
+    seen: set[str] = set()
+    h: Any = head
+    while h is not None:
+        if stop is not None and stop(h):
+            return
+        if h in seen:
+            raise ContentError(f"the chain at {h} loops")
+        seen.add(h)
+        node = _piece(get, h, "a message chain")
+        if not (isinstance(node, list) and len(node) == 2):
+            raise ContentError(f"piece {h} is not a node of a message chain")
+        yield h, node[1]
+        h = node[0]
+
+
+def _messages(get: Lookup, value: Any, where: str) -> Any:
+    if not isinstance(value, dict):
+        return value
+    head, n = value.get("$chain"), value.get("n")
+    if head is not None and not is_digest(head):
+        raise ContentError(f"{where}: {str(head)[:70]!r} is not a reference to a chain")
+    nodes = [m for _, m in chain_nodes(get, head)]
+    if len(nodes) != n:
+        raise ContentError(f"{where}: the chain holds {len(nodes)} messages, not {n}")
+    nodes.reverse()
+    return [_message(get, m, f"{where}[{i}]") for i, m in enumerate(nodes)]
+
+
+def unpack_effect(text: str, get: Lookup) -> str:
+    """The whole canonical text of a journaled effect (a text written whole is returned as
+    it is)."""
+    if '"$chain"' not in text and '"args":"' not in text:
+        return text  # written whole
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return text
+    kind = data.get("kind")
+    if kind == "infer" and isinstance(data.get("messages"), dict):
+        data["messages"] = _messages(get, data["messages"], "messages")
+    elif kind == "tool" and isinstance(data.get("args"), str):
+        data["args"] = _object_of(get, data["args"], "args")
+    else:
+        return text
+    return dump_jsonable(data)
+
+
+def unpack_result(kind: str, text: str | None, get: Lookup) -> str | None:
+    """The whole canonical text of a journaled result."""
+    if text is None or len(text) < 40 or '"$ref"' not in text and not _HEX.search(text):
+        return text
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return text
+    if kind == "tool":
+        data["output"] = _text_of(get, data.get("output"), "output")
+    elif kind == "infer":
+        data["text"] = _text_of(get, data.get("text"), "text")
+        _calls(get, data.get("tool_calls"), "tool_calls")
+    else:
+        return text
+    return dump_jsonable(data)
+
+
+def refs_of(kind: str, effect_text: str, result_text: str | None) -> set[str]:
+    """The pieces an entry refers to directly (a chain by its head only)."""
+    out: set[str] = set()
+    for text in (effect_text, result_text):
+        if text and len(text) >= 40 and (_HEX.search(text) is not None):
+            _collect(json.loads(text), out)
+    return out
+
+
+def piece_refs(body: str) -> set[str]:
+    """The pieces a piece refers to (a chain node: the one before it and its message's)."""
+    out: set[str] = set()
+    if _HEX.search(body) is not None:
+        _collect(json.loads(body), out)
+    return out
+
+
+def _collect(data: Any, out: set[str]) -> None:
+    # every reference is a 64-hex string in a place a packed text puts one; a string of the same
+    # shape elsewhere only keeps a piece alive longer (gc), never breaks a read
+    if isinstance(data, str):
+        if _HEX.fullmatch(data):
+            out.add(data)
+    elif isinstance(data, dict):
+        for v in data.values():
+            _collect(v, out)
+    elif isinstance(data, list):
+        for v in data:
+            _collect(v, out)
+
+
+def new_messages(get: Lookup, effect_text: str, seen: set[str]) -> tuple[list[Any], int] | None:
+    """An ``infer`` entry's messages not in a chain seen before (``seen``: node hashes, grown
+    here), oldest first, whole, and the conversation's length; None for an effect written
+    whole. What a reader shows of a long conversation: each message once."""
+    if '"$chain"' not in effect_text:
+        return None
+    data = json.loads(effect_text)
+    value = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(value, dict):
+        return None
+    head = value.get("$chain")
+    n = value.get("n")
+    fresh = list(chain_nodes(get, head if is_digest(head) else None, seen.__contains__))
+    seen.update(h for h, _ in fresh)
+    fresh.reverse()
+    return [_message(get, m, "messages") for _, m in fresh], n if isinstance(n, int) else 0
+
+
+def lookup(
+    pieces: Mapping[str, str], more: Callable[[Iterable[str]], Mapping[str, str]] | None = None
+) -> Lookup:
+    """A :data:`Lookup` over ``pieces`` (and ``more``, asked for what they lack)."""
+
+    def get(h: str) -> str:
+        body = pieces.get(h)
+        if body is None and more is not None:
+            body = more((h,)).get(h)
+        if body is None:
+            raise ContentError(f"piece {h} is missing from the journal")
+        return body
+
+    return get
+
+
+@final
+class Reader:
+    """Reads one run's entries back for people and tools (show, report, tail, traces): each
+    ``infer`` with the messages its conversation did not have before (``earlier`` counts the
+    others), so reading a run costs what it holds, not the square of its conversation.
+
+    ``content``: the journal's pieces by hash (``Journal.content``).
+    """
+
+    __slots__ = ("_get", "_seen")
+
+    def __init__(self, content: Callable[[Iterable[str]], Mapping[str, str]]) -> None:
+        cache: dict[str, str] = {}
+
+        def more(hashes: Iterable[str]) -> Mapping[str, str]:
+            found = content(hashes)
+            cache.update(found)
+            return found
+
+        self._get = lookup(cache, more)
+        self._seen: set[str] = set()
+
+    def effect(self, kind: str, text: str) -> Any:
+        """An entry's effect as JSON data (an ``infer``'s messages: the new ones)."""
+        if kind == "infer":
+            fresh = new_messages(self._get, text, self._seen)
+            if fresh is not None:
+                data = json.loads(text)
+                messages, n = fresh
+                data["messages"] = messages
+                if n > len(messages):
+                    data["earlier"] = n - len(messages)
+                return data
+        return json.loads(unpack_effect(text, self._get))
+
+    def effect_text(self, kind: str, text: str) -> str:
+        """:meth:`effect` as canonical JSON text."""
+        if kind == "infer" or len(text) >= 40:
+            return dump_jsonable(self.effect(kind, text))
+        return text
+
+    def result(self, kind: str, text: str | None) -> Any:
+        """An entry's result as JSON data, whole (None when it has none)."""
+        whole = unpack_result(kind, text, self._get)
+        return None if whole is None else json.loads(whole)
+
+    def result_text(self, kind: str, text: str | None) -> str | None:
+        """An entry's result as its whole canonical text."""
+        return unpack_result(kind, text, self._get)
