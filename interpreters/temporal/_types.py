@@ -63,7 +63,7 @@ class RunInput:
     restore_at: str | None = None
     parent_run: str | None = None
     fork_checkpoint: str | None = None
-    #: continue as new once the history holds this many events (Temporal's own limit is 51,200)
+    #: continue as new once the history holds this many events (1 to 51,200, Temporal's own limit)
     history_limit: int = 10_000
     generation: int = 0
 

@@ -10,10 +10,14 @@ state replicas, the journal), on Temporal's deterministic event loop:
 - ``checkpoint`` snapshots the workspace in a local activity; ``now``, ``random``, ``uuid``,
   ``sleep``, ``emit`` and state are the workflow's own (``random`` and ``uuid`` draw what a
   local run with the same run id would).
-- ``ask`` waits for the ``answer`` update, which is refused unless the run waits there.
+- ``ask`` waits for the ``answer`` update, which is refused unless the run waits there and
+  the question is not answered yet (of two answers sent at once, the second is refused).
 - Deadlines (``timeout``, a budget's ``seconds``) are workflow timers that cancel once.
 - The journal is kept in the workflow (the ``journal`` query exports it as ``opdsl export``
   would) and carried into a continue-as-new before the history grows past ``history_limit``.
+
+The input is checked whole before anything runs (``_input``): malformed input fails the
+workflow at once with a one-line reason, never its task.
 
 Errors: what an effect raised is thrown into the program, as locally. What the environment
 raised (the sandbox refusing a call, a non-determinism) fails the workflow task, which
@@ -24,26 +28,26 @@ fails ends the workflow failed, with the run's outcome in the failure's details.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, assert_never, final
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from interpreters.journal._base import Entry, JournalError, RunRecord
+    from interpreters.journal._base import RunRecord
     from interpreters.journal._memory import MemoryJournal
-    from interpreters.journal._portable import export_run, parse_export
+    from interpreters.journal._portable import export_run
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
     from interpreters.runtime._driver import execute
     from interpreters.runtime._events import EventBus
     from interpreters.runtime._frame import Call, Handlers, drawn
     from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
     from interpreters.runtime._schedule import AsyncioScheduler
+    from interpreters.temporal._input import check_arguments, checked_input, refused
     from interpreters.temporal._types import (
         ACTIVITY,
         WORKFLOW,
@@ -128,6 +132,8 @@ class _Handlers(Handlers):
         self.inp = inp
         self.quick = set(admission.quick_tools)
         self.heartbeat = timedelta(seconds=admission.heartbeat_seconds)
+        #: effects this run of the workflow performed (not fed from the carried journal)
+        self.performed = 0
 
     async def perform(self, effect: LeafEffect, call: Call) -> Any:
         try:
@@ -168,6 +174,9 @@ class _Handlers(Handlers):
         # only between effects at the top (no scope or branch is open), where a new run of the
         # workflow takes over exactly as a resumed run would
         if "." in address:
+            return
+        self.performed += 1
+        if self.performed == 1:  # each run of the workflow does some work before it goes on
             return
         info = workflow.info()
         if info.get_current_history_length() >= self.inp.history_limit or (
@@ -258,27 +267,11 @@ def _state(inp: RunInput) -> CRDTModel | None:
     cls = _named(inp.state_type)
     if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
         raise ApplicationError(f"{inp.state_type} is not a CRDTModel", non_retryable=True)
-    return cls.model_validate_json(inp.state_json)
-
-
-def _carried(journal: MemoryJournal, inp: RunInput) -> tuple[RunRecord, list[Entry]]:
-    """Load the journal a run was started with (continue-as-new, a fork) into ``journal``. It
-    comes from whoever started the workflow: it is checked as an imported file is, and
-    refused whole (the run fails at once) when it is malformed or of another run."""
     try:
-        record, entries = parse_export(inp.record or "", source="the journal the run was given")
-    except JournalError as exc:
-        raise ApplicationError(str(exc), type="JournalRefused", non_retryable=True) from None
-    if record.run_id != inp.run_id or record.program != inp.program:
-        raise ApplicationError(
-            f"the journal the run was given is of run {record.run_id} of {record.program}, not "
-            f"run {inp.run_id} of {inp.program}",
-            type="JournalRefused",
-            non_retryable=True,
-        )
-    journal.create_run(record)
-    journal.add_entries(entries)
-    return record, entries
+        return cls.model_validate_json(inp.state_json)
+    except ValueError as exc:  # pydantic's ValidationError among them
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise refused(f"state_json is not a {inp.state_type}: {first}") from None
 
 
 @workflow.defn(name=WORKFLOW, sandboxed=True)
@@ -292,7 +285,16 @@ class OpdslRun:
         self._answers: dict[str, str] = {}
 
     @workflow.run
-    async def run(self, inp: RunInput) -> RunOutcome:
+    async def run(self, raw: RawValue) -> RunOutcome:
+        # the input is decoded here, not by the SDK: input it cannot decode fails the workflow
+        # (with the reason) instead of its task, which would be retried for ever
+        try:
+            value = workflow.payload_converter().from_payload(raw.payload)
+        except Exception as exc:  # the converter says why in the error's cause
+            why = exc.__cause__ or exc
+            raise refused(f"a run's input cannot be decoded: {type(why).__name__}: {why}") from None
+        checked = checked_input(value, workflow.info().workflow_id)
+        inp = checked.inp
         self._run_id = inp.run_id
         try:
             admission = await workflow.execute_local_activity(
@@ -306,7 +308,7 @@ class OpdslRun:
                 f"run {inp.run_id}: {exc.cause or exc}", non_retryable=True
             ) from None
         program = _load_program(inp.program)
-        args = json.loads(inp.args_json)
+        check_arguments(program, checked.args, checked.kwargs, inp.program)
         state = _state(inp)
         log = None
         record = RunRecord(
@@ -316,14 +318,16 @@ class OpdslRun:
             fork_checkpoint=inp.fork_checkpoint,
             config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
         )
-        if inp.record is not None:
-            record, entries = _carried(self._journal, inp)
+        if checked.carried is not None:
+            record, entries = checked.carried
+            self._journal.create_run(record)
+            self._journal.add_entries(entries)
             log = ReplayLog({e.address: e for e in entries}, restore_at=inp.restore_at)
         try:
             result = await execute(
                 program,
-                tuple(args.get("args", [])),
-                args.get("kwargs", {}),
+                checked.args,
+                checked.kwargs,
                 run_id=inp.run_id,
                 handlers=_Handlers(self, inp, admission),
                 journal=self._journal,
@@ -382,9 +386,21 @@ class OpdslRun:
     @workflow.update(name="answer")
     async def answer(self, address: str, text: str) -> str:
         """Answer the question the run waits on (at ``address``; empty: the only one)."""
-        at = address or next(iter(self._waiting))
+        # checked again here: two answers sent at once can both pass the validator before
+        # either handler runs, and the second must be refused, not silently replace the first
+        at = address or next(iter(self._waiting), "")
+        problem = self._answer_problem(at)
+        if problem is not None:
+            raise ApplicationError(problem, type="AnswerRefused", non_retryable=True)
         self._answers[at] = text
         return at
+
+    def _answer_problem(self, at: str) -> str | None:
+        if at in self._answers:
+            return f"run {self._run_id}: the question at address {at} is answered already"
+        if at not in self._waiting:
+            return f"run {self._run_id} is not waiting for an answer"
+        return None
 
     @answer.validator
     def _check_answer(self, address: str, text: str) -> None:
@@ -400,6 +416,9 @@ class OpdslRun:
                 f"run {self._run_id} waits on {len(self._waiting)} questions (at "
                 f"{', '.join(sorted(self._waiting))}); say which with --at ADDRESS"
             )
+        problem = self._answer_problem(address or next(iter(self._waiting)))
+        if problem is not None:
+            raise ValueError(problem)
 
     @workflow.query(name="journal")
     def journal(self) -> str:
