@@ -280,10 +280,15 @@ def _messages(messages: str | Message | Sequence[Message]) -> tuple[Message, ...
     if isinstance(messages, Message):
         return (messages,)
     out = tuple(messages)
+    if set(map(type, out)) <= _MESSAGE_TYPES:  # one pass in C: a long history costs little
+        return out
     for i, m in enumerate(out):
         if not isinstance(m, Message):
             raise TypeError(f"infer(): messages[{i}] is a {type(m).__name__}, not a Message")
     return out
+
+
+_MESSAGE_TYPES = frozenset({Message})
 
 
 def _body(fn: str, body: object) -> None:

@@ -581,6 +581,7 @@ def cmd_import(a: argparse.Namespace) -> int:
 
 def cmd_gc(a: argparse.Namespace) -> int:
     from interpreters import SqliteJournal, Workspace, open_journal
+    from interpreters.journal import drop_unreferenced
     from interpreters.journal._status import can_remove
 
     journal = open_journal(a.db, create=False)
@@ -620,6 +621,9 @@ def cmd_gc(a: argparse.Namespace) -> int:
         journal.delete_run(run_id)
         note = f", kept {kept} that other runs still need" if kept else ""
         print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
+    pieces = drop_unreferenced(journal)  # content only the removed runs held
+    if pieces:
+        print(f"removed {pieces} piece(s) of content no remaining run refers to")
     if isinstance(journal, SqliteJournal):
         journal.vacuum()  # give the space back
     return 0

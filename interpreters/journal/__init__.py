@@ -18,7 +18,12 @@ from interpreters.journal._base import (
     RunStatus,
 )
 from interpreters.journal._memory import MemoryJournal
-from interpreters.journal._portable import check_integrity, export_run, import_run
+from interpreters.journal._portable import (
+    check_integrity,
+    drop_unreferenced,
+    export_run,
+    import_run,
+)
 
 if TYPE_CHECKING:
     from interpreters.journal._sqlite import SCHEMA_VERSION, SqliteJournal, open_journal
@@ -36,6 +41,7 @@ __all__ = [
     "RunStatus",
     "SqliteJournal",
     "check_integrity",
+    "drop_unreferenced",
     "export_run",
     "import_run",
     "open_journal",

@@ -223,12 +223,12 @@ class Journal(ABC):
         """The stored pieces among ``hashes`` (a missing one is left out)."""
 
     def content_hashes(self) -> set[str]:
-        """Every stored piece's hash (``gc``)."""
-        raise NotImplementedError
+        """Every stored piece's hash (``gc``; a store that cannot list them says none)."""
+        return set()
 
-    def delete_content(self, hashes: Iterable[str]) -> int:  # pragma: no cover - per store
+    def delete_content(self, hashes: Iterable[str]) -> int:
         """Remove pieces no run refers to (``gc``); returns how many went."""
-        raise NotImplementedError
+        return 0
 
     @abstractmethod
     def run(self, run_id: str) -> RunRecord: ...

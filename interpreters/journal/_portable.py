@@ -75,9 +75,12 @@ def _keeping_refs(redact: Redactor, text: str, renamed: Mapping[str, str]) -> st
     return "".join(out)
 
 
-def run_pieces(journal: Journal, entries: Iterable[Entry]) -> dict[str, str]:
+def run_pieces(
+    journal: Journal, entries: Iterable[Entry], *, missing_ok: bool = False
+) -> dict[str, str]:
     """Every piece the entries refer to, with the pieces those refer to, each once and after
-    the pieces it refers to (the order an import checks them in)."""
+    the pieces it refers to (the order an import checks them in). ``missing_ok``: leave out
+    a piece the journal lacks instead of refusing."""
     out: dict[str, str] = {}
     wanted: list[str] = []
     for e in entries:
@@ -94,6 +97,9 @@ def run_pieces(journal: Journal, entries: Iterable[Entry]) -> dict[str, str]:
         if h not in bodies:
             found = journal.content((h,))
             if h not in found:
+                if missing_ok:
+                    out[h] = ""
+                    continue
                 raise JournalError(f"piece {h} is missing from the journal")
             bodies[h] = found[h]
         stack.append((h, True))
@@ -267,3 +273,19 @@ def check_integrity(journal: Journal, run_id: str) -> list[str]:
         if run.result_json is None:
             problems.append("the run is completed but has no result")
     return problems
+
+
+def drop_unreferenced(journal: Journal) -> int:
+    """Remove every piece of content no run of ``journal`` refers to (``opdsl gc``, after the
+    runs it removes are gone); forks share their parent's pieces, so a piece stays while any
+    run needs it. Returns how many pieces went."""
+    stored = journal.content_hashes()
+    if not stored:
+        return 0
+    keep: set[str] = set()
+    for r in journal.runs():
+        try:
+            keep.update(run_pieces(journal, journal.entries(r.run_id), missing_ok=True))
+        except (JournalError, ValueError):
+            return 0  # a run that cannot be read may need any piece: keep them all
+    return journal.delete_content(stored - keep)

@@ -175,6 +175,8 @@ class SqliteJournal(Journal):
         self._key = str(self.path.resolve())
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
         self._content_table: bool | None = None
+        #: pieces given by :meth:`put_content`, written with the next entry's write
+        self._pieces: dict[str, str] = {}
 
     @property
     def grouped(self) -> bool:
@@ -268,6 +270,8 @@ class SqliteJournal(Journal):
         (the commonest statements, two per effect); returns how many rows it changed."""
         try:
             with self._mutex:
+                if self._pieces:  # the pieces and the entry that needs them: one commit
+                    return self._with_pieces(sql, params)
                 self._into_tx(self.grouped)
                 cursor = self._cursor
                 cursor.execute(sql, params)
@@ -276,6 +280,26 @@ class SqliteJournal(Journal):
             raise
         except sqlite3.DatabaseError as exc:
             raise self._failed(exc) from None
+
+    def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
+        opened = not self._in_tx
+        if opened:
+            self._db.execute("BEGIN")
+            self._in_tx = True
+        try:
+            self._write_pieces()
+            cursor = self._cursor
+            cursor.execute(sql, params)
+            changed = cursor.rowcount
+        except BaseException:
+            if opened:
+                self._in_tx = False
+                self._db.execute("ROLLBACK")
+            raise
+        if opened and not self.grouped:
+            self._in_tx = False
+            self._db.execute("COMMIT")
+        return changed
 
     def _into_tx(self, grouped: bool) -> None:
         """Before a write (the mutex held): a grouped one goes into the open transaction (one
@@ -317,6 +341,9 @@ class SqliteJournal(Journal):
     def _commit(self) -> None:
         try:
             with self._mutex:
+                if self._pieces:  # none is left behind uncommitted, whatever follows
+                    self._into_tx(True)
+                    self._write_pieces()
                 if self._in_tx:
                     self._in_tx = False
                     self._db.execute("COMMIT")
@@ -453,6 +480,7 @@ class SqliteJournal(Journal):
             with self._mutex:
                 self._db.execute("BEGIN")
                 try:
+                    self._write_pieces()
                     self._db.executemany(sql, rows)
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -462,19 +490,23 @@ class SqliteJournal(Journal):
             raise JournalError(f"journal {self.path}: cannot add entries: {exc}") from None
 
     def put_content(self, pieces: Mapping[str, str]) -> None:
-        """Into the open transaction when grouped (the entry that needs them follows)."""
-        try:
-            with self._mutex:
-                self._into_tx(self.grouped)
-                self._cursor.executemany(
-                    "INSERT OR IGNORE INTO content (hash, body) VALUES (?, ?)", pieces.items()
-                )
-        except sqlite3.DatabaseError as exc:
-            raise self._failed(exc) from None
+        """Kept until the next entry's write, and committed with it (one commit, not two: the
+        entry that needs them follows)."""
+        with self._mutex:
+            self._pieces.update(pieces)
+
+    def _write_pieces(self) -> None:
+        """The pieces waiting for an entry, into the transaction open now (the mutex held)."""
+        if self._pieces:
+            pieces, self._pieces = self._pieces, {}
+            self._db.executemany(
+                "INSERT OR IGNORE INTO content (hash, body) VALUES (?, ?)", pieces.items()
+            )
 
     def content(self, hashes: Iterable[str]) -> dict[str, str]:
         wanted = list(hashes)
-        out: dict[str, str] = {}
+        out: dict[str, str] = {h: self._pieces[h] for h in wanted if h in self._pieces}
+        wanted = [h for h in wanted if h not in out]
         if not wanted or not self._has_content:
             return out
         for i in range(0, len(wanted), 500):
