@@ -7,7 +7,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from interpreters._durable import config_for
+from interpreters._durable import config_for, guard_journal
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
 from interpreters.journal import Journal, RunRecord, open_journal
 from interpreters.models._base import Model
@@ -65,15 +65,20 @@ async def arun(
         workspace=workspace,
     )
     ws = interp.handlers.workspace
+    if interp.journal is not None:
+        guard_journal(ws, interp.journal)
+    name = program_name(program)
     record = RunRecord(
         run_id="-",
-        program=program_name(program),
+        program=name,
         config_json=config_for(
             model=model,
             tools=tool_list,
             seed=seed,
             tool_refs=tool_refs,
             workspace=None if ws is None else str(ws.root),
+            # the files the code came from, which a resume checks before importing them again
+            code=[name] if state is None else [name, program_name(type(state))],
         ),
     )
     return await interp.run(

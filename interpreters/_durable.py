@@ -9,12 +9,18 @@ run performs no completed effect twice, and a replay performs none at all.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec, SourceFileLoader
+from pathlib import Path
+from types import CodeType
 from typing import Any, assert_never, final
 
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace
@@ -64,6 +70,7 @@ from op import Tool as ToolEffect
 from state import CRDTModel
 
 __all__ = [
+    "CodeChanged",
     "Plan",
     "ProgramNotFound",
     "aanswer",
@@ -73,6 +80,8 @@ __all__ = [
     "config_for",
     "dry_run",
     "checkpoint_labels",
+    "check_code",
+    "code_of",
     "find_checkpoint",
     "load_object",
     "load_program",
@@ -131,16 +140,22 @@ def load_program(ref: str) -> Callable[..., Any]:
 
 
 def _program_of(
-    record: RunRecord, config: Mapping[str, Any], program: Callable[..., Any] | None
+    record: RunRecord,
+    config: Mapping[str, Any],
+    program: Callable[..., Any] | None,
+    accept_changed_code: bool = False,
 ) -> Callable[..., Any]:
     """The program that continues or replays ``record``. A run imported from a file names code
-    someone else chose: it runs only when the caller names the same program again."""
+    someone else chose: it runs only when the caller names the same program again. One loaded
+    by the name its journal holds comes from the file the run started with (:func:`check_code`)."""
     if program is None and config.get("imported_from"):
         raise OpdslError(
             f"run {record.run_id} was imported from {config['imported_from']} and names the program "
             f"{record.program}; pass --program {record.program} (program= in the API) to run that code"
         )
-    program = program or load_program(record.program)
+    if program is None:
+        check_code(record.run_id, config, [record.program], accept=accept_changed_code)
+        program = load_program(record.program)
     if program_name(program) != record.program:
         raise OpdslError(f"run {record.run_id} is of {record.program}, not {program_name(program)}")
     return program
@@ -164,16 +179,176 @@ def config_for(
     seed: int | str | None,
     tool_refs: list[str] | None = None,
     workspace: str | None = None,
+    code: Iterable[str] = (),
 ) -> str:
-    """The config a run records so that a new process can resume it."""
-    return canonical_json(
-        {
-            "model": model if isinstance(model, str) else None,
-            "tools": tool_refs if tool_refs is not None else _tool_refs(tools),
-            "seed": seed,
-            "workspace": workspace,
-        }
+    """The config a run records so that a new process can resume it; ``code``: references
+    (``module:attr``) of the code it runs (program, state type), whose modules are recorded
+    with the tools' by :func:`code_of`."""
+    refs = tool_refs if tool_refs is not None else _tool_refs(tools)
+    config: dict[str, Any] = {
+        "model": model if isinstance(model, str) else None,
+        "tools": refs,
+        "seed": seed,
+        "workspace": workspace,
+    }
+    modules = code_of([*code, *(refs or ())])
+    if modules:
+        config["code"] = modules
+    return canonical_json(config)
+
+
+class CodeChanged(OpdslError):
+    """A module a run was recorded with is not the file it was: changed, or found elsewhere."""
+
+
+def _chain(ref: str) -> list[str]:
+    """The modules importing ``module:attr`` runs: its packages from the top, then itself."""
+    parts = ref.partition(":")[0].split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts)) if all(parts[: i + 1])]
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def code_of(refs: Iterable[str]) -> dict[str, dict[str, str | None]]:
+    """Each module the code named by ``refs`` was imported from, the packages above it
+    included: its file and the SHA-256 of that file (a namespace package: no file). What
+    :func:`check_code` holds a resume to. Modules of no file (built in) and ``__main__``
+    are left out: nothing can be planted in their place."""
+    out: dict[str, dict[str, str | None]] = {}
+    for ref in refs:
+        for name in _chain(ref):
+            module = sys.modules.get(name)
+            if module is None or name == "__main__":
+                break
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str):
+                real = str(Path(path).resolve())
+                out[name] = {"path": real, "sha256": _sha256(real)}
+            elif getattr(module, "__path__", None) is not None:
+                out[name] = {"path": None, "sha256": None}  # a namespace package
+            else:
+                break
+    return out
+
+
+def _find_spec(name: str) -> ModuleSpec | None:
+    """Where ``import name`` would load ``name`` from, found without running any module (the
+    packages above it are looked up the same way, never imported)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    parent = name.rpartition(".")[0]
+    path: list[str] | None = None
+    if parent:
+        above = _find_spec(parent)
+        if above is None or above.submodule_search_locations is None:
+            return None
+        path = list(above.submodule_search_locations)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(name, path)
+        if spec is not None:
+            return spec  # type: ignore[no-any-return]
+    return None
+
+
+def check_code(
+    run_id: str, config: Mapping[str, Any], refs: Iterable[str], *, accept: bool = False
+) -> None:
+    """Before ``refs`` are imported for run ``run_id``: each module on their way that the run
+    recorded (:func:`code_of`) must be found at the same file, with the same SHA-256, else
+    :class:`CodeChanged` names it (a program edited since, or a module of the same name
+    planted earlier on the import path). Nothing runs to find out, and a module checked is
+    then run from the very bytes checked (never from a ``.pyc`` beside it, which whoever
+    could write its folder could have planted). ``accept``: the user knows, and the code is
+    imported as it is now. A run imported from a file is not checked: its user names its
+    code again."""
+    recorded = config.get("code")
+    if accept or config.get("imported_from") or not isinstance(recorded, dict):
+        return
+    for ref in refs:
+        for name in _chain(ref):
+            want = recorded.get(name)
+            if isinstance(want, dict):
+                _check_module(run_id, name, want)
+
+
+def _check_module(run_id: str, name: str, want: Mapping[str, Any]) -> None:
+    spec = _find_spec(name)
+    found = None
+    if spec is not None and spec.has_location and spec.origin:
+        found = str(Path(spec.origin).resolve())
+    was = want.get("path")
+    if was is None and found is None:
+        return  # a namespace package then and now (or gone: the import says so)
+    if spec is None or found is None or found != was:
+        now = f"now found at {found}" if found else "no longer found"
+        raise CodeChanged(
+            f"run {run_id} ran module {name} from {was or 'a namespace package'}; it is "
+            f"{now} (pass --accept-changed-code to run what is there now)"
+        )
+    try:
+        with open(found, "rb") as f:
+            data = f.read()
+    except OSError:
+        data = None
+    if data is None or hashlib.sha256(data).hexdigest() != want.get("sha256"):
+        raise CodeChanged(
+            f"run {run_id} ran module {name} from {found}, which has changed since "
+            "(pass --accept-changed-code to run it as it is now)"
+        )
+    if name not in sys.modules and isinstance(spec.loader, SourceFileLoader):
+        try:
+            _run_checked(spec, data)
+        except Exception as exc:
+            raise ProgramNotFound(
+                f"cannot import {name}: importing it raised {type(exc).__name__}: {exc}"
+            ) from None
+
+
+class _CheckedSource(SourceFileLoader):
+    """Runs a module from the source bytes that were checked, never from a ``.pyc``."""
+
+    def __init__(self, fullname: str, path: str, data: bytes) -> None:
+        super().__init__(fullname, path)
+        self.data = data
+
+    def get_code(self, fullname: str) -> CodeType:
+        return compile(self.data, self.path, "exec", dont_inherit=True)
+
+
+def _run_checked(found: ModuleSpec, data: bytes) -> None:
+    """Import the module ``found`` names from ``data``, as the import system would."""
+    name = found.name
+    parent, _, child = name.rpartition(".")
+    if parent and parent not in sys.modules:
+        importlib.import_module(parent)
+    assert found.origin is not None
+    loader = _CheckedSource(name, found.origin, data)
+    spec = importlib.util.spec_from_file_location(
+        name,
+        found.origin,
+        loader=loader,
+        submodule_search_locations=found.submodule_search_locations,
     )
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if parent:
+        setattr(sys.modules[parent], child, module)
 
 
 def load_tools(refs: Iterable[str]) -> list[ToolLike]:
@@ -190,16 +365,65 @@ def load_tools(refs: Iterable[str]) -> list[ToolLike]:
     return out
 
 
-def _initial_state(record: RunRecord, config: Mapping[str, Any]) -> CRDTModel | None:
+def _initial_state(
+    record: RunRecord,
+    config: Mapping[str, Any],
+    state_type: type[CRDTModel] | None = None,
+    accept_changed_code: bool = False,
+) -> CRDTModel | None:
+    """The state the run started with, as ``state_type`` (default: the type its journal names,
+    imported from the file it was recorded with)."""
     if record.state_json is None:
         return None
-    ref = config.get("state_type")
-    if not isinstance(ref, str):
-        raise JournalError(f"run {record.run_id} recorded a state but not its type")
-    cls = load_object(ref, "state type")
-    if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
-        raise ProgramNotFound(f"state type {ref!r} is not a CRDTModel")
-    return cls.model_validate_json(record.state_json)
+    cls: Any = state_type
+    if cls is None:
+        ref = config.get("state_type")
+        if not isinstance(ref, str):
+            raise JournalError(f"run {record.run_id} recorded a state but not its type")
+        check_code(record.run_id, config, [ref], accept=accept_changed_code)
+        cls = load_object(ref, "state type")
+        if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+            raise ProgramNotFound(f"state type {ref!r} is not a CRDTModel")
+    return cls.model_validate_json(record.state_json)  # type: ignore[no-any-return]
+
+
+def _named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[str, object]) -> None:
+    """A run imported from a file uses nothing the file names that would run code (its
+    program, tools, state type), send a key (its model) or touch a folder (its workspace)
+    until the caller gives each again. ``given``: what the caller passed, of what it would
+    use (a replay uses no tool, model or workspace). Refused, naming them all, before
+    anything is imported, sent or touched."""
+    source = config.get("imported_from")
+    if not source:
+        return
+    named: dict[str, Any] = {
+        "program": record.program,
+        "tools": config.get("tools") or None,
+        "model": config.get("model") or None,
+        "workspace": config.get("workspace") or None,
+        "state_type": config.get("state_type") if record.state_json is not None else None,
+    }
+    flag = {"state_type": "state"}
+    wanted = []
+    for what, value in named.items():
+        if what in given and given[what] is None and value is not None:
+            values = value if isinstance(value, list) else [value]
+            option = flag.get(what, what)
+            wanted.append(" ".join(f"--{option} {v}" for v in values) + f" ({what}=)")
+    if wanted:
+        raise OpdslError(
+            f"run {record.run_id} was imported from {source}; nothing it names (code to run, a "
+            f"model to send a key to, a folder to change) is used until you give it again: "
+            f"{', '.join(wanted)}"
+        )
+
+
+def guard_journal(workspace: Workspace | None, journal: Journal) -> None:
+    """Keep a journal file that lies in the run's workspace out of its tools' reach
+    (:meth:`Workspace.guard_journal`)."""
+    path = getattr(journal, "path", None)
+    if workspace is not None and isinstance(path, Path):
+        workspace.guard_journal(path)
 
 
 def checkpoint_labels(entries: list[Entry]) -> list[tuple[str, Entry]]:
@@ -274,6 +498,8 @@ async def aresume(
     on_event: Sink | Iterable[Sink] | None = None,
     clock: Clock | None = None,
     workspace: str | Workspace | None = None,
+    state_type: type[CRDTModel] | None = None,
+    accept_changed_code: bool = False,
 ) -> RunResult[Any]:
     """Continue a run in place, or fork a new run from one of its checkpoints.
 
@@ -285,11 +511,27 @@ async def aresume(
     leaves the run waiting as it was.
     With ``from_checkpoint`` (``NAME`` or ``NAME#k``) a new run is made with a parent link;
     it replays the parent up to that checkpoint and goes on live; the parent is untouched.
+
+    The program, tools and state type the journal names are imported from the files the run
+    started with: a module changed or found elsewhere since is refused (:class:`CodeChanged`)
+    unless ``accept_changed_code``. A run imported from a file is refused until ``program``,
+    ``tools``, ``model``, ``workspace`` and ``state_type`` are given for each it names.
     """
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
-    program = _program_of(record, config, program)
+    _named_again(
+        record,
+        config,
+        {
+            "program": program,
+            "tools": tools,
+            "model": model,
+            "workspace": workspace,
+            "state_type": state_type,
+        },
+    )
+    program = _program_of(record, config, program, accept_changed_code)
     call_args = json.loads(record.args_json)
     model = model if model is not None else config.get("model")
     tool_list: list[ToolLike]
@@ -300,9 +542,10 @@ async def aresume(
             f"run {run_id} was given tools that cannot be imported by name; pass tools= to resume it"
         )
     else:
+        check_code(run_id, config, config["tools"], accept=accept_changed_code)
         tool_list = load_tools(config["tools"])
     entries = journal.entries(run_id)
-    state = _initial_state(record, config)
+    state = _initial_state(record, config, state_type, accept_changed_code)
     answers: dict[str, str] = {}
     if from_checkpoint is not None:
         if answer is not None:
@@ -343,6 +586,7 @@ async def aresume(
         workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
         answers=answers,
     )
+    guard_journal(handlers.workspace, journal)
     journal_for_run = _CopyOnCreate(journal, on_created) if on_created is not None else journal
     return await execute(
         program,
@@ -463,6 +707,8 @@ async def areplay(
     program: Callable[..., Any] | None = None,
     args: tuple[Any, ...] | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    state_type: type[CRDTModel] | None = None,
+    accept_changed_code: bool = False,
 ) -> RunResult[Any]:
     """Run a recorded run against its journal only and check it ends the same, byte for byte.
 
@@ -475,7 +721,8 @@ async def areplay(
     journal = open_journal(db, read_only=True)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
-    program = _program_of(record, config, program)
+    _named_again(record, config, {"program": program, "state_type": state_type})
+    program = _program_of(record, config, program, accept_changed_code)
     call_args = json.loads(record.args_json)
     entries = journal.entries(run_id)
     result = await execute(
@@ -487,7 +734,7 @@ async def areplay(
         journal=None,
         bus=EventBus([]),
         clock=VirtualClock(),
-        state=_initial_state(record, config),
+        state=_initial_state(record, config, state_type, accept_changed_code),
         log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
     )
     if isinstance(result.error, Divergence):

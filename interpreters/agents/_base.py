@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal, final
 from interpreters.agents._bridge import ToolHost
 from interpreters.runtime._frame import Call
 from interpreters.tools._process import run_process
-from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
+from interpreters.tools._sandbox import SiblingsVisible, bwrap_argv, sandbox_problem
 from op import (
     Agent,
     AgentEnd,
@@ -228,9 +228,17 @@ class CliBackend(ABC):
         homes = {Path(env[v]).resolve() for v in self.homes if env.get(v)}
         homes = {h for h in homes if h.is_dir() and h != cwd}
         exe = Path(argv[0]).resolve()
-        return bwrap_argv(
-            argv, root=cwd, cwd=cwd, network=True, writable=tuple(sorted(homes)), readable=(exe,)
-        )
+        try:
+            return bwrap_argv(
+                argv,
+                root=cwd,
+                cwd=cwd,
+                network=True,
+                writable=tuple(sorted(homes)),
+                readable=(exe,),
+            )
+        except SiblingsVisible as exc:
+            raise ModelError(f"the {self.name} agent cannot run confined: {exc}") from None
 
     #: environment variables naming folders the CLI keeps its own state in
     homes: ClassVar[tuple[str, ...]] = ("HOME",)

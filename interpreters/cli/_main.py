@@ -497,7 +497,7 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
-    from interpreters import load_program, resume
+    from interpreters import resume
 
     if a.temporal:
         if not a.from_checkpoint:
@@ -510,23 +510,48 @@ def cmd_resume(a: argparse.Namespace) -> int:
             a, lambda client: fork(client, a.run, a.from_checkpoint, task_queue=a.task_queue)
         )
 
-    kwargs: dict[str, Any] = {"db": a.db, "from_checkpoint": a.from_checkpoint}
-    if a.workspace:
+    kwargs = _named_code(a)
+    return _report(resume(a.run, from_checkpoint=a.from_checkpoint, on_event=_sinks(a), **kwargs))
+
+
+def _named_code(a: argparse.Namespace) -> dict[str, Any]:
+    """What the user names for a run to go on with (``--program``, ``--tools``, ``--state``,
+    ``--model``, ``--workspace``), as ``resume``'s keywords. Code named here is imported only
+    after the same check as the code the journal names (:func:`check_code`): from the files
+    the run started with, unless ``--accept-changed-code``."""
+    from interpreters import load_program, open_journal
+    from interpreters._durable import check_code, load_object
+    from state import CRDTModel
+
+    kwargs: dict[str, Any] = {"db": a.db, "accept_changed_code": a.accept_changed_code}
+    refs = [r for r in (getattr(a, "program", None), getattr(a, "state", None)) if r]
+    refs += getattr(a, "tools", None) or []
+    if refs:
+        record = open_journal(a.db, read_only=True).run(a.run)
+        config = json.loads(record.config_json or "{}")
+        check_code(a.run, config, refs, accept=a.accept_changed_code)
+    if getattr(a, "workspace", None):
         kwargs["workspace"] = _workspace(a.workspace)
-    if a.model:
+    if getattr(a, "model", None):
         kwargs["model"] = a.model
-    if a.tools:
+    if getattr(a, "tools", None):
         kwargs["tools"] = _load_tools(a.tools)
-    if a.program:
+    if getattr(a, "state", None):
+        cls = load_object(a.state, "state type")
+        if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+            raise UsageError(f"--state {a.state!r} is not a CRDTModel class")
+        kwargs["state_type"] = cls
+    if getattr(a, "program", None):
         kwargs["program"] = load_program(a.program)
-    return _report(resume(a.run, on_event=_sinks(a), **kwargs))
+    return kwargs
 
 
 def cmd_replay(a: argparse.Namespace) -> int:
-    from interpreters import load_program, open_journal, replay
+    from interpreters import open_journal, replay
 
-    program = load_program(a.program) if a.program else None
-    result = replay(a.run, db=open_journal(a.db, read_only=True), program=program)
+    kwargs = _named_code(a)
+    kwargs["db"] = open_journal(a.db, read_only=True)
+    result = replay(a.run, **kwargs)
     print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
     return 0
 
@@ -550,7 +575,8 @@ def cmd_answer(a: argparse.Namespace) -> int:
 
         return asyncio.run(go())
 
-    return _report(resume(a.run, db=a.db, answer=a.text, answer_at=a.at, on_event=_sinks(a)))
+    kwargs = _named_code(a)
+    return _report(resume(a.run, answer=a.text, answer_at=a.at, on_event=_sinks(a), **kwargs))
 
 
 def cmd_export(a: argparse.Namespace) -> int:
@@ -572,9 +598,17 @@ def cmd_import(a: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {a.file}: {exc}") from None
     record = import_run(open_journal(a.db), text, source=a.file)
+    config = json.loads(record.config_json or "{}")
+    named = [f"--program {record.program}"]
+    for option, key in (("tools", "tools"), ("model", "model"), ("workspace", "workspace")):
+        value = config.get(key)
+        for v in value if isinstance(value, list) else [value] if value else []:
+            named.append(f"--{option} {v}")
+    if record.state_json is not None:
+        named.append(f"--state {config.get('state_type')}")
     print(
-        f"imported run {record.run_id}; it names the program {record.program}, which runs only "
-        f"when you pass --program {record.program} to resume or replay it"
+        f"imported run {record.run_id}; nothing it names runs, gets a key or changes a folder "
+        f"until you give it again to resume or replay it: {' '.join(named)}"
     )
     return 0
 
@@ -737,17 +771,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--model-timeout", help="seconds a whole model call may take, retries included")
     p.add_argument("--tools", action="append", default=[])
-    p.add_argument("--program", help="module:function; needed for a run imported from a file")
+    _named_options(p)
     p.add_argument("--quiet", action="store_true")
     p = add("replay", cmd_replay, "re-run a run against its journal only; fails on divergence")
     p.add_argument("run")
-    p.add_argument("--program", help="module:function; needed for a run imported from a file")
+    _named_options(p)
     p = add("answer", cmd_answer, "answer a run waiting on ask(), and continue it")
     p.add_argument("run")
     p.add_argument("text")
     p.add_argument(
         "--at", help="the address of the question to answer, when the run waits on several"
     )
+    p.add_argument("--workspace", help="the workspace folder (default: the one the run recorded)")
+    p.add_argument("--model")
+    p.add_argument("--tools", action="append", default=[])
+    _named_options(p)
     p.add_argument("--quiet", action="store_true")
     p = add("export", cmd_export, "write a run as JSONL")
     p.add_argument("run")
@@ -771,6 +809,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the model spec the runs' infer effects use")
     p.add_argument("--workspace", help="the folder workspace tools are confined to")
     return parser
+
+
+def _named_options(p: argparse.ArgumentParser) -> None:
+    """The options of the commands that go on with a run its journal names the code of."""
+    p.add_argument("--program", help="module:function; needed for a run imported from a file")
+    p.add_argument(
+        "--state", help="the state type, module:Class; needed for a run imported from a file"
+    )
+    p.add_argument(
+        "--accept-changed-code",
+        action="store_true",
+        help="run the program, tools and state type as their files are now, even if they "
+        "changed or moved since the run started",
+    )
 
 
 _ON_TEMPORAL = frozenset(
@@ -833,9 +885,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"opdsl: error: {exc}", file=sys.stderr)
             return 2
         os.environ["OPDSL_MODEL_TIMEOUT"] = args.model_timeout
-    # programs are named module:function, importable from here as with `python -m`
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _import_path(args.command)
     try:
         if getattr(args, "temporal", None) or args.command == "worker":
             _check_temporal(args)
@@ -859,6 +909,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         message = Redactor.from_env()(" ".join(str(exc).split()))
         print(f"opdsl: error: {message}", file=sys.stderr)
         return 2
+
+
+_NAMED_BY_JOURNAL = frozenset(("resume", "replay", "answer"))
+"""Commands that import the code a journal names."""
+
+
+def _import_path(command: str) -> None:
+    """Programs are named module:function, importable from the current folder as with
+    ``python -m``. When a journal names the code, the current folder (often the workspace,
+    which confined commands may write) goes last, so that nothing planted there shadows an
+    installed module such as ``programs``; the modules a run recorded are checked before
+    they are imported (:func:`interpreters._durable.check_code`)."""
+    here = os.getcwd()
+    if command in _NAMED_BY_JOURNAL:
+        sys.path[:] = [p for p in sys.path if p not in ("", here)] + [here]
+    elif "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
 
 def _exit_at_once(code: int) -> None:
     """End the process without the interpreter's teardown. The Temporal client's native

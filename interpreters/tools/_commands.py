@@ -13,7 +13,7 @@ from interpreters.tools._paths import (
     say_once,
 )
 from interpreters.tools._process import run_process
-from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
+from interpreters.tools._sandbox import SiblingsVisible, bwrap_argv, sandbox_problem
 from op import ToolResult
 
 __all__ = ["_Commands"]
@@ -79,7 +79,17 @@ class _Commands(_Files):
         limit = self.timeout if timeout is None else max(0.0, min(float(timeout), self.timeout))
         problem = sandbox_problem()
         if problem is None:
-            argv = bwrap_argv(argv, root=self.root, cwd=where, network=self.network)
+            try:
+                argv = bwrap_argv(
+                    argv,
+                    root=self.root,
+                    cwd=where,
+                    network=self.network,
+                    read_only=tuple(sorted(self.guarded_paths)),
+                )
+            except SiblingsVisible as exc:
+                say_once(f"opdsl: workspace commands are refused: {exc}")
+                return _fail(f"commands cannot run here: {exc}")
         elif self.confine:
             say_once(
                 f"opdsl: workspace commands are refused: {problem}; set OPDSL_UNCONFINED=1 "

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from interpreters.runtime._redact import SECRET_MARKERS
+from interpreters.tools._sandbox import JOURNAL_SIDECARS
 from op import ToolResult
 
 __all__ = [
@@ -134,6 +135,31 @@ class _Paths:
         self.pass_env = frozenset(pass_env)
         #: the time one search may take, whatever its pattern
         self.search_seconds = 5.0
+        #: the run's journal where it lies in the workspace (see :meth:`guard_journal`):
+        #: what commands see read-only and the file tools never change
+        self.guarded_paths: set[Path] = set()
+
+    def guard_journal(self, path: str | Path) -> None:
+        """Keep the journal file at ``path`` out of every tool's reach if it lies in the
+        workspace: commands see it read-only (its folder whole, unless that is the root, else
+        the file and its SQLite sidecars), and the file tools refuse to write or delete it or a
+        folder that holds it, so nothing a tool does is read later as a recorded entry."""
+        real = Path(os.path.realpath(path))
+        if self.root in real.parents:
+            self.guarded_paths.add(real.parent if real.parent != self.root else real)
+
+    def _guarded(self, real: Path) -> bool:
+        """Whether writing or deleting ``real`` would change the run's journal."""
+        for place in self.guarded_paths:
+            if place.is_dir():  # the journal's folder
+                hit = real == place or place in real.parents
+            else:  # a journal directly in the root, with the files SQLite keeps beside it
+                hit = real.parent == place.parent and real.name in {
+                    place.name + suffix for suffix in JOURNAL_SIDECARS
+                }
+            if hit or real in place.parents:
+                return True
+        return False
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -155,6 +181,10 @@ class _Paths:
         if any(p in FORBIDDEN for p in parts):
             raise WorkspaceError(
                 f"path {path!r} is inside {'/'.join(p for p in parts if p in FORBIDDEN)}/, which tools may not touch"
+            )
+        if write and self._guarded(real):
+            raise WorkspaceError(
+                f"{rel.as_posix()} holds the run's journal, which tools may not touch"
             )
         if write and self.is_locked(rel.as_posix()):
             raise WorkspaceError(

@@ -4,7 +4,9 @@ A command's arguments can name any path, so the workspace's own path checks cann
 it; the operating system does. Each command runs in fresh namespaces:
 
 - the root file system read-only; the workspace the only writable place, with its ``.git``
-  read-only (git operations go through the git tools); the workspace's sibling folders hidden;
+  read-only (git operations go through the git tools) and its ``.opdsl`` (and the run's
+  journal, wherever in the workspace it lies) read-only, so no command can plant a journal
+  entry; the workspace's sibling folders and files hidden, whatever its depth;
 - a private ``/tmp`` and ``/dev``, and a ``/proc`` of its own PID namespace, so no process of
   the host (opdsl's own among them) can be seen, and nothing outlives the command: when it
   ends or is killed, the namespace and every process in it go with it, ``setsid`` or not;
@@ -18,12 +20,13 @@ message that says why, unless the user opted in to running them unconfined.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["bwrap_argv", "sandbox_problem"]
+__all__ = ["JOURNAL_SIDECARS", "SiblingsVisible", "bwrap_argv", "sandbox_problem"]
 
 
 @functools.cache
@@ -47,6 +50,21 @@ def sandbox_problem() -> str | None:
     return None
 
 
+SYSTEM_FOLDERS = frozenset(
+    ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "nix", "proc", "run")
+    + ("sbin", "snap", "sys", "tmp", "usr", "var")
+)
+"""The top-level folders the system runs from: a workspace's siblings when it lies directly
+under ``/``, left as the read-only root shows them."""
+
+JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal")
+"""A SQLite journal's own file and the files SQLite keeps beside it (all read as the journal)."""
+
+
+class SiblingsVisible(Exception):
+    """The workspace lies in a folder whose other entries cannot be hidden from its commands."""
+
+
 def bwrap_argv(
     argv: list[str],
     *,
@@ -55,27 +73,30 @@ def bwrap_argv(
     network: bool,
     writable: tuple[Path, ...] = (),
     readable: tuple[Path, ...] = (),
+    read_only: tuple[Path, ...] = (),
 ) -> list[str]:
     """``argv`` wrapped in bubblewrap, confined to ``root`` (see the module docstring);
     ``writable``: other folders it may write (an agent CLI's own home); ``readable``: paths it
-    must still see if the workspace's siblings are hidden (the CLI's executable)."""
+    must still see if the workspace's siblings are hidden (the CLI's executable);
+    ``read_only``: places inside ``root`` the command may read but not change (the journal a
+    run writes, when it lies in the workspace: a folder whole, a file with its SQLite
+    sidecars). The workspace's ``.opdsl`` folder is always read-only (made if missing), so
+    nothing a command writes is read later as a journal.
+
+    Raises :class:`SiblingsVisible` when the workspace lies directly in a system folder
+    (``/usr``, ``/etc``, ...) or in the Python's own prefix, where its siblings cannot be
+    hidden, unless ``$OPDSL_SHOW_SIBLINGS=1`` accepts that."""
     exe = shutil.which("bwrap") or "bwrap"
     out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    parent = root.parent
-    # hide the workspace's siblings (../other-project), unless the parent holds the Python
-    # that runs the commands or is a top-level folder the system needs
-    runtime = (
-        Path(sys.prefix).resolve(),
-        Path(sys.base_prefix).resolve(),
-        Path(sys.executable).resolve(),
-    )
-    if len(parent.parts) > 2 and not any(p == parent or parent in p.parents for p in runtime):
-        out += ["--tmpfs", str(parent)]
-    # the Python that runs commands stays visible, wherever it lives (a virtualenv in /tmp),
-    # with its import path (an editable install's source), read-only; never a folder that
-    # holds the workspace, which would show its siblings again
-    places = {Path(sys.prefix), Path(sys.base_prefix), *(Path(p) for p in sys.path if p)}
-    for place in sorted({p.resolve() for p in places}):
+    # what the commands need to run, wherever it lives: the Python (a virtualenv in /tmp, an
+    # editable install's source on its import path) and the folders of PATH, read-only
+    places = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent}
+    places |= {Path(p) for p in sys.path if p and os.path.isabs(p)}
+    places |= {Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)}
+    needed = {p.resolve() for p in places}
+    out += _hide_siblings(root, needed)
+    # never a folder that holds the workspace, which would show its siblings again
+    for place in sorted(needed):
         if place.is_dir() and place != root and place not in root.parents:
             out += ["--ro-bind", str(place), str(place)]
     for extra in readable:
@@ -86,8 +107,66 @@ def bwrap_argv(
     git_dir = root / ".git"
     if git_dir.exists():
         out += ["--ro-bind", str(git_dir), str(git_dir)]
+    journal_dir = root / ".opdsl"
+    if not journal_dir.exists() and not journal_dir.is_symlink():
+        journal_dir.mkdir()
+    for place in (journal_dir, *read_only):
+        out += _read_only(root, place)
     out += ["--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         out.append("--share-net")
     out += ["--chdir", str(cwd), "--"]
     return out + argv
+
+
+def _hide_siblings(root: Path, needed: set[Path]) -> list[str]:
+    """bwrap arguments that hide the other entries of the workspace's folder.
+
+    In a folder of its own (``/srv/ws``, ``/home/me/src/ws``) the folder is replaced by an
+    empty tmpfs, and what the commands need that lived there is bound back afterwards. Directly
+    under ``/`` each top-level entry that is not one of the system's :data:`SYSTEM_FOLDERS` is
+    hidden on its own (a folder by a tmpfs, a file by an empty one). In a system folder itself
+    (``/usr/ws``) or in the Python's prefix, hiding the siblings would hide what the commands
+    run on: refused, unless ``$OPDSL_SHOW_SIBLINGS=1``."""
+    parent = root.parent
+    if parent == Path("/"):
+        out = []
+        for entry in sorted(parent.iterdir()):
+            if entry == root or entry.name in SYSTEM_FOLDERS or entry in needed:
+                continue
+            if entry.is_symlink():
+                continue  # where it points is hidden or shown on its own account
+            if entry.is_dir():
+                out += ["--tmpfs", str(entry)]
+            elif entry.is_file():
+                out += ["--ro-bind", "/dev/null", str(entry)]
+        return out
+    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    system = len(parent.parts) == 2 and parent.name in SYSTEM_FOLDERS - {"tmp"}
+    if system or parent in prefixes:
+        if os.environ.get("OPDSL_SHOW_SIBLINGS") == "1":
+            return []
+        what = "a system folder" if system else "the folder of the Python that runs them"
+        raise SiblingsVisible(
+            f"the workspace {root} lies in {parent}, {what}, so its commands would see the "
+            f"other entries of {parent}; move the workspace into a folder of its own, or set "
+            "OPDSL_SHOW_SIBLINGS=1 to run them with those readable"
+        )
+    return [] if parent == Path("/tmp") else ["--tmpfs", str(parent)]
+
+
+def _read_only(root: Path, place: Path) -> list[str]:
+    """bwrap arguments that make ``place`` (inside ``root``) read-only: a folder whole; a file
+    with its SQLite sidecars, an empty read-only file standing in for each one missing (so
+    that none can be planted beside it)."""
+    real = place.resolve()
+    if root not in real.parents:
+        return []
+    if real.is_dir():
+        return ["--ro-bind", str(real), str(real)]
+    out = []
+    for suffix in JOURNAL_SIDECARS:
+        path = real.with_name(real.name + suffix)
+        source = path if path.exists() else Path("/dev/null")
+        out += ["--ro-bind", str(source), str(path)]
+    return out

@@ -94,7 +94,8 @@ def test_export_import(capsys: pytest.CaptureFixture[str], script: str, tmp_path
     assert code == 0
     code, out, _ = opdsl(capsys, "import", "run.jsonl", "--db", "copy.db")
     assert code == 0 and f"imported run {run_id}" in out
-    assert "runs only when you pass --program tests.fixtures.durable_programs:chat" in out
+    assert "nothing it names runs, gets a key or changes a folder until you give it again" in out
+    assert f"--program {CHAT} --model {script}" in out
     code, out, _ = opdsl(capsys, "export", run_id, "--db", "copy.db")
     # the same run, now saying where it came from
     assert out.replace('\\"imported_from\\":\\"run.jsonl\\",', "") == Path("run.jsonl").read_text()

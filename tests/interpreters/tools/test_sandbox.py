@@ -225,3 +225,121 @@ def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path
     assert (
         free.value == "yes" and (outside / "x.txt").exists()
     )  # unconfined unless asked: said in SECURITY.md
+
+
+def test_the_workspaces_journal_folder_is_read_only_to_commands(
+    place: tuple[Workspace, Path, Path],
+) -> None:
+    ws, repo, _ = place
+    assert not (repo / ".opdsl").exists()
+    ok, text = run(ws, ["python", "-c", "open('.opdsl/runs.db', 'w').write('forged')"])
+    assert not ok and "Read-only file system" in text, text
+    assert (repo / ".opdsl").is_dir() and list((repo / ".opdsl").iterdir()) == []
+    ok, text = run(ws, ["python", "-c", "import shutil; shutil.rmtree('.opdsl')"])
+    assert not ok and (repo / ".opdsl").is_dir()
+
+
+@pytest.mark.parametrize("where", ["data/runs.db", "runs.db"])
+def test_a_journal_elsewhere_in_the_workspace_is_out_of_every_tools_reach(
+    where: str, place: tuple[Workspace, Path, Path]
+) -> None:
+    from interpreters import SqliteJournal
+
+    ws, repo, _ = place
+    journal = repo / where
+    journal.parent.mkdir(exist_ok=True)
+    SqliteJournal(journal).close()
+    before = journal.read_bytes()
+    ws.guard_journal(journal)
+    forge = (
+        "import sqlite3, sys; name = sys.argv[1]\n"
+        "for attempt in (lambda: sqlite3.connect(name).execute('CREATE TABLE forged (x)'),\n"
+        "                lambda: open(name, 'r+b').write(b'forged'),\n"
+        "                lambda: open(name + '-journal', 'wb').write(b'forged')):\n"
+        "    try:\n"
+        "        attempt(); print('written')\n"
+        "    except Exception as exc:\n"
+        "        print('refused', type(exc).__name__)\n"
+    )
+    ok, text = run(ws, ["python", "-c", forge, where])
+    assert ok and "written" not in text and text.count("refused") == 3, text
+    assert journal.read_bytes() == before
+    assert SqliteJournal(journal, read_only=True).runs() == []
+    # the file tools: neither the file, a file beside it in its folder, nor a folder holding it
+    assert not ws.write_file(where, "forged").ok
+    assert not ws.write_file(where + "-journal", "forged").ok
+    assert not ws.delete_path(where).ok
+    if "/" in where:
+        assert not ws.write_file("data/other.db", "x").ok
+        assert not ws.delete_path("data").ok
+    assert journal.read_bytes() == before
+    assert ws.write_file("elsewhere.txt", "fine").ok  # the rest of the workspace is writable
+
+
+def _top_level_place(name: str) -> Path:
+    """A new folder directly under /, for the layouts a temporary folder cannot show."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder directly under /")
+    top = Path("/") / f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        top.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make {top}: {exc}")
+    return top
+
+
+@pytest.mark.parametrize("layout", ["under-a-top-level-folder", "directly-under-root"])
+def test_siblings_are_hidden_whatever_the_workspaces_depth(layout: str) -> None:
+    if layout == "under-a-top-level-folder":  # /srv/ws: its siblings are /srv/*
+        top = _top_level_place("opdsl-srv")
+        made = [top]
+        root, sibling = top / "ws", top / "other-project"
+    else:  # /ws: its siblings are the top-level folders that are not the system's
+        root = _top_level_place("opdsl-ws")
+        sibling = _top_level_place("opdsl-other-project")
+        made = [root, sibling]
+    try:
+        root.mkdir(exist_ok=True)
+        sibling.mkdir(exist_ok=True)
+        (sibling / "secret.txt").write_text("the neighbour's secret")
+        loose = sibling.parent / f"{sibling.name}.txt"
+        loose.write_text("a file beside the workspace")
+        made.append(loose)
+        ws = Workspace(root, allow=("python", "cat", "ls"), timeout=20)
+        for argv in (["cat", str(sibling / "secret.txt")], ["cat", str(loose)]):
+            ok, text = run(ws, argv)
+            assert "the neighbour's secret" not in text and "beside" not in text, (argv, text)
+        ok, text = run(ws, ["ls", "-A", str(sibling)])
+        assert "secret.txt" not in text, text
+        if layout == "under-a-top-level-folder":  # the folder is empty but for the workspace
+            ok, text = run(ws, ["ls", "-A", str(root.parent)])
+            assert ok and text.split() == [root.name], text
+        # the system and the Python still work, and the workspace is writable
+        ok, text = run(ws, ["python", "-c", "import json; open('made.txt', 'w').write('ok')"])
+        assert ok, text
+        assert (root / "made.txt").read_text() == "ok"
+    finally:
+        for path in reversed(made):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def test_a_workspace_in_a_system_folder_is_refused_unless_the_user_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder in /var")
+    root = Path("/var") / f"opdsl-ws-{os.getpid()}-{time.monotonic_ns()}"
+    root.mkdir()
+    try:
+        ws = Workspace(root, allow=("true",), timeout=20)
+        ok, text = run(ws, ["true"])
+        assert not ok and "lies in /var, a system folder" in text, text
+        assert "OPDSL_SHOW_SIBLINGS=1" in text
+        monkeypatch.setenv("OPDSL_SHOW_SIBLINGS", "1")
+        ok, text = run(ws, ["true"])
+        assert ok, text
+    finally:
+        shutil.rmtree(root)
