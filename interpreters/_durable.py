@@ -26,7 +26,7 @@ from typing import Any, assert_never, final
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
 from interpreters.journal._status import can_resume
-from interpreters.models._base import Model, ScriptedModel, resolve_model
+from interpreters.models._base import Model, ScriptedModel, redact_spec, resolve_model
 from interpreters.models._http import HttpModel, Prices
 from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
@@ -186,7 +186,7 @@ def config_for(
     with the tools' by :func:`code_of`."""
     refs = tool_refs if tool_refs is not None else _tool_refs(tools)
     config: dict[str, Any] = {
-        "model": model if isinstance(model, str) else None,
+        "model": redact_spec(model) if isinstance(model, str) else None,
         "tools": refs,
         "seed": seed,
         "workspace": workspace,

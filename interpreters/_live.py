@@ -11,7 +11,7 @@ from typing import Any, TypeVar, assert_never, final
 from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
-from interpreters.models._base import Model, resolve_model
+from interpreters.models._base import Model, redact_spec, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
@@ -105,8 +105,9 @@ class LiveHandlers(Handlers):
             if exc.status is not None:
                 raise
             where = f" at {model.base_url}" if isinstance(model, HttpModel) else ""
+            shown = redact_spec(spec)
             raise ModelError(
-                f"no model was given and the default, {spec}{where}, is unreachable; start it, or "
+                f"no model was given and the default, {shown}{where}, is unreachable; start it, or "
                 "set OPDSL_MODEL (for example OPDSL_MODEL=openai:gpt-4.1-mini with OPENAI_API_KEY)"
             ) from None
 

@@ -1,7 +1,8 @@
 """Models: what answers ``infer``. ``Model`` is the interface, ``ScriptedModel`` answers from
 a list, and the HTTP providers (OpenAI-compatible, Anthropic, Ollama) speak the vendors'
-APIs; ``resolve_model`` turns a spec such as ``openai:gpt-4.1-mini`` into a model. The HTTP
-providers (and httpx) load when first asked for."""
+APIs; ``resolve_model`` turns a spec such as ``openai:gpt-4.1-mini`` into a model, and
+``redact_spec`` is how a spec is written down or shown (any URL's credentials redacted).
+The HTTP providers (and httpx) load when first asked for."""
 
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from interpreters.models._base import (
     ProviderFactory,
     ScriptedModel,
     providers,
+    redact_spec,
     register_provider,
     resolve_model,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "ScriptedModel",
     "default_model_spec",
     "providers",
+    "redact_spec",
     "register_provider",
     "resolve_model",
 ]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeAlias, final, runtime_checkable
 
 from interpreters.runtime._frame import Call
+from interpreters.runtime._redact import REDACTED
 from op import ModelError, ModelRequest, Response
 
 __all__ = [
@@ -21,9 +23,12 @@ __all__ = [
     "ModelScriptExhausted",
     "ProviderFactory",
     "ScriptedModel",
+    "compatible_parts",
     "providers",
+    "redact_spec",
     "register_provider",
     "resolve_model",
+    "spec_model",
 ]
 
 
@@ -131,27 +136,86 @@ def providers() -> list[str]:
     return sorted({"scripted", *_BUILTIN, *_PROVIDERS})
 
 
+# a URL's credentials: everything between its scheme and the last @ before its path
+_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
+
+
+def redact_spec(spec: str) -> str:
+    """A model spec as it may be written down or shown: the credentials of any URL in it
+    (``http://user:password@host``, ``http://token@host``) replaced. Every place a spec
+    becomes text (the journal's run config, errors, spans, the console) goes through this.
+
+    Example:
+        >>> redact_spec("openai-compatible:m@http://me:hunter2@gpu-box:8000/v1?max_tokens=9")
+        'openai-compatible:m@http://[redacted]@gpu-box:8000/v1?max_tokens=9'
+        >>> redact_spec("openai:gpt-4.1-mini")
+        'openai:gpt-4.1-mini'
+    """
+    if "@" not in spec or "://" not in spec:
+        return spec
+    return _CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", spec)
+
+
+def compatible_parts(rest: str) -> tuple[str, str]:
+    """The model's name and the server's URL in an ``openai-compatible:MODEL@URL`` spec (its
+    part after the provider): the name ends where the URL starts, and the URL may hold
+    ``user:password@`` itself. ``("", rest)`` when there is no URL.
+
+    Example:
+        >>> compatible_parts("qwen@3@http://me:pw@gpu-box:8000/v1")
+        ('qwen@3', 'http://me:pw@gpu-box:8000/v1')
+    """
+    cut = min((i for i in (rest.find("@http://"), rest.find("@https://")) if i >= 0), default=-1)
+    return (rest[:cut], rest[cut + 1 :]) if cut >= 0 else ("", rest)
+
+
+def spec_model(spec: str) -> tuple[str | None, str]:
+    """The provider and the model's name a spec names, without its options or URL (what a
+    trace says of a model call).
+
+    Example:
+        >>> spec_model("openai-compatible:smol@http://me:pw@gpu-box:8000/v1?max_tokens=9")
+        ('openai-compatible', 'smol')
+        >>> spec_model("ollama:qwen3:8b")
+        ('ollama', 'qwen3:8b')
+    """
+    base, _ = _spec_options(spec)
+    provider, sep, rest = base.partition(":")
+    if not sep:
+        return None, redact_spec(spec)
+    if provider == "openai-compatible":
+        rest = compatible_parts(rest)[0] or rest
+    return provider, redact_spec(rest)
+
+
 def resolve_model(spec: str | Model | None) -> Model | None:
     """A model object from a spec.
 
     ``scripted:PATH`` (a JSON list of responses), ``openai:MODEL``, ``anthropic:MODEL``,
     ``ollama:MODEL``, ``openai-compatible:MODEL@BASE_URL`` and any registered with
-    :func:`register_provider`; a model object is returned as it is.
+    :func:`register_provider`; a model object is returned as it is. Wrong specs are a
+    ``ValueError`` of one line that names the spec (its credentials redacted).
     """
     if spec is None or isinstance(spec, Model):
         return spec
+    shown = redact_spec(spec)
+    if f"{REDACTED}@" in spec:
+        raise ValueError(
+            f"model spec {shown!r} was written down without its URL's credentials; give the "
+            "model again as you first did (--model SPEC, model= in the API)"
+        )
     base, options = _spec_options(spec)
     provider, sep, rest = base.partition(":")
     if not sep or not rest:
-        raise ValueError(f"model spec {spec!r} should look like provider:name")
+        raise ValueError(f"model spec {shown!r} should look like provider:name")
     if provider == "scripted":
         path = Path(rest)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ValueError(f"model spec {spec!r}: cannot read {path}: {exc}") from exc
+            raise ValueError(f"model spec {shown!r}: cannot read {path}: {exc}") from exc
         if not isinstance(data, list):
-            raise ValueError(f"model spec {spec!r}: {path} should hold a JSON list of responses")
+            raise ValueError(f"model spec {shown!r}: {path} should hold a JSON list of responses")
         return ScriptedModel(
             [Response.model_validate(r) if isinstance(r, dict) else str(r) for r in data],
             name=spec,
@@ -161,19 +225,23 @@ def resolve_model(spec: str | Model | None) -> Model | None:
     factory = _PROVIDERS.get(provider)
     if factory is None:
         raise ValueError(
-            f"unknown model provider {provider!r} in {spec!r} (known: {', '.join(providers())})"
+            f"unknown model provider {provider!r} in {shown!r} (known: {', '.join(providers())})"
         )
-    model = factory(rest, spec)
+    try:
+        model = factory(rest, spec)
+    except ValueError as exc:  # a provider's own error may quote the spec: never its password
+        raise ValueError(redact_spec(" ".join(str(exc).replace(spec, shown).split()))) from None
     if options:
         configure = getattr(model, "configure", None)
         if not callable(configure):
-            raise ValueError(f"model spec {spec!r}: the {provider} provider takes no options")
+            raise ValueError(f"model spec {shown!r}: the {provider} provider takes no options")
         try:
             configure(options)
         except ValueError as exc:
-            raise ValueError(f"model spec {spec!r}: {exc}") from None
+            raise ValueError(redact_spec(f"model spec {shown!r}: {exc}")) from None
     if isinstance(getattr(model, "spec", None), str):
-        setattr(model, "spec", spec)  # noqa: B010 - errors name the model as the user wrote it
+        # errors and traces name the model as the user wrote it, without its credentials
+        setattr(model, "spec", shown)  # noqa: B010
     return model
 
 

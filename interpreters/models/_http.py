@@ -40,7 +40,7 @@ import anyio.lowlevel
 import httpx
 from pydantic import ValidationError
 
-from interpreters.models._base import CallInfo
+from interpreters.models._base import CallInfo, redact_spec
 from interpreters.models._h1 import AnswerTooLarge, H1Transport
 from interpreters.runtime._redact import Redactor
 from op import ModelError, ModelRequest, Response, Usage
@@ -291,7 +291,13 @@ class HttpModel(ABC):
         self.max_tokens = _max_tokens_from_env() if max_tokens is None else max_tokens
         # credentials in the URL (http://user:pw@host/v1) travel as a Basic authorization
         # header, never in the URL itself (nor in errors, nor in what is journaled)
-        url = httpx.URL(base_url)
+        try:
+            url = httpx.URL(base_url)
+        except httpx.InvalidURL as exc:
+            shown = redact_spec(base_url)
+            raise ValueError(
+                f"{self.provider}: the base URL {shown!r} is not a URL ({exc})"
+            ) from None
         self._basic: str | None = None
         if url.username or url.password:
             pair = f"{url.username}:{url.password}".encode()

@@ -10,7 +10,7 @@ from typing import Any, final
 import anyio
 import httpx
 
-from interpreters.models._base import CallInfo, register_provider
+from interpreters.models._base import CallInfo, compatible_parts, redact_spec, register_provider
 from interpreters.models._http import (
     HttpModel,
     _loads,
@@ -18,7 +18,6 @@ from interpreters.models._http import (
     _sse,
     _Stream,
 )
-from interpreters.runtime._redact import Redactor
 from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
 
 __all__ = ["OpenAIModel"]
@@ -221,14 +220,16 @@ def _openai(name: str, spec: str) -> OpenAIModel:
 
 
 def _compatible(rest: str, spec: str) -> OpenAIModel:
-    # the model's name ends where the URL starts (which may hold user:password@ itself)
-    cut = min((i for i in (rest.find("@http://"), rest.find("@https://")) if i >= 0), default=-1)
-    name, url = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else ("", rest)
+    name, url = compatible_parts(rest)
+    shown = redact_spec(spec)
     if not name or "://" not in url:
         raise ValueError(
-            f"model spec {Redactor()(spec)!r} should look like "
-            "openai-compatible:MODEL@http://host:port/v1"
+            f"model spec {shown!r} should look like openai-compatible:MODEL@http://host:port/v1"
         )
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"model spec {shown!r}: its URL is not a URL ({exc})") from None
     # its own variable only: OpenAI's key is never sent to another server
     model = OpenAIModel(name, base_url=url, api_key=os.environ.get("OPENAI_COMPATIBLE_API_KEY"))
     model.provider = "openai-compatible"

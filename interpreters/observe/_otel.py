@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, final
 
 from interpreters.journal._base import Entry, RunRecord
+from interpreters.models._base import redact_spec, spec_model
 from interpreters.tools._paths import say_once
 from op import (
     CheckpointSaved,
@@ -61,10 +62,8 @@ def trace_sinks(model: object = None) -> list[Callable[[Event], None]]:
 
 
 def _model_name(model: object) -> str | None:
-    if isinstance(model, str):
-        return model
-    spec = getattr(model, "spec", None)
-    return spec if isinstance(spec, str) else None
+    spec = model if isinstance(model, str) else getattr(model, "spec", None)
+    return redact_spec(spec) if isinstance(spec, str) else None
 
 
 _OWN: dict[tuple[str, ...], Any] = {}
@@ -109,17 +108,14 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1_000_000_000)
 
 
-def _split_spec(spec: str | None) -> tuple[str | None, str | None]:
-    """(provider, model) of a spec like ``openai-compatible:m@http://...?max_tokens=5``."""
-    if not spec:
-        return None, None
-    provider, sep, rest = spec.partition(":")
-    if not sep:
-        return None, spec
-    rest = rest.split("?", 1)[0]
-    if provider == "openai-compatible":
-        rest = rest.rpartition("@")[0] or rest
-    return provider, rest
+def _request_model(asked: object, default: str | None) -> tuple[str | None, str | None]:
+    """(provider, model) of a model call: the provider of the run's model spec, the model the
+    call asked for (``infer(..., model=NAME)``: a name, not a spec) or else the spec's; never
+    a URL's credentials."""
+    provider, name = spec_model(default) if default else (None, None)
+    if isinstance(asked, str) and asked:
+        name = redact_spec(asked)
+    return provider, name
 
 
 @final
@@ -163,7 +159,7 @@ class _Spans:
         name = kind
         span_kind = trace.SpanKind.INTERNAL
         if kind == "infer":
-            provider, model = _split_spec(effect.get("model") or self.default_model)
+            provider, model = _request_model(effect.get("model"), self.default_model)
             attributes["gen_ai.operation.name"] = "chat"
             if provider:
                 attributes["gen_ai.provider.name"] = provider

@@ -170,6 +170,26 @@ def test_the_model_spec_names_the_provider_and_model(receiver: Receiver, tmp_pat
     assert chat["attrs"]["gen_ai.request.model"] == "smol"
 
 
+def test_a_model_urls_credentials_never_reach_a_span(receiver: Receiver, tmp_path: Path) -> None:
+    from tests.servers import ScriptedServer, openai
+
+    secret = "hunter2-sekrit"
+    with ScriptedServer([openai("hi"), openai("ho")]) as srv:
+        spec = f"openai-compatible:smol@http://me:{secret}@127.0.0.1:{srv.port}/v1?stream=false"
+
+        def ask() -> Op[str]:
+            first = yield from infer("hi")
+            second = yield from infer("ho", model="other-model")
+            return first.text + second.text
+
+        assert run(ask, model=spec, db=str(tmp_path / "r.db")).value == "hiho"
+    chats = [s for s in receiver.spans if s["attrs"].get("gen_ai.operation.name") == "chat"]
+    assert [s["name"] for s in chats] == ["chat smol", "chat other-model"]
+    assert [s["attrs"]["gen_ai.request.model"] for s in chats] == ["smol", "other-model"]
+    assert {s["attrs"]["gen_ai.provider.name"] for s in chats} == {"openai-compatible"}
+    assert secret not in repr(receiver.spans)
+
+
 def test_a_replay_exports_nothing_unless_asked(
     receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
