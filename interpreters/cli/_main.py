@@ -634,24 +634,31 @@ def cmd_gc(a: argparse.Namespace) -> int:
     # trees that runs kept still name at their checkpoints (a fork copies its parent's): kept
     needed: set[str] = set()
     for other in journal.runs():
-        if other.run_id in gone:
-            continue
-        for e in journal.entries(other.run_id):
-            if e.kind == "checkpoint" and e.result_json:
-                tree = (json.loads(e.result_json).get("world") or {}).get("tree")
-                if tree:
-                    needed.add(str(tree))
-    for run_id in a.runs:
+        if other.run_id not in gone:
+            needed |= _checkpoint_trees(journal.entries(other.run_id))
+    left = 0
+    for run_id in dict.fromkeys(a.runs):
         record = journal.run(run_id)
-        root = json.loads(record.config_json or "{}").get("workspace")
+        root = _own_workspace(record.config_json)
         dropped = kept = 0
-        if root and Path(root).is_dir():
-            ws = Workspace(root)
-            for name, tree in ws.snapshots(f"{run_id}/").items():
-                if tree in needed:
-                    kept += 1
-                else:
-                    dropped += ws.drop_snapshot(name)
+        if root is not None:
+            try:
+                ws = Workspace(root)
+                for name, tree in ws.snapshots(f"{run_id}/").items():
+                    if tree in needed:
+                        kept += 1
+                    else:
+                        dropped += ws.drop_snapshot(name)
+            except Exception as exc:  # one run's repository never stops the others
+                reason = " ".join(str(exc).split())[:300]
+                print(
+                    f"opdsl: run {run_id}: its workspace snapshots in {root} were left "
+                    f"({dropped} removed; {type(exc).__name__}: {reason}); the run is kept, "
+                    f"gc it again once the repository is sound",
+                    file=sys.stderr,
+                )
+                left += 1
+                continue
         journal.delete_run(run_id)
         note = f", kept {kept} that other runs still need" if kept else ""
         print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
@@ -660,7 +667,39 @@ def cmd_gc(a: argparse.Namespace) -> int:
         print(f"removed {pieces} piece(s) of content no remaining run refers to")
     if isinstance(journal, SqliteJournal):
         journal.vacuum()  # give the space back
-    return 0
+    return 1 if left else 0
+
+
+def _checkpoint_trees(entries: Sequence[Any]) -> set[str]:
+    """The snapshot trees a run's checkpoints name (a malformed result names none)."""
+    out = set()
+    for e in entries:
+        if e.kind != "checkpoint" or not e.result_json:
+            continue
+        try:
+            result = json.loads(e.result_json)
+        except ValueError:
+            continue
+        world = result.get("world") if isinstance(result, dict) else None
+        tree = world.get("tree") if isinstance(world, dict) else None
+        if isinstance(tree, str) and tree:
+            out.add(tree)
+    return out
+
+
+def _own_workspace(config_json: str | None) -> Path | None:
+    """The workspace a run of this journal snapshotted, whose refs gc may remove; never one a
+    run imported from a file names (its file chose that folder, not this journal's opdsl)."""
+    try:
+        config = json.loads(config_json or "{}")
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("imported_from"):
+        return None
+    root = config.get("workspace")
+    if not isinstance(root, str) or not root or not Path(root).is_dir():
+        return None
+    return Path(root)
 
 
 def cmd_new(a: argparse.Namespace) -> int:
