@@ -19,6 +19,7 @@ from interpreters.tools._paths import (
     WorkspaceError,
     _fail,
 )
+from interpreters.tools._search import SearchStopped, search_line
 from op import ToolResult
 
 __all__ = ["_Files"]
@@ -154,11 +155,13 @@ class _Files(_Git):
                 continue
             for i, line in enumerate(read.output.splitlines(), start=1):
                 try:
-                    # a backtracking pattern cannot hang the run: the search has a time bound
-                    found = rx.search(line, timeout=max(0.001, deadline - time.monotonic()))
-                except TimeoutError:
+                    # a backtracking pattern cannot hang the run: the search has a time bound,
+                    # on the clock (not the CPU time regex's own timeout counts)
+                    found = search_line(rx, line, deadline)
+                except SearchStopped as exc:
+                    why = f"took longer than {self.search_seconds:g}s" if exc.timed_out else exc
                     return _fail(
-                        f"the regular expression {pattern[:80]!r} took longer than {self.search_seconds:g}s "
+                        f"the regular expression {pattern[:80]!r} {why} "
                         f"(stopped in {name}, line {i}); use a simpler pattern"
                     )
                 if found:

@@ -3,9 +3,11 @@ devices, sockets and regular expressions that backtrack forever."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,6 +85,48 @@ def test_read_file_refuses_fifos_devices_and_sockets(ws: Workspace) -> None:
         assert not ws.read_file("/dev/zero").ok
     finally:
         sock.close()
+
+
+LOADED = """
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+from interpreters import Workspace
+
+ws = Workspace(Path(sys.argv[1]))
+ws.search_seconds = 1.0
+# this process and four busy ones on one core: it gets a fifth of it, or less
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+try:
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    result = ws.search(r"(a|aa)+$")
+    print(json.dumps({"seconds": time.monotonic() - t0, "error": result.error}))
+finally:
+    for p in busy:
+        p.kill()
+"""
+
+
+def test_search_keeps_its_bound_on_a_loaded_machine(ws: Workspace) -> None:
+    """regex's own timeout counts CPU time: with a fifth of a core a 1 s bound took 5 s and
+    more. The bound is the clock's: it holds within a second however loaded the machine."""
+    (ws.root / "long.txt").write_text("a" * 50_000 + "!\n")
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, str(ws.root)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert "took longer than 1s (stopped in long.txt, line 1)" in got["error"], got
+    assert got["seconds"] < 2.0, got
+
+
+def test_a_line_too_slow_for_a_slice_is_searched_whole_in_a_child(ws: Workspace) -> None:
+    # about a quarter of a second of backtracking before the match: more than SLICE
+    (ws.root / "slow.txt").write_text("first\n" + "a" * 26 + "!\nlast\n")
+    result = ws.search(r"(a|aa)+$|!")
+    assert result.ok and result.output == "slow.txt:2: " + "a" * 26 + "!", result
 
 
 def test_search_cannot_hang_on_a_backtracking_pattern(ws: Workspace) -> None:
