@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from interpreters.journal._base import Entry, RunRecord
@@ -110,7 +111,7 @@ def report_data(
         result = (
             _loads(e.result_json)
             if reader is None
-            else _read(lambda e=e: reader.result(e.kind, e.result_json), e.result_json)
+            else _read(partial(reader.result, e.kind, e.result_json), e.result_json)
         )
         if e.kind == "checkpoint" and isinstance(result, dict):
             result = {"state": result.get("state"), "world": result.get("world")}
@@ -122,7 +123,7 @@ def report_data(
             "finished_at": e.finished_at,
             "effect": _loads(e.effect_json)
             if reader is None
-            else _read(lambda e=e: reader.effect(e.kind, e.effect_json), e.effect_json),
+            else _read(partial(reader.effect, e.kind, e.effect_json), e.effect_json),
             "result": result,
             "error": _loads(e.error_json),
             "tool_error": e.tool_failure(),

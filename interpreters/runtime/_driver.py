@@ -150,6 +150,14 @@ def program_name(program: object) -> str:
     return f"{module}:{qual}"
 
 
+def _infer_event(effect: Infer) -> dict[str, Any]:
+    """An ``infer`` as the events give it, less its messages."""
+    return {
+        "kind": "infer",
+        **to_jsonable({"model": effect.model, "params": effect.params, "tools": effect.tools}),
+    }
+
+
 def _mark(exc: BaseException, address: str) -> None:
     """Remember the address where an exception first left a program."""
     if _ADDRESS.get(exc) is None:
@@ -342,17 +350,8 @@ class Driver:
         if type(effect) is Infer:
             self.recorded(effect, address)
             earlier = self.packer.earlier
-            data = self._recordable(
-                to_jsonable,
-                {
-                    "kind": "infer",
-                    "messages": effect.messages[earlier:],
-                    "model": effect.model,
-                    "params": effect.params,
-                    "tools": effect.tools,
-                },
-                address,
-            )
+            data = self._recordable(_infer_event, effect, address)
+            data["messages"] = to_jsonable(effect.messages[earlier:])
             if earlier:
                 data["earlier"] = earlier
         else:

@@ -1,0 +1,387 @@
+"""Each piece of content journaled once: a long conversation's journal grows with what
+happens, and replay, resume, forks, exports, readers and gc see every effect whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interpreters import (
+    Divergence,
+    MemoryJournal,
+    SqliteJournal,
+    export_run,
+    import_run,
+    replay,
+    resume,
+    run,
+)
+from interpreters.journal import JournalError, drop_unreferenced
+from interpreters.journal._content import (
+    PIECE_MIN,
+    Packer,
+    digest,
+    lookup,
+    unpack_effect,
+    unpack_result,
+)
+from interpreters.observe import report_data
+from op import Infer, Message, Response, Tool, ToolCall, ToolResult
+from state import canonical_json
+from tests.fixtures.conversation_programs import (
+    TOOLS,
+    ReadingModel,
+    editor,
+    reader,
+    two_part_reader,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures" / "journals"
+
+
+def conversation_bytes(messages: list[Message]) -> int:
+    return sum(len(canonical_json(m).encode()) for m in messages)
+
+
+def pieces_of(db: str | Path) -> dict[str, str]:
+    con = sqlite3.connect(db)
+    try:
+        return dict(con.execute("SELECT hash, body FROM content").fetchall())
+    finally:
+        con.close()
+
+
+def file_bytes(db: Path) -> int:
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    return db.stat().st_size
+
+
+# -- the packed form -------------------------------------------------------------------------
+
+texts = st.text(max_size=400) | st.text(min_size=PIECE_MIN, max_size=700)
+arguments = st.dictionaries(st.sampled_from(["path", "text", "i"]), texts | st.integers())
+calls = st.lists(
+    st.builds(ToolCall, id=st.text(max_size=5), name=st.just("f"), arguments=arguments),
+    max_size=2,
+)
+messages = st.builds(
+    Message,
+    role=st.sampled_from(["user", "assistant", "system", "tool"]),
+    content=texts,
+    tool_calls=calls.map(tuple),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(messages, max_size=4), min_size=1, max_size=5), texts, arguments)
+def test_packed_texts_unpack_to_the_canonical_text(
+    turns: list[list[Message]], text: str, args: dict[str, Any]
+) -> None:
+    packer = Packer(keep=True)
+    store: dict[str, str] = {}
+    history: list[Message] = []
+    for new in turns:
+        history += new
+        effect = Infer(messages=tuple(history), tools=("f",))
+        packed = packer.effect(effect)
+        store.update(packer.take())
+        assert unpack_effect(packed.text, lookup(store)) == canonical_json(effect)
+    for value in (
+        ToolResult(output=text),
+        Response(text=text, tool_calls=(ToolCall(id="c", name="f", arguments=args),)),
+    ):
+        whole = canonical_json(value)
+        kind = "tool" if isinstance(value, ToolResult) else "infer"
+        packed = packer.result(value, whole)
+        store.update(packer.take())
+        assert unpack_result(kind, packed.text, lookup(store)) == whole
+    call = Tool(name="f", args=args)
+    packed = packer.effect(call)
+    store.update(packer.take())
+    assert unpack_effect(packed.text, lookup(store)) == canonical_json(call)
+    assert all(digest(body) == h for h, body in store.items())
+
+
+def test_an_infer_costs_what_it_adds() -> None:
+    packer = Packer(keep=True)
+    history = [Message.system("s"), Message.user("u" * 2000)]
+    first = packer.effect(Infer(messages=tuple(history)))
+    assert len(packer.take()) == 3  # two nodes, the long text
+    for k in range(300):
+        history += [Message(role="assistant", content=f"a{k}"), Message.user("x" * 1000 + str(k))]
+        packed = packer.effect(Infer(messages=tuple(history)))
+        assert len(packed.text) < 200 and len(packer.take()) == 3  # two nodes, one text
+    assert len(first.text) == len(packed.text) - 2  # only the count grew
+
+
+def test_interleaved_conversations_each_extend_their_own_chain() -> None:
+    packer = Packer(keep=True)
+    a = [Message.user("a")]
+    b = [Message.user("b")]
+    for k in range(20):
+        a.append(Message.user(f"a{k}"))
+        b.append(Message.user(f"b{k}"))
+        packer.effect(Infer(messages=tuple(a)))
+        assert packer.earlier == len(a) - 1 if k else True
+        packer.effect(Infer(messages=tuple(b)))
+        assert packer.earlier == len(b) - 1 if k else True
+
+
+def test_a_secret_is_replaced_before_its_piece_is_hashed() -> None:
+    secret = "hunter2-very-secret"
+    packer = Packer(lambda t: t.replace(secret, "[redacted]"), keep=True)
+    result = ToolResult(output=f"the password is {secret} " + "x" * 500)
+    packed = packer.result(result, canonical_json(result))
+    store = packer.take()
+    assert secret not in packed.text and all(secret not in b for b in store.values())
+    assert all(digest(body) == h for h, body in store.items())
+    assert "[redacted]" in (unpack_result("tool", packed.text, lookup(store)) or "")
+
+
+# -- a long conversation, end to end ------------------------------------------------------------
+
+
+def test_a_400_turn_conversation_crashed_resumed_and_replayed(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from interpreters import run\n"
+            "from tests.fixtures.conversation_programs import TOOLS, ReadingModel, reader\n"
+            f"run(reader, 400, model=ReadingModel(400), tools=TOOLS, db={str(db)!r}, "
+            "run_id='long')\n",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OPDSL_TEST_PAUSE": "0.003", "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if db.exists():
+                try:
+                    con = sqlite3.connect(db, timeout=5)
+                    n = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+                    con.close()
+                except sqlite3.OperationalError:
+                    continue
+                if n >= 300:
+                    break
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait()
+    crashed = SqliteJournal(db)
+    assert crashed.run("long").status == "running"
+    cut = len(crashed.entries("long"))
+    assert 300 <= cut < 801, "the crash came too late to test a resume"
+    crashed.close()
+
+    resumed = resume("long", db=str(db), model=ReadingModel(400), tools=TOOLS)
+    assert resumed.status == "completed" and resumed.value == "read 400 chunks in 803 messages"
+    again = replay("long", db=str(db))
+    assert again.value == resumed.value
+
+    # the same run without a crash journals the same texts, entry for entry
+    clean_db = tmp_path / "clean.db"
+    clean = run(reader, 400, model=ReadingModel(400), tools=TOOLS, db=str(clean_db))
+    left, right = SqliteJournal(db).entries("long"), SqliteJournal(clean_db).entries(clean.run_id)
+    assert [(e.address, e.effect_json, e.result_json) for e in left] == [
+        (e.address, e.effect_json, e.result_json) for e in right
+    ]
+    assert [e.seq for e in left] == list(range(len(left)))
+
+    # what the journal holds grows with the conversation, not with its square
+    _, history = _conversation(400)
+    content = conversation_bytes(history)
+    assert file_bytes(db) < 3 * content
+    assert max(len(e.effect_json) for e in left) < 300
+    whole = sum(len(unpack_effect(e.effect_json, _getter(db))) for e in left)
+    assert whole > 100 * content  # what each infer stands for: the whole conversation
+
+
+def _getter(db: Path) -> Any:
+    pieces = pieces_of(db)
+    return lookup(pieces)
+
+
+def _conversation(turns: int) -> tuple[Response, list[Message]]:
+    """The conversation ``reader(turns)`` ends with, built directly."""
+    from tests.fixtures.conversation_programs import answer, read_chunk
+
+    history = [Message.system("You read files."), Message.user("Read the file.")]
+    while True:
+        reply = answer(history, turns)
+        history.append(reply.as_message())
+        if not reply.tool_calls:
+            return reply, history
+        for call in reply.tool_calls:
+            history.append(
+                Message.tool_result(call, ToolResult(output=read_chunk(**call.arguments)))
+            )
+
+
+def test_a_program_that_edits_its_history_diverges_where_it_does(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    recorded = run(editor, 8, 0, model=ReadingModel(8), tools=TOOLS, db=db)
+    assert recorded.status == "completed"
+    assert replay(recorded.run_id, db=db).value == recorded.value
+    with pytest.raises(Divergence) as caught:
+        replay(recorded.run_id, db=db, args=(8, 5))
+    text = str(caught.value)
+    assert "at address 9" in text  # the fifth model call
+    assert '-      "content": "Read the file."' in text
+    assert '+      "content": "Read the other file."' in text
+
+
+def test_equal_messages_that_are_new_objects_are_the_same_effect(tmp_path: Path) -> None:
+    packer = Packer(keep=True)
+    history = [Message.user("a" * 300), Message.user("b")]
+    one = packer.effect(Infer(messages=tuple(history)))
+    copied = [Message.model_validate(m.model_dump()) for m in history]
+    assert packer.effect(Infer(messages=tuple(copied))).text == one.text
+
+
+# -- old journals, exports, readers, gc -------------------------------------------------------------
+
+
+def test_a_0_3_0_journal_of_a_conversation_answers_forks_and_replays(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v0.3.0.db", db)
+    old = SqliteJournal(db, read_only=True)
+    assert old.run("conversation").status == "waiting"
+    before = old.entries("conversation")
+    assert all('"$chain"' not in e.effect_json for e in before)  # written whole
+    old.close()
+
+    fork_db = tmp_path / "fork.db"
+    shutil.copy(db, fork_db)
+    answered = resume("conversation", db=str(db), answer="yes", model=ReadingModel(4), tools=TOOLS)
+    assert answered.value == "read 8 chunks in 21 messages"
+    journal = SqliteJournal(db)
+    after = journal.entries("conversation")
+    assert [e.effect_json for e in after[: len(before) - 1]] == [e.effect_json for e in before[:-1]]
+    assert any('"$chain"' in e.effect_json for e in after[len(before) :])  # new ones packed
+    assert replay("conversation", db=str(db)).value == answered.value
+    version = journal._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    assert version[0] == "2"
+
+    fork = resume("conversation", from_checkpoint="half", db=str(fork_db), tools=TOOLS)
+    assert fork.status == "waiting"
+    done = resume(fork.run_id, db=str(fork_db), answer="sure", model=ReadingModel(4), tools=TOOLS)
+    assert done.value == "read 8 chunks in 21 messages"
+    assert replay(fork.run_id, db=str(fork_db)).value == done.value
+
+
+def _exported(tmp_path: Path) -> str:
+    journal = MemoryJournal()
+    result = run(reader, 30, model=ReadingModel(30), tools=TOOLS, db=journal)
+    return export_run(journal, result.run_id)
+
+
+def test_an_export_carries_each_piece_once_and_imports_whole(tmp_path: Path) -> None:
+    text = _exported(tmp_path)
+    _, history = _conversation(30)
+    assert len(text.encode()) < 3 * conversation_bytes(history)
+    target = SqliteJournal(tmp_path / "runs.db")
+    record = import_run(target, text, source="long.jsonl")
+    again = replay(record.run_id, db=target, program=reader)  # an import names no code
+    assert again.value == "read 30 chunks in 63 messages"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "says"),
+    [
+        ("drop", "which the file does not hold"),
+        ("change", "its text does not have that hash"),
+        ("reorder", "comes later or not at all"),
+        ("count", "its chain does not hold"),
+    ],
+)
+def test_a_hostile_import_is_refused_whole_naming_the_bad_reference(
+    tmp_path: Path, tamper: str, says: str
+) -> None:
+    lines = _exported(tmp_path).splitlines()
+    pieces = [i for i, line in enumerate(lines) if line.startswith('{"piece"')]
+    text_piece = next(i for i in pieces if "lorem" in lines[i])
+    if tamper == "drop":
+        name = json.loads(lines[pieces[-1]])["piece"][0]
+        del lines[pieces[-1]]
+        says = f"{name}, {says}"
+    elif tamper == "change":
+        h, body = json.loads(lines[text_piece])["piece"]
+        lines[text_piece] = json.dumps({"piece": [h, body.replace("lorem", "LOREM")]})
+    elif tamper == "reorder":
+        lines.insert(pieces[0], lines.pop(pieces[-1]))
+    else:
+        entry = next(i for i, line in enumerate(lines) if '\\"$chain\\"' in line)
+        lines[entry] = lines[entry].replace('\\"n\\":', '\\"n\\":1', 1)
+    target = SqliteJournal(tmp_path / "runs.db")
+    with pytest.raises(JournalError, match=says) as caught:
+        import_run(target, "\n".join(lines) + "\n", source="hostile.jsonl")
+    assert "hostile.jsonl" in str(caught.value)
+    assert target.runs() == [] and target.content_hashes() == set()  # nothing written
+
+
+def test_readers_show_each_message_once(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    result = run(reader, 50, model=ReadingModel(50), tools=TOOLS, db=str(db))
+    journal = SqliteJournal(db, read_only=True)
+    data = report_data(journal.run(result.run_id), journal.entries(result.run_id), journal.content)
+    infers = [e for e in data["entries"] if e["kind"] == "infer"]
+    assert [len(e["effect"]["messages"]) for e in infers] == [2] * 51
+    assert infers[-1]["effect"]["earlier"] == 100
+    tools = [e for e in data["entries"] if e["kind"] == "tool"]
+    assert tools[0]["result"]["output"].startswith("chunk 1: lorem")
+    shown = subprocess.run(
+        [sys.executable, "-m", "interpreters", "show", result.run_id, "--json", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    entries = json.loads(shown.stdout)["entries"]
+    seen = [
+        json.dumps(m, sort_keys=True)
+        for e in entries
+        if e["kind"] == "infer"
+        for m in e["effect"]["messages"]
+    ]
+    assert len(seen) == len(set(seen)) == 102  # every message the model was sent, once
+    assert len(shown.stdout.encode()) < 3 * file_bytes(db)
+
+
+def test_gc_removes_content_only_removed_runs_held(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    first = run(two_part_reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
+    assert first.status == "waiting"
+    done = resume(first.run_id, db=str(db), answer="yes", model=ReadingModel(3), tools=TOOLS)
+    fork = resume(first.run_id, from_checkpoint="half", db=str(db), tools=TOOLS)
+    assert done.status == "completed" and fork.status == "waiting"
+    journal = SqliteJournal(db)
+    everything = journal.content_hashes()
+    assert drop_unreferenced(journal) == 0  # every piece is someone's
+    journal.delete_run(first.run_id)
+    gone = drop_unreferenced(journal)
+    assert 0 < gone < len(everything)  # the fork keeps what it shares with its parent
+    answered = resume(fork.run_id, db=str(db), answer="again", model=ReadingModel(3), tools=TOOLS)
+    assert replay(fork.run_id, db=str(db)).value == answered.value
+    journal.delete_run(fork.run_id)
+    drop_unreferenced(journal)
+    assert journal.content_hashes() == set()
