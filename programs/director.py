@@ -15,8 +15,18 @@ and passes a checkpoint named after the state it enters (``plan``, ``draft``, ``
 ``implement-step-N``, ``validate-run-K``, ``done``), so ``opdsl resume RUN --from
 implement-step-3`` re-runs step 3 onwards.
 
-This module holds the machine, the run's state and the rules for the plan and the
-validator's verdict; it is written only against ``op`` and ``state``.
+Each file one role hands to the next is written by that role alone: the plan
+(``handoff/plan.json``) by the workflow itself from the plan the user approved, the draft
+(``handoff/draft.md``) by the drafter, the verdict (``handoff/validate.md``) by the validator.
+Each is removed before its writer's turn, locked against every other turn, and taken only when
+it holds what its writer's own ``write_file`` wrote. The tests, the handoff files and how the
+tests run (the runner's configuration) are locked from the end of DRAFT; after every turn the
+workflow asks the workspace whether a locked file changed (a command's change is put back and
+fails the turn), and a step's test is judged by ``run_test`` (for pytest, by what pytest
+reports, not by its exit status).
+
+This module holds the machine, the run's state and the rules for the plan, the handoff files
+and the validator's verdict; it is written only against ``op`` and ``state``.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -269,6 +280,9 @@ AUTHOR = "agent-implementor <agent@localhost>"
 PLAN_FILE = "handoff/plan.json"
 DRAFT_FILE = "handoff/draft.md"
 VERDICT_FILE = "handoff/validate.md"
+HANDOFF_FILES = (PLAN_FILE, DRAFT_FILE, VERDICT_FILE)
+"""What one role hands to the next: each written by one writer only (the workflow, the
+drafter, the validator)."""
 
 
 def finish_step(summary: str) -> str:
@@ -293,8 +307,9 @@ def _offer(tools: tuple[str, ...]) -> str:
 PLANNER = (
     "You are the director of a small software change. Write a plan as one JSON object: "
     '{"goal": "...", "steps": [{"goal": "...", "files": ["..."], "test": "a shell command"}]}. '
-    "Each step is small and fully specified; its test command passes only when it is done. "
-    "Answer with the JSON alone."
+    "Each step is small and fully specified; its test command passes only when it is done "
+    "(a pytest command, such as python -m pytest -q tests/test_x.py, is judged by what pytest "
+    "reports). Answer with the JSON alone."
 )
 DRAFTER = (
     "You are the drafter. Write the tests the plan's steps need (files whose names hold 'test'), "
@@ -454,9 +469,62 @@ def _ask_plan(goal: str, roles: Backend, params: Mapping[str, Any]) -> Op[Plan]:
         messages.append(Message.user(f"Change the plan: {answer}"))
 
 
-def _draft(plan: Plan, roles: Backend, params: Mapping[str, Any]) -> Op[list[str]]:
-    """DRAFT: the drafter writes the tests and its summary; returns the test files written."""
+def _written(called: list[_Called], path: str) -> str | None:
+    """What a role's own ``write_file`` calls last wrote to ``path`` (None: nothing)."""
+    content = None
+    for c in called:
+        where = c.arguments.get("path")
+        named = isinstance(where, str) and posixpath.normpath(where) == path
+        if c.name == "write_file" and c.ok and named:
+            text = c.arguments.get("content")
+            content = text if isinstance(text, str) else None
+    return content
+
+
+def _clear(path: str) -> Op[None]:
+    """Before its writer's turn: ``path`` unlocked and removed, so that what is there after
+    the turn can only be that turn's."""
+    _ok((yield from tool("unlock_files", {"patterns": [path]})), f"unlocking {path}")
+    gone = yield from tool("delete_path", {"path": path})
+    if not gone.ok and "does not exist" not in str(gone.error):
+        raise OpdslError(f"cannot remove {path} before its writer's turn: {gone.error}")
+
+
+def _lock(paths: list[str], *, runner: bool = False) -> Op[None]:
+    """Lock ``paths`` (``runner``: and how tests run) against every turn."""
+    _ok((yield from tool("lock_files", {"patterns": paths, "runner": runner})), "locking")
+
+
+def _broken() -> Op[str]:
+    """What the last turn changed among the locked files ("" when nothing): the workspace
+    put each back; the turn that did it is not trusted."""
+    checked = yield from tool("check_locks", {})
+    return "" if checked.ok else str(checked.error)
+
+
+def _handed(called: list[_Called], path: str, who: str) -> Op[str | None]:
+    """The file ``path`` as ``who`` handed it over: what its own write_file wrote, and what
+    the file holds. None when it wrote nothing; an error when the two differ."""
+    own = _written(called, path)
+    if own is None:
+        return None
+    there = yield from tool("read_file", {"path": path})
+    if not there.ok or str(there.output) != own:
+        raise OpdslError(
+            f"{path} is not what the {who} wrote with write_file: it was changed after its write"
+        )
+    return own
+
+
+def _draft(plan: Plan, roles: Backend, params: Mapping[str, Any]) -> Op[tuple[list[str], str]]:
+    """DRAFT: the drafter writes the tests and its summary; returns the test files written and
+    the summary. The plan and the verdict are locked against it; the summary is taken only as
+    the drafter's own write_file wrote it."""
+    yield from _clear(DRAFT_FILE)
     called = yield from _work(DRAFTER, plan.render(), DRAFTER_TOOLS, roles, params)
+    broken = yield from _broken()
+    if broken:
+        raise PlanError(f"the drafter changed what it may not: {broken}")
     written = [
         str(c.arguments.get("path", ""))
         for c in called
@@ -464,10 +532,13 @@ def _draft(plan: Plan, roles: Backend, params: Mapping[str, Any]) -> Op[list[str
         and c.ok
         and "test" in str(c.arguments.get("path", "")).rsplit("/", 1)[-1]
     ]
-    summary = yield from tool("read_file", {"path": DRAFT_FILE})
-    if not summary.ok or not str(summary.output).strip():
+    try:
+        summary = yield from _handed(called, DRAFT_FILE, "drafter")
+    except OpdslError as exc:
+        raise PlanError(str(exc)) from None
+    if summary is None or not summary.strip():
         raise PlanError(f"the drafter wrote no summary in {DRAFT_FILE}; DRAFT cannot end")
-    return sorted(set(written))
+    return sorted(set(written)), summary
 
 
 def _locked_plan(expected: str) -> Op[Plan]:
@@ -508,15 +579,22 @@ def _implement(
             IMPLEMENTOR, brief, IMPLEMENTOR_TOOLS, backend, params, stop=("finish_step", "blocked")
         )
     except ModelError as exc:
+        yield from _broken()  # what the cut-off turn changed is put back, and forgotten
         return "failed", f"the implementor's turn failed: {exc}"
+    broken = yield from _broken()
+    if broken:
+        return "failed", f"the implementor changed what it may not: {broken}"
     ended = [c for c in called if c.name in ("finish_step", "blocked") and c.ok]
     if not ended:
         return "failed", "the implementor stopped without calling finish_step or blocked"
     if ended[0].name == "blocked":
         return "blocked", ended[0].output or str(ended[0].arguments)
-    tested = yield from tool("run", {"command": shlex.split(step.test)})
+    tested = yield from tool("run_test", {"command": shlex.split(step.test)})
+    broken = yield from _broken()
     if not tested.ok:
         return "failed", f"the step's test failed:\n{tested.error or tested.output}"
+    if broken:
+        return "failed", f"the step's test changed what it may not: {broken}"
     yield from tool("git_add", {"paths": []})
     commit = yield from tool(
         "git_commit", {"message": f"step {number}: {step.goal}", "author": AUTHOR}
@@ -545,12 +623,20 @@ def _validate(run: int, plan: Plan, roles: Backend, params: Mapping[str, Any]) -
     there, be for this run and agree with itself (asked again twice, then the run fails)."""
     note = f"Validation run {run}.\n\n{plan.render()}"
     for _ in range(3):
-        yield from _work(VALIDATOR, note, VALIDATOR_TOOLS, roles, params)
-        text = yield from tool("read_file", {"path": VERDICT_FILE})
+        # the verdict is the validator's alone: removed before its turn, locked after it,
+        # taken only as its own write_file wrote it
+        yield from _clear(VERDICT_FILE)
+        called = yield from _work(VALIDATOR, note, VALIDATOR_TOOLS, roles, params)
+        yield from _lock([VERDICT_FILE])
+        broken = yield from _broken()
         try:
-            return parse_verdict(
-                str(text.output) if text.ok else None, run=run, steps=len(plan.steps)
-            )
+            if broken:
+                raise VerdictError(f"the validator's turn changed what it may not: {broken}")
+            try:
+                own = yield from _handed(called, VERDICT_FILE, "validator")
+            except OpdslError as exc:
+                raise VerdictError(str(exc)) from None
+            return parse_verdict(own, run=run, steps=len(plan.steps))
         except VerdictError as exc:
             note = f"Validation run {run}. Your verdict was refused: {exc}.\n\n{plan.render()}"
     raise VerdictError(f"no valid verdict for validation run {run} after three tries")
@@ -603,18 +689,27 @@ def director(
     params: dict[str, Any] = {"max_tokens": max_tokens}
     yield from update(implementor=Assign(f"{implementor}:{model or 'default'}"))
     commits: list[str] = []
+    locked: list[str] = []
     while True:
         plan = yield from _ask_plan(goal, roles, params)
         yield from update(plan_hash=Assign(plan_hash(plan)), pointer=Assign(1))
         yield from enter("DRAFT")
+        # what the last goal locked is lifted; the plan is the workflow's, the verdict the
+        # validator's: both locked against the drafter
+        _ok(
+            (yield from tool("unlock_files", {"patterns": locked, "runner": True})),
+            "unlocking the last goal's files",
+        )
+        yield from _clear(VERDICT_FILE)
+        yield from _clear(PLAN_FILE)
         written = yield from tool(
             "write_file", {"path": PLAN_FILE, "content": plan.model_dump_json(indent=2)}
         )
         _ok(written, f"writing {PLAN_FILE}")
-        tests = yield from _draft(plan, roles, params)
-        summary = _ok((yield from tool("read_file", {"path": DRAFT_FILE})), "the draft")
+        yield from _lock([PLAN_FILE, VERDICT_FILE])
+        tests, summary = yield from _draft(plan, roles, params)
         yield from enter("BUFFER")
-        locked = [*tests, PLAN_FILE, DRAFT_FILE]
+        locked = [*tests, *HANDOFF_FILES]
         try:
             result = yield from _steps(
                 plan,
@@ -644,10 +739,6 @@ def director(
         if answer.strip() == "END":
             return result
         yield from enter("PLAN")
-        _ok(
-            (yield from tool("unlock_files", {"patterns": locked})),
-            "unlocking the last goal's files",
-        )
         goal = answer.strip()
 
 
@@ -675,7 +766,7 @@ def _steps(
         yield from _locked_plan(s.plan_hash.value or "")
         failure, outcome = "", "failed"
         for _ in range(max_attempts):
-            _ok((yield from tool("lock_files", {"patterns": locked})), "locking the tests")
+            yield from _lock(locked, runner=True)  # again: locks live as long as a process
             outcome, detail = yield from _implement(
                 steps[pointer - 1],
                 pointer,

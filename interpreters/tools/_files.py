@@ -77,6 +77,7 @@ class _Files(_Git):
             if real.is_dir():
                 return _fail(f"{path} is a directory")
             self._check_hard_links(real)
+            self.check_settings(self.relative(real), content.encode("utf-8"))
             fd = self.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
         except WorkspaceError as exc:
             return _fail(str(exc))
@@ -201,6 +202,8 @@ class _Files(_Git):
         locked = [f for f in self._all_files(real) if self.is_locked(f)]
         try:
             self._check_hard_links(real)
+            for f in self._all_files(real):
+                self.check_settings(f, None)
         except WorkspaceError as exc:
             return _fail(str(exc))
         if locked:
@@ -232,7 +235,7 @@ class _Files(_Git):
 
     def _check_hard_links(self, real: Path) -> None:
         """Refuse to change a file (or a folder's file) that is a hard link to a locked file."""
-        if not self.locked:
+        if not self.locks():
             return
         linked = set()
         for rel in self._all_files(real):
@@ -242,8 +245,11 @@ class _Files(_Git):
                     linked.add((st.st_dev, st.st_ino))
         if not linked:
             return
+        guarded = self.locks()
         for rel in self._all_files(self.root):
-            if self.is_locked(rel) and not any(p in FORBIDDEN for p in rel.split("/")):
+            if (guarded.whole(rel) or guarded.settings(rel)) and not any(
+                p in FORBIDDEN for p in rel.split("/")
+            ):
                 with suppress(OSError):
                     st = os.lstat(self.root / rel)
                     if (st.st_dev, st.st_ino) in linked:

@@ -5,7 +5,8 @@ Confinement rules (every tool goes through :meth:`Workspace.resolve` and :meth:`
 - a path is relative to the root, or absolute inside it; ``..`` and absolute paths that land
   outside are refused, and so are NUL bytes, components over 255 bytes and paths over 4096;
 - ``.git`` and ``.opdsl`` are untouchable, and files the program locked cannot be written,
-  edited or deleted;
+  edited or deleted, by the path given or the path it resolves to (``_locks`` says what a lock
+  keeps; commands are checked around each run, in ``_commands``);
 - symlinks are resolved and must stay inside the root; files are then opened component by
   component from the root with ``O_NOFOLLOW``, so a symlink swapped in after the check makes
   the open fail instead of escaping;
@@ -17,7 +18,6 @@ A refused call is a ``ToolResult`` error the model can read, and nothing is touc
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from interpreters.runtime._redact import SECRET_MARKERS
+from interpreters.tools._locks import Entry, LockSet, changes, put_back, pytest_settings
 from interpreters.tools._sandbox import JOURNAL_SIDECARS
 from op import ToolResult
 
@@ -121,6 +122,12 @@ class _Paths:
         self.allow = tuple(allow)
         self.shell = shell
         self.locked = set(locked)
+        #: the runner lock (``_locks.RUNNER_FILES``): how tests run cannot change
+        self.runner_locked = False
+        #: what commands changed among the locked files (each put back), until checked
+        self.breaches: list[str] = []
+        self._lockset = LockSet((), runner=False)
+        self._reference: dict[str, Entry] = {}
         self.secret_names = tuple(secret_names)
         self.max_output = max_output
         self.max_read = max_read
@@ -186,25 +193,84 @@ class _Paths:
             raise WorkspaceError(
                 f"{rel.as_posix()} holds the run's journal, which tools may not touch"
             )
-        if write and self.is_locked(rel.as_posix()):
-            raise WorkspaceError(
-                f"{rel.as_posix()} is locked: the program does not allow changing it"
+        if write:
+            # locked by the name it was given, or by the file it names
+            given = Path(os.path.normpath(candidate))
+            lexical = (
+                given.relative_to(self.root).as_posix() if given.is_relative_to(self.root) else ""
             )
+            for name in (rel.as_posix(), lexical):
+                if name and self.is_locked(name):
+                    raise WorkspaceError(
+                        f"{name} is locked: the program does not allow changing it"
+                    )
         return real
 
     def relative(self, real: Path) -> str:
         return real.relative_to(self.root).as_posix() or "."
 
+    def locks(self) -> LockSet:
+        """The locks as they stand (rebuilt when ``locked`` or the runner lock changed)."""
+        if self._lockset.patterns != self.locked or self._lockset.runner != self.runner_locked:
+            self._lockset = LockSet(self.locked, runner=self.runner_locked)
+        return self._lockset
+
     def is_locked(self, rel: str) -> bool:
-        return any(rel == pat or fnmatch.fnmatch(rel, pat) for pat in self.locked)
+        return self.locks().whole(rel)
 
-    def lock(self, *patterns: str) -> None:
-        """Refuse writes to files matching ``patterns`` (paths relative to the root, or globs)."""
+    def lock(self, *patterns: str, runner: bool = False) -> None:
+        """Refuse writes to files matching ``patterns`` (paths relative to the root, or globs);
+        ``runner``: lock how tests run as well (``_locks.RUNNER_FILES``, and the pytest
+        settings of ``pyproject.toml``, ``setup.cfg`` and ``tox.ini``)."""
         self.locked.update(patterns)
+        self.runner_locked = self.runner_locked or runner
+        self.relock()
 
-    def unlock(self, *patterns: str) -> None:
-        """Allow writes again to what :meth:`lock` locked under exactly these ``patterns``."""
+    def unlock(self, *patterns: str, runner: bool = False) -> None:
+        """Allow writes again to what :meth:`lock` locked under exactly these ``patterns``
+        (``runner``: and lift the runner lock)."""
         self.locked.difference_update(patterns)
+        if runner:
+            self.runner_locked = False
+        self.relock()
+
+    def relock(self) -> None:
+        """Take the locked files' state as they stand now as what the locks keep (after the
+        locks changed, or the program itself put files back)."""
+        self._reference = self.lock_state()
+
+    def lock_state(self) -> dict[str, Entry]:
+        """The state of every locked path now (nothing when nothing is locked)."""
+        locks = self.locks()
+        return locks.state(self.root) if locks else {}
+
+    def put_back(self, before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
+        """Put every locked path that changed from ``before`` to ``after`` back as it was;
+        answers what changed, each as ``path (how)``, saying which could not be put back."""
+        said = []
+        for rel, how in changes(before, after).items():
+            try:
+                ok = put_back(self.root, rel, before.get(rel, Entry("absent")))
+            except OSError:
+                ok = False
+            said.append(f"{rel} ({how}{'' if ok else ', NOT put back'})")
+        return said
+
+    def check_settings(self, rel: str, new: bytes | None) -> None:
+        """Refuse (:class:`WorkspaceError`) writing ``new`` to ``rel`` (``None``: deleting it)
+        when that changes the pytest settings the runner lock keeps."""
+        if not self.locks().settings(rel):
+            return
+        try:
+            with open(self.root / rel, "rb") as f:
+                current: bytes | None = f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            current = None
+        if pytest_settings(rel, current) != pytest_settings(rel, new):
+            raise WorkspaceError(
+                f"{rel}: its pytest settings are locked: the program does not allow changing "
+                "how tests run"
+            )
 
     @contextmanager
     def _dir_fd(self, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:

@@ -75,6 +75,7 @@ class _Snapshots(_Commands):
             with suppress(FileNotFoundError):
                 os.unlink(index)
         self._prune_empty_dirs()
+        self.relock()  # the program put these files back: the locks keep them as they are now
 
     def save_before_restore(self, tree: str) -> str | None:
         """Before a fork puts the files of ``tree`` back: keep what is there now (the user's own

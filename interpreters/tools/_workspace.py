@@ -77,24 +77,43 @@ class Workspace(_Snapshots):
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(f"cannot restore: {exc}")
 
-    def lock_files(self, patterns: list[str]) -> ToolResult:
-        """Lock files (paths or glob patterns) against writes and deletes by the file tools:
-        what a program must keep as it is (tests, a plan). Locks last as long as the process;
-        a program that needs them after a resume locks again."""
+    def lock_files(self, patterns: list[str], runner: bool = False) -> ToolResult:
+        """Lock files (paths or glob patterns) against every change while locked: the file
+        tools refuse them, and what a command changes among them is put back and fails the
+        command. ``runner``: lock how tests run as well (pytest's configuration files,
+        ``conftest.py`` files, the pytest settings of ``pyproject.toml``, ``setup.cfg`` and
+        ``tox.ini``, and modules that would shadow pytest or Python's start-up hooks). What a
+        program must keep as it is (tests, a plan). Locks last as long as the process; a
+        program that needs them after a resume locks again."""
         bad = [p for p in patterns if not p or p.startswith("/") or ".." in p.split("/")]
         if bad:
             return _fail(f"cannot lock {bad[0]!r}: give paths inside the workspace")
-        self.lock(*patterns)
-        return ToolResult(output=f"locked: {', '.join(sorted(self.locked))}")
+        self.lock(*patterns, runner=runner)
+        runs = "; how tests run" if self.runner_locked else ""
+        return ToolResult(output=f"locked: {', '.join(sorted(self.locked))}{runs}")
 
-    def unlock_files(self, patterns: list[str]) -> ToolResult:
-        """Unlock what ``lock_files`` locked under exactly these patterns (a program that
-        moves on to new work)."""
-        self.unlock(*patterns)
-        return ToolResult(output=f"locked: {', '.join(sorted(self.locked)) or 'nothing'}")
+    def unlock_files(self, patterns: list[str], runner: bool = False) -> ToolResult:
+        """Unlock what ``lock_files`` locked under exactly these patterns (``runner``: and
+        how tests run), for a program that moves on to new work."""
+        self.unlock(*patterns, runner=runner)
+        runs = "; how tests run" if self.runner_locked else ""
+        return ToolResult(output=f"locked: {', '.join(sorted(self.locked)) or 'nothing'}{runs}")
+
+    def check_locks(self) -> ToolResult:
+        """Fails, naming each, when a locked file changed: what commands changed since the last
+        check (already put back), and anything that differs now from when it was locked (put
+        back now). A program asks after a turn whose work it is about to trust."""
+        now = self.lock_state()
+        late = self.put_back(self._reference, now)
+        said = [*self.breaches, *([f"found changed: {', '.join(late)}"] if late else [])]
+        self.breaches = []
+        if said:
+            return _fail("locked files were changed, and put back: " + "; ".join(said))
+        return ToolResult(output=f"{len(self._reference)} locked paths as they were locked")
 
     def program_tools(self) -> list[BoundTool]:
-        """Tools for programs rather than models: staging, committing, the branch, snapshots."""
+        """Tools for programs rather than models: staging, committing, the branch, snapshots,
+        locks, and a step's test as the program's judge."""
         fns = (
             self.git_add,
             self.git_commit,
@@ -103,5 +122,7 @@ class Workspace(_Snapshots):
             self.restore_files,
             self.lock_files,
             self.unlock_files,
+            self.check_locks,
+            self.run_test,
         )
         return [BoundTool.from_function(fn) for fn in fns]
