@@ -228,13 +228,30 @@ def code_of(refs: Iterable[str]) -> dict[str, dict[str, str | None]]:
                 break
             path = getattr(module, "__file__", None)
             if isinstance(path, str):
-                real = str(Path(path).resolve())
-                out[name] = {"path": real, "sha256": _sha256(real)}
+                out[name] = _file_entry(path)
             elif getattr(module, "__path__", None) is not None:
                 out[name] = {"path": None, "sha256": None}  # a namespace package
             else:
                 break
     return out
+
+
+_ENTRIES: dict[tuple[str, int, int, int], dict[str, str | None]] = {}
+""":func:`code_of`'s entries by file and its identity (inode, mtime, size): a process that
+starts many runs of one program hashes its files once, and again when they change."""
+
+
+def _file_entry(path: str) -> dict[str, str | None]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {"path": str(Path(path).resolve()), "sha256": None}
+    key = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        real = str(Path(path).resolve())
+        entry = _ENTRIES[key] = {"path": real, "sha256": _sha256(real)}
+    return dict(entry)
 
 
 def _find_spec(name: str) -> ModuleSpec | None:
