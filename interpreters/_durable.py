@@ -64,6 +64,7 @@ from op import (
     Usage,
     Uuid,
     canonical_json,
+    default_state,
     workspace_of,
 )
 from op import Tool as ToolEffect
@@ -435,6 +436,17 @@ def _named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[st
         )
 
 
+def _declared_state(
+    program: Callable[..., Any] | None, config: Mapping[str, Any]
+) -> type[CRDTModel] | None:
+    """For a run imported from a file: the state type the program the caller named declares
+    (``@program(state=...)``), which names it as well as ``state_type=`` would."""
+    if program is None or not config.get("imported_from"):
+        return None
+    declared = default_state(program)
+    return None if declared is None else type(declared)
+
+
 def guard_journal(workspace: Workspace | None, journal: Journal) -> None:
     """Keep a journal file that lies in the run's workspace out of its tools' reach
     (:meth:`Workspace.guard_journal`)."""
@@ -537,6 +549,7 @@ async def aresume(
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
+    state_type = state_type or _declared_state(program, config)
     _named_again(
         record,
         config,
@@ -738,6 +751,7 @@ async def areplay(
     journal = open_journal(db, read_only=True)
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
+    state_type = state_type or _declared_state(program, config)
     _named_again(record, config, {"program": program, "state_type": state_type})
     program = _program_of(record, config, program, accept_changed_code)
     call_args = json.loads(record.args_json)

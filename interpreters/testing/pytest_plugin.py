@@ -82,7 +82,15 @@ class Cassette:
             record = import_run(journal, path.read_text(encoding="utf-8"), source=str(path))
             # the program is called as the test calls it now: an argument that changes what
             # it asks for is a divergence, as in any replay
-            return replay(record.run_id, db=journal, program=program, args=args, kwargs=kwargs)
+            # the cassette is a file: the code it runs is the test's (its program, its state)
+            return replay(
+                record.run_id,
+                db=journal,
+                program=program,
+                args=args,
+                kwargs=kwargs,
+                state_type=None if state is None else type(state),
+            )
         if not self.record:
             pytest.fail(
                 f"no opdsl cassette {path}; record it by running the test once with live handlers: "

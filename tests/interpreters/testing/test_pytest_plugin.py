@@ -51,3 +51,39 @@ def test_record_then_replay_then_catch_a_change(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*diverged from its journal at address 2*"])
+
+
+STATEFUL = """
+from interpreters import ScriptedModel
+from op import Inc, Op, get, infer, program, update
+from state import CRDTModel, GCounter
+
+class Count(CRDTModel):
+    n: GCounter = GCounter()
+
+@program(state=Count)
+def declared() -> Op[int]:
+    reply = yield from infer("Count")
+    yield from update(n=Inc(len(reply.text)))
+    return (yield from get(Count)).n.value
+
+def undeclared() -> Op[int]:
+    reply = yield from infer("Count")
+    yield from update(n=Inc(len(reply.text)))
+    return (yield from get(Count)).n.value
+
+def test_declared(opdsl_cassette):
+    assert opdsl_cassette.run(declared, model=ScriptedModel(["abc"])).value == 3
+
+def test_passed(opdsl_cassette):
+    assert opdsl_cassette.run(undeclared, model=ScriptedModel(["abcd"]), state=Count()).value == 4
+"""
+
+
+def test_a_cassette_of_a_program_with_state_replays(pytester: pytest.Pytester) -> None:
+    # a cassette is a file: the state type it names is not imported from it; the test's
+    # program (its declared state) or its state= names it
+    pytester.makepyfile(test_counting=STATEFUL)
+    pytester.runpytest_subprocess("--opdsl-record").assert_outcomes(passed=2)
+    pytester.makepyfile(test_counting=STATEFUL.replace('["abc"]', "[]").replace('["abcd"]', "[]"))
+    pytester.runpytest_subprocess().assert_outcomes(passed=2)
