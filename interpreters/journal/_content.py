@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -65,8 +64,9 @@ an unequal packed text is compared whole before it is called a divergence)."""
 _HEX = re.compile(r"[0-9a-f]{64}")
 _STR = json.encoder.encode_basestring
 _MARK = "\x01"  # canonical JSON never holds a raw control character: a reference goes here
-# the value standing for a mark until the text is written: no program's value is this string
-_MARK_VALUE = _MARK + "opdsl-ref-" + secrets.token_hex(8)
+# the value standing for a mark until the text is written (a program's string equal to it is
+# refused, never mistaken for a reference: the marks would not match the references' count)
+_MARK_VALUE = _MARK + "opdsl:reference" + "\x02"
 
 
 class ContentError(ValueError):
@@ -121,8 +121,10 @@ class _Writer:
         if not self.refs:
             return cleaned
         parts = cleaned.split(_MARK)
-        if len(parts) != len(self.refs) + 1:  # a secret held the mark: cannot happen in JSON
-            raise ContentError("a secret's replacement removed a reference")
+        if len(parts) != len(self.refs) + 1:
+            raise ContentError(
+                f"a value holds the text {_MARK_VALUE!r}, which the journal keeps for itself"
+            )
         out = [parts[0]]
         for ref, part in zip(self.refs, parts[1:], strict=True):
             out += (ref, part)
