@@ -11,7 +11,10 @@
 
 import importlib
 import warnings
-from typing import TYPE_CHECKING
+
+# not ``from typing import TYPE_CHECKING``: importing typing is most of what loading this
+# package costs, and the ``opdsl`` command loads it before it can catch a Ctrl-C
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from interpreters._api import arun, run

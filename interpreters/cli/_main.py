@@ -893,6 +893,16 @@ def main(argv: list[str] | None = None) -> int:
     the process at once (see :func:`_end_at_once_on_interrupt`)."""
     args: argparse.Namespace | None = None
     _SAID_STOPPED.clear()
+    if argv is None:
+        import atexit
+        import signal
+
+        # the last exit hook (the first registered): from there on Python itself tears
+        # down, puts back the operating system's default for SIGINT, and a Ctrl-C would
+        # kill the process by signal; ignored instead, the status stays the one given
+        atexit.register(_set_sigint, signal.SIG_IGN)
+    hook = sys.unraisablehook
+    sys.unraisablehook = _redelivering(hook)
     try:
         try:
             args = _parser().parse_args(argv)
@@ -902,8 +912,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is None:
             _end_at_once_on_interrupt()
-    if argv is None and args is not None and (
-        getattr(args, "temporal", None) or args.command == "worker"
+            # CPython's ``-m`` (``python -m interpreters``) ends by signal, status -2, when a
+            # KeyboardInterrupt once ended a string ``exec`` (a dataclass or namedtuple being
+            # made) even though it was caught; the next string ``exec`` clears that mark
+            exec("")
+        else:
+            sys.unraisablehook = hook
+    if (
+        argv is None
+        and args is not None
+        and (getattr(args, "temporal", None) or args.command == "worker")
     ):
         _exit_at_once(code)
     return code
@@ -1024,6 +1042,22 @@ def _interrupted(*, ending: bool) -> int:
     return 130
 
 
+def _redelivering(hook: Callable[[Any], object]) -> Callable[[Any], None]:
+    """An unraisable-exception hook that delivers a Ctrl-C again when it landed where it
+    cannot be raised (a weakref callback, a ``__del__``: Python prints "Exception ignored"
+    and goes on as if it was never pressed); other unraisable exceptions go to ``hook``."""
+
+    def redeliver(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            import _thread
+
+            _thread.interrupt_main()  # the SIGINT handler runs again, in the main thread
+            return
+        hook(unraisable)
+
+    return redeliver
+
+
 def _end_at_once_on_interrupt() -> None:
     """From here to the process's end (its result is printed; the interpreter tears down), a
     Ctrl-C ends the process at once with status 130 and one line, where Python would raise
@@ -1035,7 +1069,7 @@ def _end_at_once_on_interrupt() -> None:
                 sys.stderr.write("opdsl: stopped\n")
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:  # noqa: S110 - a stream the signal caught mid-write: end all the same
+        except Exception:  # a stream the signal caught mid-write: end all the same
             pass
         os._exit(130)
 
@@ -1043,7 +1077,10 @@ def _end_at_once_on_interrupt() -> None:
 
 
 def _stopped() -> str:
-    """What Ctrl-C left: a run to continue, or nothing."""
+    """What Ctrl-C left: a run to continue, or nothing. Nothing is imported unless a run
+    began: a Ctrl-C during start-up may have left a module half imported."""
+    if not _STARTED:
+        return "opdsl: stopped; no run was left to continue"
     from interpreters import open_journal
     from interpreters.journal._status import can_resume
 

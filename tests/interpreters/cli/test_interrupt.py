@@ -1,0 +1,171 @@
+"""Ctrl-C (SIGINT) at any moment of an ``opdsl`` process is one line and status 130, never a
+traceback: during start-up (while the command's modules load), while a run stops after a
+first Ctrl-C, and while the process ends. Real processes, signalled at moments they show
+(a library mapped in their memory, a file a tool wrote, a line they printed), a few times each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PROGRAM = "tests.fixtures.interrupt_programs:two_pauses"
+TOOL = "tests.fixtures.interrupt_programs:pause"
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
+
+
+def _start(tmp: Path, name: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    marker = str(tmp / name)
+    argv = [sys.executable, "-m", "interpreters", "run", PROGRAM, "--arg", f"marker={marker}"]
+    argv += ["--tools", TOOL, "--db", str(tmp / f"{name}.db"), *extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    return proc, marker
+
+
+def _until(what: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not what():
+        assert proc.poll() is None, "the process ended before the moment came"
+        assert time.monotonic() < deadline, "the moment never came"
+        time.sleep(0.0005)
+
+
+def _mapped(proc: subprocess.Popen[str], library: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return library in Path(f"/proc/{proc.pid}/maps").read_text()
+        except OSError:
+            return False
+
+    return check
+
+
+def _pause(seconds: float) -> None:
+    if seconds:
+        time.sleep(seconds)
+
+
+def _said_one_line(proc: subprocess.Popen[str], err: str) -> str:
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 130, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opdsl: stopped"), err
+    return lines[0]
+
+
+def _all(tries: list[Callable[[], None]]) -> None:
+    """Run the tries at once (each is its own process); the first failure is raised."""
+    failures: list[BaseException] = []
+
+    def go(t: Callable[[], None]) -> None:
+        try:
+            t()
+        except BaseException as exc:  # raised in the test's thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=go, args=(t,)) for t in tries]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if failures:
+        raise failures[0]
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_status_130(tmp_path: Path) -> None:
+    def during_start_up(library: str, after: float, n: int) -> Callable[[], None]:
+        def go() -> None:
+            proc, _ = _start(tmp_path, f"s{n}", "--quiet")
+            _until(_mapped(proc, library), proc)  # its modules are loading
+            _pause(after)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            line = _said_one_line(proc, err)
+            assert line in (
+                "opdsl: stopped; no run was left to continue",
+                f"opdsl: stopped; continue with: opdsl resume {_run_of(tmp_path / f's{n}.db')} "
+                f"--db {tmp_path / f's{n}.db'}",
+            ), line
+
+        return go
+
+    moments = [("_pydantic_core", 0.0), ("_pydantic_core", 0.01), ("_pydantic_core", 0.03)]
+    moments += [("_asyncio", 0.0), ("_asyncio", 0.02)]
+    _all([during_start_up(lib, after, n) for n, (lib, after) in enumerate(moments)])
+
+
+def _run_of(db: Path) -> str:
+    from interpreters import SqliteJournal
+
+    runs = SqliteJournal(db).runs()
+    return runs[0].run_id if runs else "(none)"
+
+
+def test_ctrl_c_again_while_the_run_stops_or_the_process_ends_is_still_one_line(
+    tmp_path: Path,
+) -> None:
+    def after_a_cancel(n: int, when: str, after: float) -> Callable[[], None]:
+        def go() -> None:
+            proc, marker = _start(tmp_path, f"c{n}")
+            _until(lambda: Path(f"{marker}.1").exists(), proc)
+            proc.send_signal(signal.SIGINT)  # the run stops after this tool call
+            assert proc.stderr is not None
+            if when == "stopping":  # the tool returned: the run is stopping
+                _until(lambda: Path(f"{marker}.1.done").exists(), proc)
+                _pause(after)
+                proc.send_signal(signal.SIGINT)
+                err = ""
+            else:  # it said what it left: the process is ending
+                err = proc.stderr.readline()
+                _pause(after)
+                proc.send_signal(signal.SIGINT)
+            err += proc.stderr.read()
+            proc.wait(60)
+            line = _said_one_line(proc, err)
+            db = tmp_path / f"c{n}.db"
+            assert line == f"opdsl: stopped; continue with: opdsl resume {_run_of(db)} --db {db}"
+
+        return go
+
+    tries = [("stopping", 0.0), ("stopping", 0.01), ("stopping", 0.03)]
+    tries += [("ending", 0.0), ("ending", 0.005), ("ending", 0.02)]
+    _all([after_a_cancel(n, when, after) for n, (when, after) in enumerate(tries)])
+
+
+def test_ctrl_c_as_a_finished_run_ends_its_process_is_one_line_at_most(tmp_path: Path) -> None:
+    def at_the_end(n: int, after: float) -> Callable[[], None]:
+        def go() -> None:
+            proc, _ = _start(tmp_path, f"e{n}", "--quiet")
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline().strip() == "step 1 done, step 2 done"
+            _pause(after)
+            proc.send_signal(signal.SIGINT)
+            err = proc.stderr.read()
+            proc.wait(60)
+            assert "Traceback" not in err and "Exception ignored" not in err, err
+            run_id = _run_of(tmp_path / f"e{n}.db")
+            lines = err.strip().splitlines()
+            done = f"run {run_id} completed; see `opdsl show {run_id}`"
+            if proc.returncode == 130:  # the Ctrl-C came before the process had ended
+                assert lines in (
+                    ["opdsl: stopped; no run was left to continue"],  # before it said so
+                    [done, "opdsl: stopped"],  # as it tore down
+                ), err
+            else:
+                assert (proc.returncode, lines) == (0, [done]), (proc.returncode, err)
+
+        return go
+
+    _all([at_the_end(n, after) for n, after in enumerate([0.0, 0.002, 0.01])])
