@@ -1,11 +1,19 @@
-"""The embedded journal: one SQLite file in WAL mode (``.opdsl/runs.db`` by default)."""
+"""The embedded journal: one SQLite file in WAL mode (``.opdsl/runs.db`` by default).
+
+The file is reached through apsw, which bundles its own SQLite: the journal runs on a current
+SQLite whatever the system ships (docs/decisions.md says why). The file is only ever opened
+through SQLite: an ``open()`` and ``close()`` of it from Python would drop the POSIX locks that
+this process's connections hold on it, and another process could then take itself for the
+last one and delete the WAL under them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
-import sqlite3
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -13,6 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import apsw
 from pydantic import ValidationError
 
 from interpreters.journal._base import (
@@ -79,6 +88,41 @@ CREATE TABLE IF NOT EXISTS locks (
 );
 """
 _RUN_COLS = list(RunRecord.model_fields)
+_TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _SCHEMA))
+_WAL_RESET_FIX = (3, 51, 3)
+"""The first SQLite without the WAL-reset bug (3.7.0 to 3.51.2: two connections writing or
+checkpointing one WAL file at once can corrupt it)."""
+
+
+def _has_wal_reset_fix(version: str) -> bool:
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+    return parts >= _WAL_RESET_FIX
+
+
+def sqlite_library() -> str:
+    """The SQLite the journal runs on, in words: ``SQLite 3.54.1 (apsw 3.54.1.0)``."""
+    return f"SQLite {apsw.sqlite_lib_version()} (apsw {apsw.apsw_version()})"
+
+
+_SAID_SHARED: set[str] = set()
+"""Journal files this process has said were shared on an old SQLite (said once each)."""
+
+
+class _Rows:
+    """A statement's rows, read whole while the journal's mutex is held, and how many rows it
+    changed (a write)."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[tuple[Any, ...]], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
 
 
 class _Group:
@@ -147,25 +191,22 @@ class SqliteJournal(Journal):
             raise JournalError(
                 f"no journal at {self.path} (give --db or $OPDSL_DB the file runs were written to)"
             )
-        if self.path.exists() and self.path.stat().st_size > 0:
-            with self.path.open("rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    raise JournalError(
-                        f"{self.path} is not an opdsl journal (not a SQLite database)"
-                    )
         try:
             if read_only:
                 self._db = self._connect_read_only(busy_timeout)
                 self._check_tables()
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._db = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
-                )
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                # apsw never opens a transaction by itself (as isolation_level=None), and one
+                # connection may be used from any thread (the mutex below keeps them apart)
+                self._db = apsw.Connection(str(self.path))
+                self._db.set_busy_timeout(int(busy_timeout * 1000))
+                self._db.pragma("journal_mode", "wal")
+                self._db.pragma("synchronous", "normal")
                 self._setup()
-        except sqlite3.DatabaseError as exc:
+        except apsw.NotADBError:
+            raise self._not_a_database(self._db) from None
+        except apsw.Error as exc:
             raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
@@ -185,43 +226,100 @@ class SqliteJournal(Journal):
             return len(self._writing) > 1 or self._in_tx
         return self._grouping
 
-    def _connect_read_only(self, busy_timeout: float) -> sqlite3.Connection:
+    def _connect_read_only(self, busy_timeout: float) -> apsw.Connection:
         """Open for reading only: nothing is created, and a file the user may not write (or a
         WAL journal in a read-only folder) can still be read."""
         uri = self.path.resolve().as_uri()
-        db = sqlite3.connect(
-            f"{uri}?mode=ro",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=busy_timeout,
-        )
+        flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        db = apsw.Connection(f"{uri}?mode=ro", flags=flags)
+        db.set_busy_timeout(int(busy_timeout * 1000))
         try:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
             return db
-        except sqlite3.OperationalError:
+        except apsw.NotADBError:
+            refusal = self._not_a_database(db)
+            db.close()
+            raise refusal from None
+        except apsw.CorruptError:
+            db.close()
+            raise
+        except apsw.Error:
             # a WAL file whose -shm cannot be made here: read the file as it stands
             db.close()
-            return sqlite3.connect(
-                f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            return apsw.Connection(f"{uri}?immutable=1", flags=flags)
+
+    def _not_a_database(self, db: apsw.Connection) -> JournalError:
+        """SQLite cannot read the file as a database: its first bytes (read through SQLite's
+        own handle, never a second one) say whether it was one."""
+        try:
+            head = db.read("main", 0, 0, 16)[1]
+        except apsw.Error:
+            head = b""
+        if head == b"SQLite format 3\x00":
+            return JournalError(
+                f"{self.path} is corrupt or not an opdsl journal: its header is damaged"
             )
+        return JournalError(f"{self.path} is not an opdsl journal (not a SQLite database)")
 
     def _tables(self) -> set[str]:
         return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
     def _check_tables(self) -> None:
-        """Read-only: the file must already be an opdsl journal."""
+        """Read-only: the file must already be an opdsl journal (a cut-off set-up is named)."""
         tables = self._tables()
-        if "meta" not in tables:
-            raise JournalError(f"{self.path} is not an opdsl journal (it has no meta table)")
-        self._check_schema(tables)
+        version = self._version(tables)
+        if version is not None:
+            self._check_schema(tables, version)
+            return
+        made = sorted(self._check_unfinished(tables))
+        if not made:
+            raise JournalError(
+                f"{self.path} holds no journal yet: it is an empty SQLite database (the set-up "
+                "of a new journal was cut off, or another program made it); the next run "
+                "written to it makes the journal"
+            )
+        raise JournalError(
+            f"{self.path} is an opdsl journal whose set-up was cut off (it has the table(s) "
+            f"{', '.join(made)}, no schema version and no runs); the next run written to it "
+            "finishes it"
+        )
 
-    def _check_schema(self, tables: set[str]) -> None:
-        """An opdsl journal this version can read: its schema version, and its tables."""
+    def _version(self, tables: set[str]) -> int | None:
+        """The schema version the file says, None when it says none (no meta row)."""
+        if "meta" not in tables:
+            return None
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = int(row[0]) if row and str(row[0]).isdigit() else None
-        if version is None:
-            raise JournalError(f"{self.path} has no schema version; it is not an opdsl journal")
+        if row is None:
+            return None
+        if not str(row[0]).isdigit():
+            raise JournalError(
+                f"journal {self.path} is corrupt: its schema version {str(row[0])[:20]!r} is "
+                "not a number; restore it from a backup (nothing was changed)"
+            )
+        return int(row[0])
+
+    def _check_unfinished(self, tables: set[str]) -> set[str]:
+        """A file with no schema version: nothing yet, or opdsl's own set-up cut off (0.3.0
+        made the tables one by one, the ``meta`` table first, so a kill left some of them,
+        empty); its tables, or a refusal of anything else."""
+        tables = tables - {"sqlite_sequence"}
+        if tables and ("meta" not in tables or tables - _TABLES):
+            raise JournalError(
+                f"{self.path} is a SQLite database of something else (tables: {', '.join(sorted(tables))})"
+            )
+        held = [
+            t for t in sorted(tables) if self._db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchall()
+        ]
+        if held:
+            raise JournalError(
+                f"journal {self.path} is corrupt: it has opdsl's tables and rows in "
+                f"{', '.join(held)} but no schema version; restore it from a backup (nothing "
+                "was changed)"
+            )
+        return tables
+
+    def _check_schema(self, tables: set[str], version: int) -> None:
+        """An opdsl journal this version can read: its schema version, and its tables."""
         if version > SCHEMA_VERSION:
             raise JournalError(
                 f"{self.path} was written by a newer opdsl (schema {version}; this one reads "
@@ -235,33 +333,51 @@ class SqliteJournal(Journal):
             )
 
     def _setup(self) -> None:
-        tables = self._tables()
-        if "meta" in tables:
-            self._check_schema(tables)
-        elif tables - {"sqlite_sequence"}:
-            raise JournalError(
-                f"{self.path} is a SQLite database of something else (tables: {', '.join(sorted(tables))})"
-            )
-        self._db.executescript(_SCHEMA)
-        self._db.execute(
-            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-            (str(SCHEMA_VERSION),),
-        )
-        # a version 1 file: its entries read as they are; new ones may refer to content
-        self._db.execute(
-            "UPDATE meta SET value=? WHERE key='schema_version' AND CAST(value AS INTEGER) < ?",
-            (str(SCHEMA_VERSION), SCHEMA_VERSION),
-        )
+        """Make the file a journal of this version, or check that it is one. Making it (its
+        tables and its version row, or an older version's upgrade) is one transaction under
+        the write lock, looked at again inside it: any number of processes may race to make
+        one new file, and each sees no journal or a whole one."""
+        if self._whole():
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self._whole():  # made by another process while this one waited
+                self._db.execute(_SCHEMA)
+                # a version 1 file: its entries read as they are; new ones may refer to content
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value=excluded.value "
+                    "WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                    (str(SCHEMA_VERSION),),
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(apsw.Error):
+                self._db.execute("ROLLBACK")
+            raise
 
-    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _whole(self) -> bool:
+        """Whether the file is a whole journal of this version (a newer one, or one missing
+        its runs or entries, is refused); False for nothing yet, a cut-off set-up or an older
+        version, which :meth:`_setup` finishes."""
+        tables = self._tables()
+        version = self._version(tables)
+        if version is None:
+            self._check_unfinished(tables)
+            return False
+        self._check_schema(tables, version)
+        return version == SCHEMA_VERSION and tables >= _TABLES
+
+    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> _Rows:
         """Run one statement, committed at once (an open group of entries' writes first)."""
         try:
             with self._mutex:
                 self._into_tx(False)
-                return self._db.execute(sql, params)
-        except sqlite3.IntegrityError:
+                rows = self._db.execute(sql, params).fetchall()
+                return _Rows(rows, self._db.changes())
+        except apsw.ConstraintError:
             raise
-        except sqlite3.DatabaseError as exc:
+        except apsw.Error as exc:
             raise self._failed(exc) from None
 
     def _write_entry(self, sql: str, params: tuple[Any, ...]) -> int:
@@ -273,12 +389,11 @@ class SqliteJournal(Journal):
                 if self._pieces:  # the pieces and the entry that needs them: one commit
                     return self._with_pieces(sql, params)
                 self._into_tx(self.grouped)
-                cursor = self._cursor
-                cursor.execute(sql, params)
-                return cursor.rowcount
-        except sqlite3.IntegrityError:
+                self._cursor.execute(sql, params)
+                return self._db.changes()
+        except apsw.ConstraintError:
             raise
-        except sqlite3.DatabaseError as exc:
+        except apsw.Error as exc:
             raise self._failed(exc) from None
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
@@ -290,7 +405,7 @@ class SqliteJournal(Journal):
             self._write_pieces()
             cursor = self._cursor
             cursor.execute(sql, params)
-            changed = cursor.rowcount
+            changed = self._db.changes()
         except BaseException:
             if opened:
                 self._in_tx = False
@@ -312,8 +427,8 @@ class SqliteJournal(Journal):
             self._db.execute("COMMIT")
             self._in_tx = False
 
-    def _failed(self, exc: sqlite3.DatabaseError) -> JournalError:
-        if self.read_only and "readonly" in str(exc).replace("-", "").replace(" ", ""):
+    def _failed(self, exc: apsw.Error) -> JournalError:
+        if self.read_only and isinstance(exc, apsw.ReadOnlyError):
             return JournalError(f"journal {self.path} was opened read-only; it cannot be written")
         return JournalError(f"journal {self.path}: {exc}")
 
@@ -347,8 +462,8 @@ class SqliteJournal(Journal):
                 if self._in_tx:
                     self._in_tx = False
                     self._db.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(sqlite3.DatabaseError):
+        except apsw.Error as exc:
+            with contextlib.suppress(apsw.Error):
                 self._db.execute("ROLLBACK")
             self._runs_known.clear()
             raise JournalError(f"journal {self.path}: cannot commit: {exc}") from None
@@ -366,7 +481,7 @@ class SqliteJournal(Journal):
                 f"INSERT INTO runs ({', '.join(_RUN_COLS)}) VALUES ({', '.join('?' * len(_RUN_COLS))})",
                 tuple(data[c] for c in _RUN_COLS),
             )
-        except sqlite3.IntegrityError:
+        except apsw.ConstraintError:
             raise JournalError(f"run {run.run_id} already exists") from None
 
     def reopen_run(self, run_id: str) -> None:
@@ -446,7 +561,7 @@ class SqliteJournal(Journal):
                 "VALUES (?, ?, ?, ?, ?, 'started', ?)",
                 (run_id, next_seq[0], address, kind, effect_json, at),
             )
-        except sqlite3.IntegrityError as exc:
+        except apsw.ConstraintError as exc:
             self._runs_known.pop(run_id, None)
             raise JournalError(f"run {run_id}: cannot begin address {address}: {exc}") from None
         next_seq[0] += 1
@@ -486,7 +601,7 @@ class SqliteJournal(Journal):
                     self._db.execute("ROLLBACK")
                     raise
                 self._db.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
+        except apsw.Error as exc:
             raise JournalError(f"journal {self.path}: cannot add entries: {exc}") from None
 
     def put_content(self, pieces: Mapping[str, str]) -> None:
@@ -561,9 +676,15 @@ class SqliteJournal(Journal):
         try:
             with self._mutex:
                 self._db.execute("BEGIN")
-                self._db.execute("DELETE FROM entries WHERE run_id=?", (run_id,))
-                self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+                try:
+                    self._db.execute("DELETE FROM entries WHERE run_id=?", (run_id,))
+                    self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
                 self._db.execute("COMMIT")
+        except apsw.Error as exc:
+            raise JournalError(f"journal {self.path}: cannot delete run {run_id}: {exc}") from None
         finally:
             self.release(run_id)
         self._runs_known.pop(run_id, None)
@@ -595,8 +716,10 @@ class SqliteJournal(Journal):
             )
             _HELD.add((self._key, run_id))
             self._writing.add(run_id)
+            if not _WAL_RESET_FIXED:
+                self._say_if_shared()
             return
-        except sqlite3.IntegrityError:
+        except apsw.ConstraintError:
             pass
         row = self._exec("SELECT holder, pid, host FROM locks WHERE run_id=?", (run_id,)).fetchone()
         if row is None:  # released in between
@@ -622,6 +745,23 @@ class SqliteJournal(Journal):
             f"run {run_id} is being written by {holder}; wait for it or stop that process"
         )
 
+    def _say_if_shared(self) -> None:
+        """On a SQLite that has the WAL-reset bug, one line when another process writes this
+        file too (the bug needs two writers)."""
+        if self._key in _SAID_SHARED:
+            return
+        others = self._exec(
+            "SELECT count(*) FROM locks WHERE NOT (pid=? AND host=?)",
+            (os.getpid(), socket.gethostname()),
+        ).fetchone()
+        if others and others[0]:
+            _SAID_SHARED.add(self._key)
+            sys.stderr.write(
+                f"opdsl: warning: other processes write the journal {self.path} too, and "
+                f"{sqlite_library()} has SQLite's WAL-reset bug (fixed in 3.51.3), which can "
+                "corrupt it then; install apsw's wheel, which bundles a current SQLite\n"
+            )
+
     def release(self, run_id: str) -> None:
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
@@ -641,6 +781,9 @@ def open_journal(
     if db is None:
         db = os.environ.get("OPDSL_DB") or DEFAULT_DB
     return SqliteJournal(db, read_only=read_only, create=create)
+
+
+_WAL_RESET_FIXED = _has_wal_reset_fix(apsw.sqlite_lib_version())
 
 
 def _before_takeover(run_id: str) -> None:

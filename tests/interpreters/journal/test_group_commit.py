@@ -4,11 +4,11 @@ process would) before its handler runs."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import apsw
 import pytest
 
 from interpreters import CallInfo, JournalError, LiveInterpreter, SqliteJournal, check_integrity
@@ -17,11 +17,12 @@ from op import Op, tool
 
 def _outside(
     db: Path,
-) -> tuple[sqlite3.Connection, Callable[[int, CallInfo], Awaitable[str]]]:
-    """Another reader of the journal file (as another process would be), and a tool that
-    says whether its own effect's begin is committed there while it runs (it waits a moment
-    first, as a tool that does I/O would, so that concurrent runs interleave)."""
-    outside = sqlite3.connect(db, check_same_thread=False)
+) -> tuple[apsw.Connection, Callable[[int, CallInfo], Awaitable[str]]]:
+    """Another reader of the journal file (a connection of its own: it sees what is committed,
+    as another process would), and a tool that says whether its own effect's begin is
+    committed there while it runs (it waits a moment first, as a tool that does I/O would, so
+    that concurrent runs interleave)."""
+    outside = apsw.Connection(str(db))
 
     async def seen_from_outside(i: int, call: CallInfo) -> str:
         await anyio.sleep(0.001)
@@ -32,6 +33,17 @@ def _outside(
         return "committed" if row == ("started",) else f"not committed: {row}"
 
     return outside, seen_from_outside
+
+
+def _trace(journal: SqliteJournal, statements: list[str], only: str | None = None) -> None:
+    """Record the SQL the journal's connection runs (``only``: that statement alone)."""
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        if only is None or sql == only:
+            statements.append(sql)
+        return True
+
+    journal._db.exec_trace = tracer
 
 
 def _program(n: int) -> Op[list[str]]:
@@ -50,7 +62,7 @@ def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
 
     journal = SqliteJournal(db, group_commit=grouped)
     commits: list[str] = []
-    journal._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    _trace(journal, commits, only="COMMIT")
     interp = LiveInterpreter(tools=[seen_from_outside], journal=journal)
     runs, steps = 20, 5
     results = []
@@ -165,7 +177,7 @@ def test_by_default_a_run_alone_commits_each_write_and_runs_together_group(
     outside, seen_from_outside = _outside(db)
     journal = SqliteJournal(db)
     statements: list[str] = []
-    journal._db.set_trace_callback(statements.append)
+    _trace(journal, statements)
     interp = LiveInterpreter(tools=[seen_from_outside], journal=journal)
 
     alone = interp.run_sync(_program, 4)

@@ -111,10 +111,14 @@ def test_a_read_only_journal_is_read_and_only_writing_says_so(
 
 
 def grab_the_journal(db: str) -> str:
-    """Locks the journal file from another connection for a moment (as another program would)."""
+    """Locks the journal file from another connection for a moment (as another program would).
+    Through the journal's own SQLite library: two libraries in one process do not see each
+    other's locks on a file (POSIX locks belong to the process)."""
     import threading
 
-    holder = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+    import apsw
+
+    holder = apsw.Connection(db)
     holder.execute("BEGIN EXCLUSIVE")
     ready = threading.Event()
 
