@@ -19,6 +19,7 @@ message that says why, unless the user opted in to running them unconfined.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -62,7 +63,9 @@ JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal")
 
 
 class SiblingsVisible(Exception):
-    """The workspace lies in a folder whose other entries cannot be hidden from its commands."""
+    """A layout the sandbox cannot confine as it promises: the workspace lies in a folder
+    whose other entries cannot be hidden from its commands, or its ``.opdsl`` is a link (which
+    a command could replace with a folder holding a journal of its own)."""
 
 
 def bwrap_argv(
@@ -108,7 +111,12 @@ def bwrap_argv(
     if git_dir.exists():
         out += ["--ro-bind", str(git_dir), str(git_dir)]
     journal_dir = root / ".opdsl"
-    if not journal_dir.exists() and not journal_dir.is_symlink():
+    if journal_dir.is_symlink() or (journal_dir.exists() and not journal_dir.is_dir()):
+        raise SiblingsVisible(
+            f"{journal_dir} is not a folder (a link, or a file), which a command could replace "
+            "with a journal of its own; make it a folder"
+        )
+    with contextlib.suppress(FileExistsError):
         journal_dir.mkdir()
     for place in (journal_dir, *read_only):
         out += _read_only(root, place)

@@ -129,8 +129,13 @@ def test_a_module_the_command_rewrote_is_refused_and_the_journal_was_never_writa
     ws = tmp_path / "ws"
     run_id = _start(ws, "rewrite")
     _journal_untouched(ws)
-    for argv in (["answer", run_id, "yes"], ["resume", run_id]):
-        done = opdsl(ws, *argv, "--quiet")
+    for argv in (
+        ["answer", run_id, "yes", "--quiet"],
+        ["resume", run_id, "--quiet"],
+        ["resume", run_id, "--from", "planted", "--quiet"],
+        ["replay", run_id],
+    ):
+        done = opdsl(ws, *argv)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
         assert f"ran module agent from {ws / 'agent.py'}, which has changed since" in done.stderr

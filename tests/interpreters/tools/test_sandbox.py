@@ -343,3 +343,13 @@ def test_a_workspace_in_a_system_folder_is_refused_unless_the_user_says_so(
         assert ok, text
     finally:
         shutil.rmtree(root)
+
+
+def test_a_journal_folder_that_is_a_link_is_refused(place: tuple[Workspace, Path, Path]) -> None:
+    # a link could be replaced by a command with a folder holding a journal of its own
+    ws, repo, base = place
+    (base / "elsewhere" / "journals").mkdir()
+    (repo / ".opdsl").symlink_to(base / "elsewhere" / "journals")
+    ok, text = run(ws, ["python", "-c", "import os; os.remove('.opdsl'); os.mkdir('.opdsl')"])
+    assert not ok and ".opdsl is not a folder" in text, text
+    assert (repo / ".opdsl").is_symlink()
