@@ -88,10 +88,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def opdsl(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
+    cwd: Path, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [OPDSL, *args],
+        [*(command or [OPDSL]), *args],
         cwd=cwd,
         env=env or _env(),
         capture_output=True,
@@ -171,7 +171,11 @@ def test_a_changed_program_runs_when_the_user_accepts_it(tmp_path: Path) -> None
     assert done.stdout.startswith("yes | ")
 
 
-def test_a_programs_folder_in_the_workspace_never_shadows_the_director(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [[OPDSL], [sys.executable, "-m", "interpreters"]])
+def test_a_programs_folder_in_the_workspace_never_shadows_the_director(
+    command: list[str], tmp_path: Path
+) -> None:
+    # python -m puts the current folder first on the import path itself: opdsl moves it
     repo = _repo(tmp_path)
     with ScriptedServer([Director()] * 20) as srv:
         env = _env(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=f"{srv.url}/v1")
@@ -187,7 +191,9 @@ def test_a_programs_folder_in_the_workspace_never_shadows_the_director(tmp_path:
         result = anyio.run(Workspace(repo).run, ["python", "-c", plant])
         assert result.ok, result.error
         assert (repo / "programs" / "director.py").exists()
-        again = opdsl(repo, "answer", run_id, "make it shorter", "--quiet", env=env)
+        again = opdsl(
+            repo, "answer", run_id, "make it shorter", "--quiet", env=env, command=command
+        )
         assert not (repo / "PWNED").exists()
         assert again.returncode == 0 and f"opdsl answer {run_id} TEXT" in again.stderr, again.stderr
 
