@@ -222,6 +222,31 @@ class Journal(ABC):
     def content(self, hashes: Iterable[str]) -> dict[str, str]:
         """The stored pieces among ``hashes`` (a missing one is left out)."""
 
+    def whole(self, entry: Entry) -> Entry:
+        """``entry`` with its effect and result as their whole canonical text: a journal
+        keeps each piece of content once and refers to it (``journal._content``), so an
+        ``infer``'s ``effect_json`` names its conversation by a hash; this puts it back.
+
+        Example:
+            >>> from interpreters import MemoryJournal, run, ScriptedModel
+            >>> from op import infer
+            >>> def hello():
+            ...     return (yield from infer("hi")).text
+            >>> j = MemoryJournal()
+            >>> r = run(hello, model=ScriptedModel(["yo"]), db=j)
+            >>> '"$chain"' in j.entries(r.run_id)[0].effect_json
+            True
+            >>> j.whole(j.entries(r.run_id)[0]).effect_json[:40]
+            '{"kind":"infer","messages":[{"content":"'
+        """
+        from interpreters.journal._content import lookup, unpack_effect, unpack_result
+
+        get = lookup({}, self.content)
+        return entry.replace(
+            effect_json=unpack_effect(entry.effect_json, get),
+            result_json=unpack_result(entry.kind, entry.result_json, get),
+        )
+
     def content_hashes(self) -> set[str]:
         """Every stored piece's hash (``gc``; a store that cannot list them says none)."""
         return set()

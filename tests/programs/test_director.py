@@ -384,7 +384,7 @@ def test_the_plan_is_not_left_without_approve(tmp_path: Path) -> None:
     assert len(asks) == 3  # feedback, a lower-case "approve" (not APPROVE), then APPROVE
     planner_calls = [
         e
-        for e in journal.entries(result.run_id)
+        for e in map(journal.whole, journal.entries(result.run_id))
         if e.kind == "infer" and "You are the director of" in e.effect_json
     ]
     assert len(planner_calls) == 3
@@ -484,7 +484,7 @@ def test_done_goes_back_to_plan_for_the_next_goal_until_end(tmp_path: Path) -> N
     assert result.status == "completed", result.describe()
     value = result.value
     assert isinstance(value, DirectorResult) and value.done and value.validation_runs == 2
-    entries = journal.entries(result.run_id)
+    entries = [journal.whole(e) for e in journal.entries(result.run_id)]  # texts unpacked
     names = [json.loads(e.effect_json)["name"] for e in entries if e.kind == "checkpoint"]
     assert names[names.index("done") :] == [
         "done",
