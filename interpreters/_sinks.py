@@ -10,12 +10,12 @@ from typing import IO, Any, final
 
 from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from interpreters._shown import visible
 from op import (
     CheckpointSaved,
     ConflictDetected,
@@ -126,6 +126,8 @@ class ConsoleSink:
     open ``limit`` and ``timeout`` with its budget as a bar (spent against the limit), and a
     spinner with the elapsed time on each effect the run waits on (a model call, a command,
     an agent turn), with the tail of what a model is streaming. Piped, only the lines.
+    Run text (names, arguments, answers, errors) is never read as rich markup, and its
+    control characters are shown escaped (``interpreters._shown``).
     """
 
     def __init__(
@@ -161,10 +163,10 @@ class ConsoleSink:
         for address, w in self._waiting.items():
             tail = "".join(w.streamed)[-60:].replace("\n", " ")
             label = Text(f"{w.kind} {address} {now - w.started:.1f}s ", style="bold")
-            label.append(w.what + (f"  {tail}" if tail else ""), style="dim")
+            label.append(visible(w.what + (f"  {tail}" if tail else ""), lines=False), style="dim")
             if w.thinking and not tail:
                 thought = "".join(w.thinking)[-60:].replace("\n", " ")
-                label.append(f"  thinking: {thought}", style="dim italic")
+                label.append(visible(f"  thinking: {thought}", lines=False), style="dim italic")
             w.spinner.update(text=label)
             grid.add_row(w.spinner, "", "")
         return grid
@@ -203,21 +205,32 @@ class ConsoleSink:
             self.console.print()
             self._streaming = False
 
+    def _line(self, *parts: str | tuple[str, str], end: str = "\n") -> None:
+        """Print one line built from ``parts`` (text, or (text, style)). Run text is never
+        markup: it reaches rich as :class:`Text`, its control characters made visible."""
+        text = Text(end=end)
+        for part in parts:
+            if isinstance(part, tuple):
+                text.append(visible(part[0]), style=part[1])
+            else:
+                text.append(visible(part))
+        self.console.print(text, end=end)
+
     def __call__(self, event: Event) -> None:
-        c = self.console
         if isinstance(event, TokenDelta):
             waiting = self._waiting.get(event.address)
             if self._live is not None and waiting is not None:
                 # shown live; the answer is printed whole at the end
                 (waiting.thinking if event.thinking else waiting.streamed).append(event.text)
             elif self.show_tokens:
-                c.print(event.text, end="", style="dim italic" if event.thinking else "dim")
+                self._line((event.text, "dim italic" if event.thinking else "dim"), end="")
                 self._streaming = True
             return
         self._end_stream()
+        line = self._line
         match event:
             case RunStarted():
-                c.print(f"[bold]▶ run {event.run_id}[/] {event.program}")
+                line((f"▶ run {event.run_id}", "bold"), f" {event.program}")
                 self._start_live()
             case RunFinished():
                 self._stop_live()
@@ -225,12 +238,13 @@ class ConsoleSink:
                 self._scopes.clear()
                 style = "green" if event.status == "completed" else "red"
                 extra = f": {event.error}" if event.error else ""
-                c.print(f"[bold {style}]■ {event.status}[/]{extra}")
+                line((f"■ {event.status}", f"bold {style}"), extra)
             case EffectStarted():
                 if event.kind in _WAITS:
-                    c.print(f"  [cyan]{event.address:>8}[/] {event.kind} {_describe(event.effect)}")
+                    what = _describe(event.effect)
+                    line((f"  {event.address:>8}", "cyan"), f" {event.kind} {what}")
                     self._waiting[event.address] = _Waiting(
-                        event.kind, _describe(event.effect), time.monotonic(), Spinner("dots")
+                        event.kind, what, time.monotonic(), Spinner("dots")
                     )
                 elif event.kind in _SCOPES:
                     effect = event.effect if isinstance(event.effect, dict) else {}
@@ -243,26 +257,24 @@ class ConsoleSink:
                 self._scopes.pop(event.address, None)
                 self._charge(event.address, event.kind, event.usage)
                 if waited is not None and waited.streamed and self.show_tokens:
-                    c.print("".join(waited.streamed), style="dim")
+                    line(("".join(waited.streamed), "dim"))
                 if event.status != "completed":
-                    c.print(
-                        f"  [red]{event.address:>8} {event.kind} {event.status}[/] {escape(event.error or '')}"
+                    line(
+                        (f"  {event.address:>8} {event.kind} {event.status}", "red"),
+                        f" {event.error or ''}",
                     )
                 elif event.error:  # a tool whose result is ok=false
-                    c.print(
-                        f"  [red]{event.address:>8} {event.kind} failed[/] {escape(event.error)}"
-                    )
+                    line((f"  {event.address:>8} {event.kind} failed", "red"), f" {event.error}")
                 elif event.usage is not None and event.usage.total_tokens:
-                    c.print(
-                        f"  [dim]{event.address:>8} {event.usage.total_tokens} tokens, {event.duration_s:.2f}s[/]"
-                    )
+                    tokens = f"{event.usage.total_tokens} tokens, {event.duration_s:.2f}s"
+                    line((f"  {event.address:>8} {tokens}", "dim"))
             case CheckpointSaved():
-                c.print(f"  [magenta]{event.address:>8} ◆ checkpoint {event.name}[/]")
+                line((f"  {event.address:>8} ◆ checkpoint {event.name}", "magenta"))
             case Emitted():
                 data = "" if event.data is None else " " + _short(event.data)
-                c.print(f"  [yellow]{event.address:>8} • {event.name}[/]{data}")
+                line((f"  {event.address:>8} • {event.name}", "yellow"), data)
             case ConflictDetected():
-                c.print(f"  [red]{event.address:>8} conflict[/] {_short(event.conflicts)}")
+                line((f"  {event.address:>8} conflict", "red"), f" {_short(event.conflicts)}")
 
 
 def _num(value: float) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import final
 
+from interpreters._shown import visible
 from interpreters.runtime._redact import Redactor
 from op import Event, TokenDelta
 
@@ -24,7 +26,8 @@ def as_sinks(on_event: Sink | Iterable[Sink] | None) -> list[Sink]:
 
 @final
 class EventBus:
-    """Fans events out to sinks. ``active`` is False when nobody listens (skip the work)."""
+    """Fans events out to sinks. ``active`` is False when nobody listens (skip the work).
+    A sink that raises never fails the run: it is dropped, and one line on stderr says so."""
 
     def __init__(self, sinks: Iterable[Sink], redact: Redactor | None = None) -> None:
         self._sinks = list(sinks)
@@ -36,7 +39,21 @@ class EventBus:
         if self.redact is not None and self.redact.secrets:
             event = self._clean(event)
         for sink in self._sinks:
-            sink(event)
+            try:
+                sink(event)
+            except Exception as exc:  # a sink never fails the run: dropped, said once
+                self._drop(sink, exc)
+
+    def _drop(self, sink: Sink, exc: Exception) -> None:
+        self._sinks = [s for s in self._sinks if s is not sink]
+        name = getattr(sink, "__qualname__", None) or type(sink).__qualname__
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        if self.redact is not None:
+            reason = self.redact(reason)
+        sys.stderr.write(
+            f"opdsl: the event sink {visible(name, lines=False)} failed "
+            f"({visible(reason, lines=False)}); it gets no more events\n"
+        )
 
     def _clean(self, event: Event) -> Event:
         assert self.redact is not None

@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from interpreters import ConsoleSink, JsonlSink, ScriptedModel, run
@@ -145,3 +146,83 @@ def test_on_a_terminal_the_live_area_comes_and_goes_with_the_run() -> None:
     assert sink._live is None  # stopped at the end of the run
     piped = ConsoleSink(Console(file=io.StringIO()))
     assert not piped.live  # piped into another program: lines only
+
+
+# -- run text is never markup, and a sink never fails a run -----------------------------------
+
+MARKUP = "[/] [bold]b[/bold] [link=https://example.org]l[/link] [red] :smile: \x1b]0;t\x07 \x1b[2J"
+
+
+def marked() -> Op[str]:
+    yield from checkpoint(MARKUP)
+    yield from tool("echo", {"text": MARKUP})
+    failed = yield from tool("refuse", {"text": MARKUP})
+    assert not failed.ok
+    reply = yield from infer(MARKUP)
+    yield from emit(MARKUP, {"data": MARKUP})
+    return reply.text
+
+
+def refuse(text: str) -> str:
+    raise ValueError(text)
+
+
+def _shown(text: str) -> str:
+    """``MARKUP`` as the console shows it: as written, its control characters escaped."""
+    return text.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_run_text_with_markup_and_terminal_codes_is_shown_as_written(terminal: bool) -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=400, force_terminal=terminal, color_system=None)
+    model = ScriptedModel([MARKUP])
+    result = run(marked, model=model, tools=[echo, refuse], on_event=ConsoleSink(console))
+    assert result.status == "completed", result.error
+    text = out.getvalue()
+    shown = _shown(MARKUP)
+    # (on a terminal, the live area's own cursor codes come between the lines)
+    assert f"1 ◆ checkpoint {shown}\n" in text  # a checkpoint's name
+    assert '2 tool echo {"text": "[/] [bold]b[/bold] [link=https://exampl…\n' in text
+    assert f"3 tool failed tool failed: tool 'refuse' raised ValueError: {shown}\n" in text
+    assert "4 infer [/] [bold]b[/bold] [link=https://example.org]l[/l…\n" in text
+    assert f"{shown}\n" in text.split("4 infer", 1)[1]  # the model's answer, streamed
+    assert f'5 • {shown} {{"data": "[/] [bold]b[/bold] [link=https://example.org]l[/l…' in text
+    assert "\x1b]0;" not in text and "\x1b[2J" not in text  # no terminal code reaches it
+
+
+def test_a_failed_run_whose_error_holds_markup_is_reported_as_failed_not_crashed() -> None:
+    def fails() -> Op[None]:
+        yield from checkpoint("start")
+        raise RuntimeError(MARKUP)
+
+    out = io.StringIO()
+    result = run(fails, on_event=ConsoleSink(Console(file=out, width=400, color_system=None)))
+    assert result.status == "failed" and MARKUP in str(result.error)
+    assert f"■ failed: RuntimeError: {_shown(MARKUP)}" in out.getvalue()
+
+
+def test_a_sink_that_fails_is_dropped_said_once_and_the_run_goes_on(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[str] = []
+
+    def broken(event: object) -> None:
+        seen.append(type(event).__name__)
+        raise ValueError("no \x1b[2J room")
+
+    kept: list[str] = []
+    result = run(
+        program,
+        model=ScriptedModel(["hi"]),
+        tools=[echo],
+        on_event=[broken, lambda e: kept.append(type(e).__name__)],
+    )
+    assert result.status == "completed" and result.value == "hi"
+    assert seen == ["RunStarted"]  # dropped after its first failure
+    assert kept[0] == "RunStarted" and kept[-1] == "RunFinished"  # the others get every event
+    err = capfd.readouterr().err
+    assert err.splitlines() == [
+        "opdsl: the event sink test_a_sink_that_fails_is_dropped_said_once_and_the_run_goes_on"
+        ".<locals>.broken failed (ValueError: no \\x1b[2J room); it gets no more events"
+    ]
