@@ -87,7 +87,37 @@ def _print_json(data: Any) -> None:
 
 
 def _when(t: float | None) -> str:
-    return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if t is None:
+        return ""
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a journal someone made by hand
+        return f"(time {t!r} is out of range)"
+
+
+def _text(*parts: object) -> Any:
+    """A line for rich built from run text: each part is text, or a (text, style) pair. Run
+    text is never read as markup, and its control characters are shown escaped."""
+    from rich.text import Text
+
+    from interpreters._shown import visible
+
+    out = Text()
+    for part in parts:
+        if isinstance(part, tuple):
+            out.append(visible(part[0], lines=False), style=str(part[1]))
+        else:
+            out.append(visible(part, lines=False))
+    return out
+
+
+def _object(text: str | None) -> dict[str, Any]:
+    """Recorded JSON text as an object (anything else, or text that is not JSON: empty)."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -244,12 +274,16 @@ def _report(result: Any) -> int:
             shown = value if isinstance(value, str) else canonical_json(value)
         except NotSerializable:
             shown = repr(value)
-        print(shown)
+        from interpreters._shown import visible
+
+        # piped, the value as it is; on a terminal, no control code of it reaches the terminal
+        print(visible(shown) if sys.stdout.isatty() else shown)
         print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
         return 0
+    from interpreters._shown import visible
     from interpreters.runtime._redact import Redactor
 
-    print(Redactor.from_env()(result.describe()), file=sys.stderr)
+    print(visible(Redactor.from_env()(result.describe())), file=sys.stderr)
     if result.status == "waiting":
         print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
         return 0
@@ -270,7 +304,8 @@ def cmd_runs(a: argparse.Namespace) -> int:
         table.add_column(col)
     for r in journal.runs():
         parent = f"{r.parent_run} @ {r.fork_checkpoint}" if r.parent_run else ""
-        table.add_row(r.run_id, r.program, r.status, _when(r.created_at), parent)
+        cells = (r.run_id, r.program, r.status, _when(r.created_at), parent)
+        table.add_row(*(_text(cell) for cell in cells))
     _console().print(table)
     return 0
 
@@ -307,7 +342,6 @@ def cmd_tail(a: argparse.Namespace) -> int:
 
 
 def cmd_show(a: argparse.Namespace) -> int:
-    from rich.markup import escape
     from rich.table import Table
 
     from interpreters import open_journal
@@ -343,57 +377,63 @@ def cmd_show(a: argparse.Namespace) -> int:
         )
         return 0
     c = _console()
+    done = r.status == "completed"
     c.print(
-        f"[bold]run {r.run_id}[/] {r.program}  [{'green' if r.status == 'completed' else 'yellow'}]{r.status}[/]"
-    )
-    c.print(f"arguments: {r.args_json}")
-    if r.parent_run:
-        c.print(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}")
-    if r.error_json:
-        err = json.loads(r.error_json)
-        c.print(
-            f"[red]error at address {err.get('address')}: {err.get('type')}: {err.get('message')}[/]"
+        _text(
+            (f"run {r.run_id}", "bold"),
+            f" {r.program}  ",
+            (r.status, "green" if done else "yellow"),
         )
+    )
+    c.print(_text(f"arguments: {r.args_json}"))
+    if r.parent_run:
+        c.print(_text(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}"))
+    if r.error_json:
+        err = _object(r.error_json)
+        what = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
+        c.print(_text((f"error at address {err.get('address')}: {what}", "red")))
     table = Table(title="timeline")
     for col in ("address", "kind", "status", "duration", "tokens", "what"):
         table.add_column(col)
     total = Usage()
     for e in journal.entries(r.run_id):
-        effect = json.loads(e.effect_json)
-        usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
+        effect = _object(e.effect_json)
+        try:
+            usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
+        except ValueError:
+            usage = None  # a journal someone made by hand: shown without it
         if usage is not None:
             total = total + usage
         duration = "" if e.finished_at is None else f"{e.finished_at - e.started_at:.2f}s"
         what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+        if not isinstance(what, str):
+            what = json.dumps(what, ensure_ascii=False, default=str)[:80]
         if e.kind == "emit" and effect.get("data") is not None:
-            what = f"{what} {json.dumps(effect['data'])[:50]}"
+            what = f"{what} {json.dumps(effect['data'], ensure_ascii=False, default=str)[:50]}"
         style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
-        status: str = e.status
+        status, why = _text(e.status), _text(what)
         failure = e.tool_failure()
         if failure is not None:
-            status, what = "[red]failed[/]", f"{what}: [red]{escape(failure[:80])}[/]"
+            status, why = _text(("failed", "red")), _text(f"{what}: ", (failure[:80], "red"))
         elif e.status == "failed":
-            err = json.loads(e.error_json or "{}")
-            status, what = (
-                "[red]failed[/]",
-                f"{what} [red]{escape(str(err.get('message', ''))[:80])}[/]",
-            )
+            message = str(_object(e.error_json).get("message", ""))[:80]
+            status, why = _text(("failed", "red")), _text(f"{what} ", (message, "red"))
         table.add_row(
-            e.address,
-            f"[{style}]{e.kind}[/]" if style else e.kind,
+            _text(e.address),
+            _text((e.kind, style)),
             status,
             duration,
             "" if usage is None else str(usage.total_tokens),
-            str(what),
+            why,
         )
     c.print(table)
     cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
     c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
     line = _state_line(r, journal.entries(r.run_id))
     if line:
-        c.print(f"state: {escape(line)}")
+        c.print(_text(f"state: {line}"))
     if r.result_json is not None:
-        c.print(f"result: {r.result_json}")
+        c.print(_text(f"result: {r.result_json}"))
     return 0
 
 
@@ -461,25 +501,29 @@ def cmd_diff(a: argparse.Namespace) -> int:
     if a.json:
         _print_json(found.as_json())
     else:
-        print("\n".join(found.lines()))
+        from interpreters._shown import visible
+
+        print("\n".join(visible(line) for line in found.lines()))
     return 0 if found.same else 1
 
 
 def cmd_checkpoints(a: argparse.Namespace) -> int:
     from interpreters import open_journal
     from interpreters._durable import checkpoint_labels
+    from interpreters._shown import visible
 
     journal = open_journal(a.db, read_only=True)
     rows = []
     found: list[dict[str, Any]] = []
     for label, e in checkpoint_labels(journal.entries(a.run)):
-        world = json.loads(e.result_json or "{}").get("world") or {}
+        world = _object(e.result_json).get("world")
+        world = world if isinstance(world, dict) else {}
         files = (
-            f"  files: tree {world['tree'][:12]} in {world['workspace']}"
+            f"  files: tree {str(world['tree'])[:12]} in {world.get('workspace')}"
             if world.get("tree")
             else ""
         )
-        rows.append(f"{e.address:>8}  {label}  {e.status}{files}")
+        rows.append(visible(f"{e.address:>8}  {label}  {e.status}{files}", lines=False))
         found.append(
             {
                 "address": e.address,
@@ -492,7 +536,7 @@ def cmd_checkpoints(a: argparse.Namespace) -> int:
     if a.json:
         _print_json(found)
         return 0
-    print("\n".join(rows) if rows else f"run {a.run} has no checkpoints")
+    print("\n".join(rows) if rows else visible(f"run {a.run} has no checkpoints", lines=False))
     return 0
 
 
@@ -961,10 +1005,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         OSError,
         RecursionError,
     ) as exc:
+        from interpreters._shown import visible
         from interpreters.runtime._redact import Redactor
 
         message = Redactor.from_env()(" ".join(str(exc).split()))
-        print(f"opdsl: error: {message}", file=sys.stderr)
+        print(f"opdsl: error: {visible(message, lines=False)}", file=sys.stderr)
         return 2
 
 
@@ -1091,7 +1136,9 @@ def _stopped() -> str:
             continue
         if can_resume(status):
             where = f" --db {db}" if db else ""
-            return f"opdsl: stopped; continue with: opdsl resume {run_id}{where}"
+            from interpreters._shown import visible
+
+            return visible(f"opdsl: stopped; continue with: opdsl resume {run_id}{where}")
     return "opdsl: stopped; no run was left to continue"
 
 
