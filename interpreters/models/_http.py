@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import random
+import re
 import ssl
 import time
 from abc import ABC, abstractmethod
@@ -41,7 +42,13 @@ import httpx
 from pydantic import ValidationError
 
 from interpreters.models._base import CallInfo, redact_spec
-from interpreters.models._h1 import AnswerTooLarge, H1Transport
+from interpreters.models._h1 import (
+    ERROR_BODY,
+    AnswerTooLarge,
+    Decoded,
+    H1Transport,
+    UnreadableAnswer,
+)
 from interpreters.runtime._redact import Redactor
 from op import ModelError, ModelRequest, Response, Usage
 
@@ -241,12 +248,31 @@ class _Stream:
     size: int = 0
 
     async def lines(self, response: httpx.Response) -> AsyncIterator[str]:
-        """The response's lines, counting their bytes against the cap."""
-        async for line in response.aiter_lines():
-            self.size += len(line) + 1
-            if self.limit and self.size > self.limit:
-                raise AnswerTooLarge(self.limit)
-            yield line
+        """The response's lines (ended by CRLF, LF or CR, as server-sent events and JSON lines
+        are), decoded (UTF-8), every decoded byte counted against the cap: a line is never
+        held past it, however long it goes on without a line break."""
+        decoder = Decoded(_encoding(response), self.limit or _NO_CAP)
+        line = bytearray()  # the line so far
+        after_cr = False  # the last piece ended with CR: an LF that starts the next ends it
+        pieces = response.aiter_raw()
+        while True:
+            raw = await anext(pieces, None)
+            data = decoder.feed(raw) if raw is not None else decoder.end()
+            self.size += len(data)
+            if after_cr and data[:1] == b"\n":
+                data = data[1:]
+            if data:
+                after_cr = data[-1:] == b"\r"
+                *ended, rest = _EOL.split(data)
+                for part in ended:
+                    line += part
+                    yield line.decode("utf-8", "replace")
+                    line.clear()
+                line += rest
+            if raw is None:
+                break
+        if line:
+            yield line.decode("utf-8", "replace")
 
     def token(self, call: CallInfo, text: str) -> None:
         if text:
@@ -259,6 +285,33 @@ class _Stream:
         if text and isinstance(text, str):
             self.delivered = True
             call.token(text, thinking=True)
+
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_NO_CAP = 1 << 62
+
+
+def _encoding(response: httpx.Response) -> bytes:
+    """The answer's content codings, as its headers list them."""
+    return str(response.headers.get("content-encoding", "")).encode("latin-1")
+
+
+async def _body(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
+    """The answer's body, decoded, at most ``limit`` bytes of it: over that,
+    :class:`AnswerTooLarge`, or with ``cut`` its first ``limit`` bytes, the rest not read."""
+    out = bytearray()
+    try:
+        decoder = Decoded(_encoding(response), limit, cut=cut)
+        async for raw in response.aiter_raw():
+            out += decoder.feed(raw)
+            if decoder.full:
+                return bytes(out)
+        out += decoder.end()
+    except UnreadableAnswer:
+        if not cut:
+            raise
+        # an error answer: its status is what matters, whatever its body's encoding
+    return bytes(out)
 
 
 class HttpModel(ABC):
@@ -542,9 +595,7 @@ class HttpModel(ABC):
             )
         if status >= 400:
             raise self._refusal(status, httpx.Headers(headers), raw)
-        if any(name.lower() == b"content-encoding" for name, _ in headers):
-            raw = httpx.Response(status, headers=headers, content=raw).content  # decoded
-        return self._whole(status, raw)
+        return self._whole(status, raw)  # decoded by the transport, within the cap
 
     async def _send(
         self,
@@ -566,20 +617,20 @@ class HttpModel(ABC):
             async with _answer(transport, request) as response:
                 status = response.status_code
                 if status >= 400:
-                    raise self._refusal(status, response.headers, await response.aread())
+                    cut = min(self.max_answer_bytes, ERROR_BODY)
+                    raise self._refusal(
+                        status, response.headers, await _body(response, cut, cut=True)
+                    )
                 try:
                     if not stream:
-                        whole = bytearray()
-                        async for chunk in response.aiter_bytes():
-                            whole += chunk
-                            if len(whole) > self.max_answer_bytes:
-                                raise AnswerTooLarge(self.max_answer_bytes)
-                        return self._whole(status, whole)
+                        return self._whole(status, await _body(response, self.max_answer_bytes))
                     seen.limit = self.max_answer_bytes
                     with self._shaped(status):
                         return self._checked(await self._read_stream(response, call, seen))
                 except AnswerTooLarge:
                     raise self._too_large(status) from None
+                except UnreadableAnswer as exc:
+                    raise self.error(f"{exc}; refused", status) from None
 
     def _too_large(self, status: int | None) -> ProviderError:
         return self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status)
@@ -592,6 +643,8 @@ class HttpModel(ABC):
             yield
         except AnswerTooLarge:
             raise self._too_large(None) from None
+        except UnreadableAnswer as exc:
+            raise self.error(f"{exc}; refused") from None
         except httpx.LocalProtocolError:
             # h11's message quotes the header's value (an API key, maybe): never repeated
             raise self.error(
