@@ -18,8 +18,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from interpreters.journal._portable import parse_export
-    from interpreters.temporal._activities import Activities, effect_from_json
+    from interpreters.journal._portable import parse_export, read_export
+    from interpreters.temporal._activities import Activities, EffectReader, effect_from_json
     from interpreters.temporal._client import (
         TemporalError,
         TemporalJournal,
@@ -30,12 +30,29 @@ if TYPE_CHECKING:
         outcome,
         start_run,
     )
-    from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome, activity_id
+    from interpreters.temporal._store import (
+        ContentCodec,
+        ContentMissing,
+        ContentStore,
+        DirectoryStore,
+        TemporalLimit,
+        content_store,
+    )
+    from interpreters.temporal._types import WORKFLOW, Carried, RunInput, RunOutcome, activity_id
     from interpreters.temporal._worker import PASSED_THROUGH, make_worker, sandbox_runner
     from interpreters.temporal._workflow import OpdslRun, TemporalClock
 
 _WHERE = {
     "Activities": "interpreters.temporal._activities",
+    "Carried": "interpreters.temporal._types",
+    "ContentCodec": "interpreters.temporal._store",
+    "ContentMissing": "interpreters.temporal._store",
+    "ContentStore": "interpreters.temporal._store",
+    "DirectoryStore": "interpreters.temporal._store",
+    "EffectReader": "interpreters.temporal._activities",
+    "TemporalLimit": "interpreters.temporal._store",
+    "content_store": "interpreters.temporal._store",
+    "read_export": "interpreters.journal._portable",
     "OpdslRun": "interpreters.temporal._workflow",
     "PASSED_THROUGH": "interpreters.temporal._worker",
     "RunInput": "interpreters.temporal._types",
@@ -59,6 +76,15 @@ _WHERE = {
 
 __all__ = [
     "Activities",
+    "Carried",
+    "ContentCodec",
+    "ContentMissing",
+    "ContentStore",
+    "DirectoryStore",
+    "EffectReader",
+    "TemporalLimit",
+    "content_store",
+    "read_export",
     "OpdslRun",
     "PASSED_THROUGH",
     "RunInput",

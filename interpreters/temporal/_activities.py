@@ -1,9 +1,13 @@
 """The activities: where a worker performs ``tool``, ``infer``, ``agent`` and ``checkpoint`` with
 the tools, models, agents and workspace it was started with (keys stay on the worker).
 
-Each activity rebuilds the effect from its canonical JSON, performs it with opdsl's live
-handlers, and returns the result as canonical JSON with the worker's secrets replaced, so no
-key reaches the history. An error of the effect is returned as data (the program gets it, as
+Each activity rebuilds the effect from the text the workflow sent (packed: an ``infer``'s
+messages are the head of their chain, whose nodes are in the call's new pieces, in what this
+worker read lately, or in the content store; see :class:`EffectReader`), performs it with
+opdsl's live handlers, and returns the result packed, with the worker's secrets replaced, so
+no key reaches the history and a long output travels once, by reference. With no content
+store, a result over Temporal's payload limit is an error that says so, not a task that fails
+for ever. An error of the effect is returned as data (the program gets it, as
 locally), not raised: Temporal retries only what failed for reasons of its own (a worker that
 died). While an effect runs the activity heartbeats, so a worker's death is seen within the
 heartbeat timeout, and a cancellation reaches the handler, which stops the effect (a tool's
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
@@ -22,31 +27,45 @@ from temporalio.exceptions import ApplicationError
 
 from interpreters._durable import ProgramNotFound, load_program
 from interpreters._live import AgentBackend, LiveHandlers
+from interpreters.journal._content import ContentError, Lookup, Packer, _message, lookup
 from interpreters.models._base import Model
 from interpreters.runtime._clock import SystemClock
 from interpreters.runtime._events import EventBus
 from interpreters.runtime._frame import Call
 from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import error_json
+from interpreters.temporal._store import (
+    DEFAULT_PAYLOAD_LIMIT,
+    NO_STORE_HINT,
+    ContentMissing,
+    ContentStore,
+    TemporalLimit,
+    size_text,
+)
 from interpreters.temporal._types import ACTIVITY, Admission, AdmitRequest, EffectCall, Outcome
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
 from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Tool, default_state
 from state import canonical_json, to_jsonable
 
-__all__ = ["Activities", "effect_from_json"]
+__all__ = ["Activities", "EffectReader", "effect_from_json"]
 
 
 def effect_from_json(text: str) -> LeafEffect:
     """The effect an activity performs, from the canonical JSON the workflow sent."""
-    data = json.loads(text)
+    return _effect(json.loads(text), None)
+
+
+def _effect(data: Any, messages: tuple[Message, ...] | None) -> LeafEffect:
     kind = data.get("kind")
     if kind == "tool":
         return Tool(name=str(data["name"]), args=dict(data.get("args") or {}))
     if kind == "infer":
         tools = data.get("tools")
+        if messages is None:
+            messages = tuple(Message.model_validate(m) for m in data["messages"])
         return Infer(
-            messages=tuple(Message.model_validate(m) for m in data["messages"]),
+            messages=messages,
             model=data.get("model"),
             tools="all" if tools == "all" else tuple(tools or ()),
             params=dict(data.get("params") or {}),
@@ -63,6 +82,79 @@ def effect_from_json(text: str) -> LeafEffect:
 
 
 @final
+class EffectReader:
+    """The effects a worker is sent, rebuilt from their packed texts.
+
+    An ``infer``'s messages are a chain (``journal._content``): the worker walks it back from
+    its head through the nodes the call brought, the conversations it rebuilt lately (by head:
+    the next call of the same conversation costs what it adds) and the content store, which
+    holds every node a workflow sent (so another worker, or this one after a restart, finds
+    them there).
+    """
+
+    def __init__(self, store: ContentStore | None, *, keep: int = 64) -> None:
+        self.store = store
+        self.keep = keep
+        self._conversations: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
+
+    def read(self, call: EffectCall) -> LeafEffect:
+        text = call.effect_json
+        if '"$chain"' not in text and '"args":"' not in text:
+            return effect_from_json(text)  # sent whole
+        data = json.loads(text)
+        get = lookup(call.pieces, self._stored)
+        if data.get("kind") == "tool" and isinstance(data.get("args"), str):
+            args = json.loads(get(data["args"]))
+            if not isinstance(args, dict):
+                raise ContentError(f"piece {data['args']} is not a tool's arguments")
+            data["args"] = args
+            return _effect(data, None)
+        chain = data.get("messages")
+        if data.get("kind") == "infer" and isinstance(chain, dict):
+            return _effect(data, self._messages(chain, get))
+        return _effect(data, None)
+
+    def _stored(self, names: Iterable[str]) -> Mapping[str, str]:
+        if self.store is None:
+            return {}
+        return {h: b.decode("utf-8", "surrogatepass") for h, b in self.store.get(names).items()}
+
+    def _messages(self, chain: Mapping[str, Any], get: Lookup) -> tuple[Message, ...]:
+        head, n = chain.get("$chain"), chain.get("n")
+        if not isinstance(n, int) or n < 0:
+            raise ContentError("a chain of messages without its length")
+        fresh: list[Any] = []
+        base: tuple[Message, ...] = ()
+        h: Any = head
+        while h is not None:
+            known = self._conversations.get(h)
+            if known is not None:
+                self._conversations.move_to_end(h)
+                base = known
+                break
+            if not isinstance(h, str) or len(fresh) >= n:
+                raise ContentError(f"the chain of messages at {head} is not {n} long")
+            node = json.loads(get(h))
+            if not (isinstance(node, list) and len(node) == 2):
+                raise ContentError(f"piece {h} is not a node of a message chain")
+            fresh.append(node[1])
+            h = node[0]
+        fresh.reverse()
+        start = len(base)
+        messages = base + tuple(
+            Message.model_validate(_message(get, m, f"messages[{start + i}]"))
+            for i, m in enumerate(fresh)
+        )
+        if len(messages) != n:
+            raise ContentError(f"the chain of messages at {head} holds {len(messages)}, not {n}")
+        if isinstance(head, str):
+            self._conversations[head] = messages
+            while len(self._conversations) > self.keep:
+                self._conversations.popitem(last=False)
+        return messages
+
+
+@final
 class Activities:
     """The activities of one worker. ``programs``: the only programs its workflows may run
     (``module:function``); a run naming another fails at once, before any effect."""
@@ -76,6 +168,8 @@ class Activities:
         agents: Mapping[str, AgentBackend] | None = None,
         workspace: Workspace | None = None,
         heartbeat_seconds: float = 2.0,
+        store: ContentStore | None = None,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
     ) -> None:
         self.programs = frozenset(programs)
         self.handlers = LiveHandlers(
@@ -83,6 +177,11 @@ class Activities:
         )
         self.heartbeat_seconds = heartbeat_seconds
         self.redact = Redactor.from_env()
+        #: where content goes (None: it travels inline, under ``payload_limit``)
+        self.store = store
+        self.payload_limit = payload_limit
+        self.reader = EffectReader(store)
+        self._results = Packer(self.redact, keep=False)
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, to register on a worker."""
@@ -118,7 +217,12 @@ class Activities:
                 )
         registry = self.handlers.tools
         quick = [n for n in registry.names() if (t := registry.get(n)) is not None and t.quick]
-        return Admission(quick_tools=quick, heartbeat_seconds=self.heartbeat_seconds)
+        return Admission(
+            quick_tools=quick,
+            heartbeat_seconds=self.heartbeat_seconds,
+            stored=self.store is not None,
+            payload_limit=self.payload_limit,
+        )
 
     @activity.defn(name=ACTIVITY["tool"])
     async def tool(self, call: EffectCall) -> Outcome:
@@ -141,7 +245,12 @@ class Activities:
         await self.handlers.restore(json.loads(snapshot_json))
 
     async def _perform(self, call: EffectCall) -> Outcome:
-        effect = effect_from_json(call.effect_json)
+        try:
+            effect = self.reader.read(call)
+        except (ContentError, ContentMissing) as exc:
+            # the store does not hold what the workflow sent: retrying cannot find it
+            message = f"run {call.run_id}, address {call.address}: {exc}"
+            return Outcome(error_json=error_json(ContentMissing(message)), fatal=True)
         info = Call(call.run_id, call.address, SystemClock(), EventBus([]), off_loop=True)
         work = asyncio.ensure_future(self.handlers.perform(effect, info))
         try:
@@ -161,4 +270,22 @@ class Activities:
         except Exception as exc:
             text = self.redact(error_json(exc))
             return Outcome(error_json=text, fatal=isinstance(exc, Fatal))
-        return Outcome(result_json=self.redact(canonical_json(value)))
+        whole = canonical_json(value)
+        if self.store is not None:
+            packed = self._results.result(value, whole)
+            return Outcome(result_json=packed.text, pieces=dict(packed.pieces))
+        text = self.redact(whole)
+        size = len(text.encode()) + 64
+        if size > self.payload_limit:
+            return Outcome(
+                error_json=error_json(
+                    TemporalLimit(
+                        f"run {call.run_id}: the result of the {effect.kind} effect at address "
+                        f"{call.address} is {size_text(size)}, over Temporal's payload limit of "
+                        f"{size_text(self.payload_limit)} (limit.blobSize.error), so it cannot "
+                        f"be sent back: {NO_STORE_HINT}; or have it return less"
+                    )
+                ),
+                fatal=True,
+            )
+        return Outcome(result_json=text)

@@ -1,14 +1,21 @@
 """The client side: start a run on Temporal, wait for it, answer it, fork it, and read it back
 as an opdsl journal (:class:`TemporalJournal`), so ``show``, ``checkpoints``, ``export``,
-``report`` and ``replay`` work on a Temporal run unchanged. The run id is the workflow id."""
+``report`` and ``replay`` work on a Temporal run unchanged. The run id is the workflow id.
+
+A client made by :func:`connect` carries opdsl's payload codec (``_store``): the content of runs
+travels by reference, kept in the content store ``OPDSL_TEMPORAL_CONTENT`` names, which must be
+the store the workers use."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, final
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -20,10 +27,18 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord, RunStatus
-from interpreters.journal._portable import parse_export
+from interpreters.journal._portable import Exported, read_export
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._driver import new_run_id, program_name
 from interpreters.runtime._sync import blocking
+from interpreters.temporal._carry import split, whole
+from interpreters.temporal._store import (
+    DEFAULT_PAYLOAD_LIMIT,
+    ContentCodec,
+    ContentMissing,
+    ContentStore,
+    content_store,
+)
 from interpreters.temporal._types import WORKFLOW, RunInput, RunOutcome
 from op import OpdslError
 from state import CRDTModel, canonical_json, to_jsonable
@@ -49,12 +64,49 @@ class TemporalError(OpdslError):
     answer to a run that is not waiting)."""
 
 
-async def connect(target: str, namespace: str = "default") -> Client:
-    """A client of the Temporal server at ``HOST:PORT``."""
+ContentSpec = ContentStore | str | os.PathLike[str] | None
+"""Where the content of runs is kept: a store, a folder, ``"inline"`` (nowhere: it travels in
+the payloads, under Temporal's payload limit), or None (``OPDSL_TEMPORAL_CONTENT``, else the
+user's data folder; see ``_store.content_store``)."""
+
+
+async def connect(
+    target: str, namespace: str = "default", *, content: ContentSpec = None
+) -> Client:
+    """A client of the Temporal server at ``HOST:PORT``, with opdsl's payload codec: content
+    by reference, in the store ``content`` names (every worker and client of a run must name
+    the same one). The server's payload limit is read once, here."""
     try:
-        return await Client.connect(target, namespace=namespace)
+        store = content_store(content)
+    except ContentMissing as exc:
+        raise TemporalError(str(exc)) from None
+    try:
+        client = await Client.connect(target, namespace=namespace)
     except Exception as exc:
         raise TemporalError(f"cannot reach Temporal at {target}: {exc}") from None
+    limit = await _payload_limit(client, namespace)
+    config = client.config()
+    config["data_converter"] = dataclasses.replace(
+        config["data_converter"], payload_codec=ContentCodec(store, payload_limit=limit)
+    )
+    return Client(**config)
+
+
+async def _payload_limit(client: Client, namespace: str) -> int:
+    """The server's ``limit.blobSize.error`` for ``namespace`` (its default if it says none)."""
+    try:
+        described = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace)
+        )
+    except RPCError:
+        return DEFAULT_PAYLOAD_LIMIT
+    return described.namespace_info.limits.blob_size_limit_error or DEFAULT_PAYLOAD_LIMIT
+
+
+def codec_of(client: Client) -> ContentCodec | None:
+    """The client's opdsl codec, if :func:`connect` made it."""
+    codec = client.data_converter.payload_codec
+    return codec if isinstance(codec, ContentCodec) else None
 
 
 async def start_run(
@@ -100,19 +152,28 @@ async def _start(client: Client, inp: RunInput, task_queue: str) -> WorkflowHand
 
 
 async def outcome(handle: WorkflowHandle[Any, RunOutcome]) -> RunOutcome:
-    """Wait for the run to end and say how (a failed program is an outcome, not an error)."""
+    """Wait for the run to end and say how (a failed program is an outcome, not an error).
+    Its ``journal`` is the whole export, its pieces of content in it."""
     try:
-        return await handle.result()
+        return _whole(await handle.result())
     except WorkflowFailureError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == "RunFailed" and cause.details:
             data = cause.details[0]
             if isinstance(data, dict):
-                return RunOutcome(**data)
+                return _whole(RunOutcome(**data))
         message = str(cause.message if isinstance(cause, ApplicationError) else cause)
         return RunOutcome(
             run_id=handle.id, program="?", status="failed", error=f"TemporalFailure: {message}"
         )
+    except ContentMissing as exc:
+        raise TemporalError(f"run {handle.id}: {exc}") from None
+
+
+def _whole(ended: RunOutcome) -> RunOutcome:
+    if ended.journal is None or not ended.pieces:
+        return ended
+    return dataclasses.replace(ended, journal=whole(ended.journal, ended.pieces), pieces={})
 
 
 async def answer(client: Client, run_id: str, text: str, at: str | None = None) -> str:
@@ -144,9 +205,17 @@ async def export(client: Client, run_id: str) -> str:
             ended = await outcome(handle)
             if ended.journal is not None:
                 return ended.journal
-        return str(await handle.query("journal", result_type=str))
+            if ended.error and "is not kept" in ended.error:
+                raise TemporalError(f"run {run_id} on Temporal: {ended.error}")
+        value = await handle.query("journal")
     except RPCError as exc:
         raise TemporalError(f"run {run_id} on Temporal: {exc}") from None
+    except ContentMissing as exc:
+        raise TemporalError(f"run {run_id} on Temporal: {exc}") from None
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        pieces = value.get("pieces")
+        return whole(value["text"], pieces if isinstance(pieces, dict) else {})
+    return str(value)  # a worker of an opdsl before content by reference
 
 
 async def fork(
@@ -156,7 +225,8 @@ async def fork(
     live from there, on Temporal; the parent is untouched."""
     from interpreters._durable import _fork_prefix, find_checkpoint
 
-    record, entries = parse_export(await export(client, run_id), source=f"run {run_id}")
+    exported = read_export(await export(client, run_id), source=f"run {run_id}")
+    record, entries = exported.run, exported.entries
     cp = find_checkpoint(entries, checkpoint)
     child = new_run_id()
     prefix = _fork_prefix(entries, cp, child)
@@ -175,6 +245,7 @@ async def fork(
     lines = [json.dumps({"run": child_record.model_dump()}, sort_keys=True)]
     lines += [json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in prefix]
     config = json.loads(record.config_json or "{}")
+    carried = split("\n".join(lines) + "\n")
     inp = RunInput(
         run_id=child,
         program=record.program,
@@ -182,7 +253,8 @@ async def fork(
         state_json=record.state_json,
         state_type=config.get("state_type"),
         seed=None if config.get("seed") is None else str(config["seed"]),
-        record="\n".join(lines) + "\n",
+        record=carried.text,
+        pieces=exported.pieces,
         restore_at=cp.address,
         parent_run=run_id,
         fork_checkpoint=checkpoint,
@@ -202,19 +274,24 @@ _STATUS: dict[WorkflowExecutionStatus, RunStatus] = {
 
 @final
 class TemporalJournal(Journal):
-    """The runs on a Temporal server, read as an opdsl journal (read-only): each run's record
-    and entries come from its workflow's ``journal`` query."""
+    """The runs on a Temporal server, read as an opdsl journal (read-only): each run's record,
+    entries and pieces of content come from its outcome or its workflow's ``journal`` query
+    (``content``: the content store the workers use, as for :func:`connect`)."""
 
-    def __init__(self, target: str, namespace: str = "default") -> None:
+    def __init__(
+        self, target: str, namespace: str = "default", *, content: ContentSpec = None
+    ) -> None:
         self.target = target
         self.namespace = namespace
-        self._cache: dict[str, tuple[RunRecord, list[Entry]]] = {}
+        self.content_spec = content
+        self._cache: dict[str, Exported] = {}
 
-    def _read(self, run_id: str) -> tuple[RunRecord, list[Entry]]:
+    def _read(self, run_id: str) -> Exported:
         if run_id not in self._cache:
 
             async def fetch() -> str:
-                return await export(await connect(self.target, self.namespace), run_id)
+                client = await connect(self.target, self.namespace, content=self.content_spec)
+                return await export(client, run_id)
 
             try:
                 text = blocking(fetch)
@@ -222,18 +299,32 @@ class TemporalJournal(Journal):
                 if "not found" in str(exc).lower():
                     raise JournalError(f"no run {run_id!r} on Temporal at {self.target}") from None
                 raise JournalError(str(exc)) from None
-            self._cache[run_id] = parse_export(text, source=f"run {run_id} on {self.target}")
+            self._cache[run_id] = read_export(text, source=f"run {run_id} on {self.target}")
         return self._cache[run_id]
 
     def run(self, run_id: str) -> RunRecord:
-        return self._read(run_id)[0]
+        return self._read(run_id).run
 
     def entries(self, run_id: str) -> list[Entry]:
-        return list(self._read(run_id)[1])
+        return list(self._read(run_id).entries)
+
+    def content(self, hashes: Iterable[str]) -> dict[str, str]:
+        """The pieces among ``hashes`` of the runs read so far."""
+        out: dict[str, str] = {}
+        for h in hashes:
+            for exported in self._cache.values():
+                body = exported.pieces.get(h)
+                if body is not None:
+                    out[h] = body
+                    break
+        return out
+
+    def put_content(self, pieces: Mapping[str, str]) -> None:
+        raise self._read_only()
 
     def runs(self) -> list[RunRecord]:
         async def listed() -> list[RunRecord]:
-            client = await connect(self.target, self.namespace)
+            client = await connect(self.target, self.namespace, content=self.content_spec)
             out = []
             query = f'WorkflowType="{WORKFLOW}" AND ExecutionStatus!="ContinuedAsNew"'
             async for wf in client.list_workflows(query):

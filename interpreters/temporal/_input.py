@@ -14,10 +14,12 @@ The rules, field by field (``RunInput`` in ``_types``):
 - ``args_json``: a JSON object ``{"args": [...], "kwargs": {...}}``; the arguments must fit
   the program's signature (checked once the program is imported: :func:`check_arguments`).
 - ``state_json`` and ``state_type`` (``module:Class``): both or neither.
-- ``record``: a journal as ``opdsl export`` writes it, of this run and program;
+- ``record``: a journal as ``opdsl export`` writes it, of this run and program, and
+  ``pieces`` the pieces of content it refers to (hash: text), each checked against its hash;
   ``restore_at``: the address of one of its checkpoints, only with a record.
 - ``seed``, ``parent_run``, ``fork_checkpoint``, ``journal``: text or nothing.
-- ``history_limit``: a whole number in :data:`HISTORY_LIMITS`; ``generation``: from 0.
+- ``history_limit``: a whole number in :data:`HISTORY_LIMITS`; ``history_bytes``: in
+  :data:`HISTORY_BYTES`; ``generation``: from 0.
 - Any JSON (the arguments, the state, every line of the record and every JSON value its
   entries hold) nests at most :data:`MAX_NESTING` arrays and objects deep.
 """
@@ -34,11 +36,13 @@ from typing import Any, final
 
 from temporalio.exceptions import ApplicationError
 
-from interpreters.journal._base import Entry, JournalError, RunRecord
-from interpreters.journal._portable import parse_export
+from interpreters.journal._base import JournalError
+from interpreters.journal._portable import Exported
+from interpreters.temporal._carry import read_carried
 from interpreters.temporal._types import RunInput
 
 __all__ = [
+    "HISTORY_BYTES",
     "HISTORY_LIMITS",
     "MAX_NESTING",
     "CheckedInput",
@@ -55,6 +59,9 @@ HISTORY_LIMITS = (1, 51_200)
 """The range of ``history_limit``: Temporal ends a workflow whose history holds 51,200 events.
 A low limit is slow, not endless: each run of the workflow performs an effect before it
 continues as new."""
+
+HISTORY_BYTES = (64 * 1024, 50 * 1024 * 1024)
+"""The range of ``history_bytes``: Temporal ends a workflow whose history holds 50 MiB."""
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -91,7 +98,7 @@ class CheckedInput:
     inp: RunInput
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    carried: tuple[RunRecord, list[Entry]] | None
+    carried: Exported | None
 
 
 def checked_input(value: object, workflow_id: str) -> CheckedInput:
@@ -116,6 +123,8 @@ def checked_input(value: object, workflow_id: str) -> CheckedInput:
         raise refused("state_json and state_type come together: give both or neither")
     if inp.restore_at is not None and inp.record is None:
         raise refused("restore_at names a checkpoint of a record; the input has no record")
+    if inp.pieces and inp.record is None:
+        raise refused("pieces are the content of a record; the input has no record")
     args, kwargs = _arguments(inp.args_json)
     carried = None if inp.record is None else _carried(inp)
     return CheckedInput(inp=inp, args=args, kwargs=kwargs, carried=carried)
@@ -180,6 +189,15 @@ def _shallow(name: str, text: str) -> None:
         raise refused(f"{name} nests deeper than {MAX_NESTING} arrays and objects")
 
 
+def _pieces(name: str, value: object) -> None:
+    if not isinstance(value, dict):
+        raise refused(f"{name} is an object of texts by hash, not {_kind(value)}")
+    for h, text in value.items():
+        if not isinstance(text, str):
+            raise refused(f"{name}: piece {str(h)[:70]!r} is text, not {_kind(text)}")
+        _shallow(f"{name}: piece {str(h)[:70]!r}", text)
+
+
 def _count(low: int, high: int | None) -> Callable[[str, object], None]:
     def check(name: str, value: object) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -205,6 +223,8 @@ _FIELDS: dict[str, Callable[[str, object], None]] = {
     "fork_checkpoint": _optional_text,
     "history_limit": _count(*HISTORY_LIMITS),
     "generation": _count(0, None),
+    "pieces": _pieces,
+    "history_bytes": _count(*HISTORY_BYTES),
 }
 """The check of each field of ``RunInput``, by name (a test holds it to the dataclass)."""
 
@@ -224,17 +244,18 @@ def _arguments(args_json: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return tuple(args), kwargs
 
 
-def _carried(inp: RunInput) -> tuple[RunRecord, list[Entry]]:
+def _carried(inp: RunInput) -> Exported:
     """The journal a run was given (continue-as-new, a fork), checked as an imported file is,
-    every JSON value its lines and entries hold included."""
+    every JSON value its lines, entries and pieces hold included."""
     text = inp.record or ""
     source = "the journal the run was given"
     for n, line in enumerate(text.splitlines(), start=1):
         _shallow(f"{source}, line {n},", line)
     try:
-        record, entries = parse_export(text, source=source)
+        exported = read_carried(text, inp.pieces, source=source)
     except JournalError as exc:
         raise refused(str(exc)) from None
+    record, entries = exported.run, exported.entries
     if record.run_id != inp.run_id or record.program != inp.program:
         raise refused(
             f"{source} is of run {record.run_id} of {record.program}, not "
@@ -251,4 +272,4 @@ def _carried(inp: RunInput) -> tuple[RunRecord, list[Entry]]:
         e.address == inp.restore_at and e.kind == "checkpoint" for e in entries
     ):
         raise refused(f"restore_at {inp.restore_at[:40]!r} is not a checkpoint of {source}")
-    return record, entries
+    return exported

@@ -1,8 +1,10 @@
 """What travels between a client, the workflow and the activities: plain dataclasses of strings
 and numbers (Temporal's JSON converter carries them), so nothing in a history is Python-only.
 
-Effects and results travel as the canonical JSON the journal writes, so a history holds the
-same bytes as an opdsl journal would, secrets already replaced on the worker.
+Effects and results travel as the text the journal writes, packed (``journal._content``):
+each piece of content once, in ``pieces``, which the payload codec (``_store``) keeps in the
+content store and names by hash, so a history holds what is new at each step and never the
+whole conversation again. A result's secrets are replaced on the worker.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ __all__ = [
     "ACTIVITY",
     "AdmitRequest",
     "Admission",
+    "Carried",
     "EffectCall",
     "Outcome",
     "RunInput",
@@ -49,7 +52,8 @@ class RunInput:
     """A run to drive: the program by name, its arguments and state as canonical JSON.
 
     ``record``: a journal (the JSONL of ``opdsl export``) the run continues from: the same run
-    after a continue-as-new, or a fork's prefix (``restore_at``: its checkpoint's address).
+    after a continue-as-new, or a fork's prefix (``restore_at``: its checkpoint's address); its
+    pieces of content travel in ``pieces`` (by hash, through the content store).
     """
 
     run_id: str
@@ -66,6 +70,11 @@ class RunInput:
     #: continue as new once the history holds this many events (1 to 51,200, Temporal's own limit)
     history_limit: int = 10_000
     generation: int = 0
+    #: the pieces of content ``record`` refers to, by hash (``journal._content``)
+    pieces: dict[str, str] = field(default_factory=dict)
+    #: continue as new once the history holds this many bytes (Temporal warns at 10 MiB and
+    #: ends a run at 50 MiB); Temporal's own suggestion to continue as new is taken as well
+    history_bytes: int = 10 * 1024 * 1024
 
 
 @dataclass
@@ -80,19 +89,26 @@ class AdmitRequest:
 @dataclass
 class Admission:
     """What the worker that admitted a run tells the workflow: which tools are quick and
-    read-only (run as local activities), and the activity timeouts it chose."""
+    read-only (run as local activities), the activity timeouts it chose, whether the workers
+    keep content in a content store (``stored``) and the server's payload limit."""
 
     quick_tools: list[str] = field(default_factory=list)
     heartbeat_seconds: float = 2.0
+    stored: bool = False
+    payload_limit: int = 2 * 1024 * 1024
 
 
 @dataclass
 class EffectCall:
-    """One effect for an activity: the run, its address and the effect as canonical JSON."""
+    """One effect for an activity: the run, its address and the effect as journaled (packed:
+    an ``infer``'s messages are the head of their chain), with the pieces of content the
+    workflow has not sent before. The others are in the content store: the activity finds
+    them there, or in what its worker read lately."""
 
     run_id: str
     address: str
     effect_json: str
+    pieces: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,13 +119,16 @@ class Outcome:
     result_json: str | None = None
     error_json: str | None = None
     fatal: bool = False
+    #: the pieces ``result_json`` refers to (a long tool output, a long answer)
+    pieces: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class RunOutcome:
     """How a run on Temporal ended, as :class:`interpreters.runtime.RunResult` says it locally,
     with the run's journal (the JSONL of ``opdsl export``), so a finished run can be read back
-    from its history alone, with no worker up."""
+    from its history alone, with no worker up. On the wire the journal's pieces of content
+    travel in ``pieces``; :func:`interpreters.temporal.outcome` puts them back in ``journal``."""
 
     run_id: str
     program: str
@@ -119,3 +138,13 @@ class RunOutcome:
     address: str | None = None
     state_json: str | None = None
     journal: str | None = None
+    pieces: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Carried:
+    """A run's journal as it travels (the ``journal`` query): the lines of ``opdsl export``
+    but its pieces of content, which are in ``pieces``."""
+
+    text: str
+    pieces: dict[str, str] = field(default_factory=dict)

