@@ -404,7 +404,8 @@ def cmd_show(a: argparse.Namespace) -> int:
             usage = None  # a journal someone made by hand: shown without it
         if usage is not None:
             total = total + usage
-        duration = "" if e.finished_at is None else f"{e.finished_at - e.started_at:.2f}s"
+        took = None if e.finished_at is None else e.finished_at - e.started_at
+        duration = "" if took is None else f"{took:.2f}s" if 0 <= took < 1e9 else "?"
         what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
         if not isinstance(what, str):
             what = json.dumps(what, ensure_ascii=False, default=str)[:80]

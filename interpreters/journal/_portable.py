@@ -18,6 +18,7 @@ from interpreters.journal._base import (
 )
 from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
 from interpreters.runtime._redact import Redactor
+from op import Usage
 from state import canonical_json
 
 # -- portability and checks -------------------------------------------------------------------
@@ -156,7 +157,11 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
             raise JournalError(
                 f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}"
             )
-    problems = _entry_problems(entries) or _reference_problems(entries, pieces)
+    problems = (
+        _record_problems(run, entries)
+        or _entry_problems(entries)
+        or _reference_problems(entries, pieces)
+    )
     if problems:
         raise JournalError(f"{source}: {problems[0]}")
     return Exported(run, entries, pieces)
@@ -233,6 +238,46 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     journal.create_run(run)
     journal.add_entries(entries)
     return run
+
+
+_PROGRAM = re.compile(r"[A-Za-z_?][\w.]*:[\w.<>]+")
+_KIND = re.compile(r"[a-z][a-z_]{0,31}")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC: a time past it names no moment
+
+
+def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
+    """What a file someone hands us may hold that no run writes: ids with control
+    characters, a program that is not ``module:function``, times out of range, an effect
+    that is not an object, a checkpoint or emit whose name is not text, a usage that is not
+    one. (Every reader relies on these; a run opdsl wrote always meets them.)"""
+    for field in ("run_id", "parent_run"):
+        value = getattr(run, field)
+        if value is not None and (not value or len(value) > 200 or _CONTROL.search(value)):
+            return [f"the run's {field} {value[:60]!r} is empty, too long or holds a control code"]
+    if not _PROGRAM.fullmatch(run.program):
+        return [f"the run's program {run.program[:60]!r} is not module:function"]
+    times = [("the run's created_at", run.created_at), ("the run's finished_at", run.finished_at)]
+    for e in entries:
+        times += [(f"entry {e.address}'s started_at", e.started_at)]
+        times += [(f"entry {e.address}'s finished_at", e.finished_at)]
+    for what, t in times:
+        if t is not None and not 0.0 <= t <= _LATEST:  # NaN fails this too
+            return [f"{what} {t!r} is not a time between 1970 and 9999"]
+    for e in entries:
+        if not _KIND.fullmatch(e.kind):
+            return [f"entry {e.address}'s kind {e.kind[:40]!r} is not an effect's kind"]
+        try:
+            effect = json.loads(e.effect_json)
+            if e.usage_json is not None and json.loads(e.usage_json) is not None:
+                Usage.model_validate_json(e.usage_json)
+        except (ValueError, ValidationError):
+            return [f"entry {e.address}'s effect or usage is malformed"]
+        if not isinstance(effect, dict):
+            return [f"entry {e.address}'s effect is not a JSON object"]
+        if e.kind in ("checkpoint", "emit") and not isinstance(effect.get("name"), str):
+            return [f"entry {e.address}: the {e.kind}'s name is not text"]
+    return []
 
 
 def _entry_problems(entries: list[Entry]) -> list[str]:

@@ -41,11 +41,12 @@ def _error(e: Entry) -> str | None:
 def _finished(e: Entry) -> list[Event]:
     out: list[Event] = []
     effect: Any = json.loads(e.effect_json)
+    effect = effect if isinstance(effect, dict) else {}  # a journal made by hand: shown as is
     at = e.finished_at or e.started_at
     if e.status == "completed":
         if e.kind == "checkpoint":
             out.append(
-                CheckpointSaved(run_id=e.run_id, at=at, address=e.address, name=effect["name"])
+                CheckpointSaved(run_id=e.run_id, at=at, address=e.address, name=_name(effect))
             )
         elif e.kind == "emit":
             out.append(
@@ -53,7 +54,7 @@ def _finished(e: Entry) -> list[Event]:
                     run_id=e.run_id,
                     at=at,
                     address=e.address,
-                    name=effect["name"],
+                    name=_name(effect),
                     data=effect.get("data"),
                 )
             )
@@ -68,11 +69,23 @@ def _finished(e: Entry) -> list[Event]:
             if e.status == "completed"
             else ("failed" if e.status == "failed" else "cancelled"),
             duration_s=max(0.0, at - e.started_at),
-            usage=Usage.model_validate_json(e.usage_json) if e.usage_json else None,
+            usage=_usage(e.usage_json),
             error=_error(e),
         ),
     )
     return out
+
+
+def _name(effect: dict[str, Any]) -> str:
+    name = effect.get("name")
+    return name if isinstance(name, str) else json.dumps(name, default=str)
+
+
+def _usage(text: str | None) -> Usage | None:
+    try:
+        return Usage.model_validate_json(text) if text else None
+    except ValueError:  # a journal made by hand: the effect is shown without it
+        return None
 
 
 def follow(

@@ -4,8 +4,11 @@ refused by ``import`` (or shown) rather than a traceback."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +70,146 @@ def test_every_command_shows_markup_and_terminal_codes_as_written(
     _no_terminal_codes(out)
     code, out, _ = opdsl(capsys, "runs", "--db", db)
     assert code == 0 and first in out and second in out
+
+
+# -- journals someone hands us ------------------------------------------------------------------
+
+
+def _exported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> list[dict[str, Any]]:
+    """A real run of two checkpoints and an emit, exported: one JSON object a line."""
+    db = str(tmp_path / "made.db")
+    tools = ["--tools", f"{PROGRAMS}:shout", "--tools", f"{PROGRAMS}:refuse"]
+    code, _, err = opdsl(
+        capsys, "run", f"{PROGRAMS}:marked", "--arg", "text=plain", *tools, "--db", db, "--quiet"
+    )
+    assert code == 0, err
+    run_id = str(sqlite3.connect(db).execute("SELECT run_id FROM runs").fetchone()[0])
+    code, out, err = opdsl(capsys, "export", run_id, "--db", db)
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _entry(lines: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(x["entry"] for x in lines if "entry" in x and x["entry"]["kind"] == kind)
+
+
+def _set_effect(lines: list[dict[str, Any]], kind: str, **fields: Any) -> None:
+    entry = _entry(lines, kind)
+    entry["effect_json"] = json.dumps({**json.loads(entry["effect_json"]), **fields})
+
+
+HOSTILE: dict[str, tuple[Callable[[list[dict[str, Any]]], None], str]] = {
+    "program with markup": (
+        lambda x: x[0]["run"].update(program="[bold]m:f[/]"),
+        "the run's program '[bold]m:f[/]' is not module:function",
+    ),
+    "run id with a title code": (
+        lambda x: (
+            [x[0]["run"].update(run_id="r\x1b]0;owned\x07")]
+            + [y["entry"].update(run_id="r\x1b]0;owned\x07") for y in x if "entry" in y]
+        ),
+        "the run's run_id 'r\\x1b]0;owned\\x07' is empty, too long or holds a control code",
+    ),
+    "parent with a clear-screen code": (
+        lambda x: x[0]["run"].update(parent_run="p\x1b[2J"),
+        "the run's parent_run 'p\\x1b[2J' is empty, too long or holds a control code",
+    ),
+    "created_at 1e308": (
+        lambda x: x[0]["run"].update(created_at=1e308),
+        "the run's created_at 1e+308 is not a time between 1970 and 9999",
+    ),
+    "an entry's time 1e308": (
+        lambda x: _entry(x, "tool").update(finished_at=1e308),
+        "entry 2's finished_at 1e+308 is not a time between 1970 and 9999",
+    ),
+    "checkpoint name an object": (
+        lambda x: _set_effect(x, "checkpoint", name={"a": 1}),
+        "entry 1: the checkpoint's name is not text",
+    ),
+    "emit name a list": (
+        lambda x: _set_effect(x, "emit", name=["e"]),
+        "entry 4: the emit's name is not text",
+    ),
+    "effect not an object": (
+        lambda x: _entry(x, "tool").update(effect_json="[1, 2]"),
+        "entry 2's effect is not a JSON object",
+    ),
+    "usage not a usage": (
+        lambda x: _entry(x, "tool").update(usage_json='{"input_tokens": "many"}'),
+        "entry 2's effect or usage is malformed",
+    ),
+    "kind with markup": (
+        lambda x: _entry(x, "emit").update(kind="[red]emit"),
+        "entry 4's kind '[red]emit' is not an effect's kind",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_import_refuses_a_hostile_record_whole_naming_what_is_wrong(
+    case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lines = _exported(capsys, tmp_path)
+    change, said = HOSTILE[case]
+    change(lines)
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    db = str(tmp_path / "copy.db")
+    code, out, err = opdsl(capsys, "import", str(path), "--db", db)
+    assert (code, out, err) == (2, "", f"opdsl: error: {path}: {said}\n")
+    code, out, _ = opdsl(capsys, "runs", "--json", "--db", db)
+    assert json.loads(out) == []  # nothing of it was written
+
+
+def test_a_journal_holding_hostile_records_is_read_by_every_command_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A journal file someone hands us was never checked by import: its records are shown."""
+    from interpreters import Entry, RunRecord, SqliteJournal
+
+    db = tmp_path / "handed.db"
+    journal = SqliteJournal(db)
+    run_id = "r\x1b]0;owned\x07\x1b[2J"
+    journal.create_run(
+        RunRecord(
+            run_id=run_id,
+            program="[bold]m:f[/] \x1b[2J",
+            status="completed",
+            parent_run="javascript:alert(1)",
+            fork_checkpoint="[/]",
+            created_at=1e308,
+            finished_at=float("nan"),
+            result_json='"[/]"',
+            error_json="[1]",
+        )
+    )
+    effects = [
+        ("checkpoint", {"name": {"an": "object"}}, '{"state": 1, "world": [2]}'),
+        ("emit", {"name": ["e"], "data": MARKUP}, "null"),
+        ("tool", [1, 2], '{"ok": false, "error": "[/] \\u001b[2J"}'),
+        ("[red]x\x1b[2J", {"name": MARKUP}, "null"),
+    ]
+    journal.add_entries(
+        [
+            Entry(
+                run_id=run_id,
+                seq=n,
+                address=str(n + 1),
+                kind=kind,
+                effect_json=json.dumps(effect),
+                status="completed",
+                result_json=result,
+                usage_json='{"input_tokens": "many"}' if n == 2 else None,
+                started_at=1e308 if n == 0 else 1.0,
+                finished_at=2.0,
+            )
+            for n, (kind, effect, result) in enumerate(effects)
+        ]
+    )
+    journal.close()
+    for argv in (["runs"], ["show", run_id], ["checkpoints", run_id], ["tail", run_id]):
+        code, out, err = opdsl(capsys, *argv, "--db", str(db))
+        assert (code, err) == (0, ""), (argv, code, err)
+        _no_terminal_codes(out + err)
+        if code == 0 and argv[0] != "checkpoints":
+            assert "r\\x1b]0;owned\\x07\\x1b[2J" in out, (argv, out)
