@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/pip install -q effect langgraph langgraph-checkpoint-sqlite dbos aiohttp
 	$(BIN)/python bench/driver.py
 	$(BIN)/python bench/journal.py
+	$(BIN)/python bench/journal_stress.py
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/temporal.py

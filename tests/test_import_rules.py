@@ -21,6 +21,7 @@ IO_MODULES = {
     "socket",
     "ssl",
     "sqlite3",
+    "apsw",
     "subprocess",
     "git",
     "threading",
@@ -74,7 +75,7 @@ def test_state_does_not_import_op() -> None:
 def test_importing_pure_packages_loads_no_io_library() -> None:
     code = (
         "import sys, op, state, programs, programs.examples, programs.loop\n"
-        "print(' '.join(sorted(m for m in ('anyio', 'httpx', 'sqlite3', 'git', 'interpreters', 'trio') if m in sys.modules)))"
+        "print(' '.join(sorted(m for m in ('anyio', 'httpx', 'sqlite3', 'apsw', 'git', 'interpreters', 'trio') if m in sys.modules)))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
@@ -88,7 +89,7 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     assert [m for _, m in _imports(bad)] == ["sqlite3", "interpreters"]
 
 
-HEAVY = ("httpx", "git", "sqlite3", "rich")
+HEAVY = ("httpx", "git", "sqlite3", "apsw", "rich")
 
 
 def test_the_runtime_imports_no_http_git_sqlite_or_console_library() -> None:

@@ -55,7 +55,7 @@ class StrictDriver:
             bus=EventBus([]), clock=TemporalClock(), state=Tally(),
             scheduler=AsyncioScheduler(), interruptible=False, redactor=Redactor.from_env({}),
         )
-        heavy = sorted(m for m in ("rich", "httpx", "git", "aiohttp", "sqlite3") if m in sys.modules)
+        heavy = sorted(m for m in ("rich", "httpx", "git", "aiohttp", "sqlite3", "apsw") if m in sys.modules)
         return [result.status, *result.value, *heavy]
 """
 
