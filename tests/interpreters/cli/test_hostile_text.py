@@ -98,7 +98,7 @@ def _set_effect(lines: list[dict[str, Any]], kind: str, **fields: Any) -> None:
     entry["effect_json"] = json.dumps({**json.loads(entry["effect_json"]), **fields})
 
 
-HOSTILE: dict[str, tuple[Callable[[list[dict[str, Any]]], None], str]] = {
+HOSTILE: dict[str, tuple[Callable[[list[dict[str, Any]]], object], str]] = {
     "program with markup": (
         lambda x: x[0]["run"].update(program="[bold]m:f[/]"),
         "the run's program '[bold]m:f[/]' is not module:function",
