@@ -476,9 +476,12 @@ def _state_line(r: Any, entries: Sequence[Any]) -> str:
 def cmd_report(a: argparse.Namespace) -> int:
     from interpreters import open_journal
     from interpreters.observe import render_report
+    from interpreters.observe._report import RUN_ID
 
     journal = open_journal(a.db, read_only=True)
     r = journal.run(a.run)
+    if not a.output and not RUN_ID.fullmatch(r.run_id):
+        raise UsageError(f"run {r.run_id!r} cannot name a file; say where with -o FILE")
     page = render_report(r, list(journal.entries(r.run_id)), journal.content)
     out = Path(a.output or f"{r.run_id}.html")
     out.write_text(page, encoding="utf-8")

@@ -5,11 +5,19 @@ browser. The run's data travels as JSON inside a ``<script type="application/jso
 with every ``<`` escaped, and the page puts it on screen with ``textContent`` only, so text a
 model or a tool wrote can never become markup or script. What the journal holds is already
 redacted; the page shows nothing else.
+
+Its Content-Security-Policy (:data:`CSP`) loads nothing and runs only the page's own script,
+named by its SHA-256 hash: no other inline script, no event-handler attribute and no
+``javascript:`` URL can run, whatever reached the page. A link (to the parent of a fork) is
+made only from a run id that matches :data:`RUN_ID`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -18,7 +26,11 @@ from interpreters.journal._base import Entry, RunRecord
 from interpreters.journal._content import ContentError, Reader
 from op import Usage
 
-__all__ = ["render_report", "report_data"]
+__all__ = ["CSP", "RUN_ID", "render_report", "report_data"]
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""The run ids a page links to (as ``ID.html``, next to the page): letters, digits, ``.``,
+``_`` and ``-``; no ``:``, so no scheme, and no ``/``."""
 
 #: a longer string is cut in the page (the journal keeps it whole)
 MAX_TEXT = 20_000
@@ -151,6 +163,7 @@ def report_data(
                 "created_at": run.created_at,
                 "finished_at": run.finished_at,
                 "parent_run": run.parent_run,
+                "parent_link": _link(run.parent_run),
                 "fork_checkpoint": run.fork_checkpoint,
                 "result": _loads(run.result_json),
                 "error": _loads(run.error_json),
@@ -165,6 +178,11 @@ def report_data(
     return data
 
 
+def _link(run_id: str | None) -> str | None:
+    """The page of ``run_id`` next to this one, when the id is one a link may be made of."""
+    return f"{run_id}.html" if run_id is not None and RUN_ID.fullmatch(run_id) else None
+
+
 def render_report(
     run: RunRecord,
     entries: Sequence[Entry],
@@ -175,19 +193,22 @@ def render_report(
     # inside <script>: no "</script>", no "<!--", whatever the run's text holds
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = f"opdsl run {run.run_id}"
-    return (
-        _PAGE.replace("__TITLE__", json.dumps(title)[1:-1].replace("<", "&lt;"))
-        .replace("__STYLE__", _STYLE)
-        .replace("__DATA__", data)
-        .replace("__SCRIPT__", _SCRIPT)
-    )
+    parts = {
+        "TITLE": json.dumps(title)[1:-1].replace("&", "&amp;").replace("<", "&lt;"),
+        "CSP": CSP,
+        "STYLE": _STYLE,
+        "DATA": data,
+        "SCRIPT": _SCRIPT,
+    }
+    # one pass over the template: text that a part brings (a run's data) is never replaced
+    return re.sub(r"__([A-Z]+)__", lambda m: parts[m.group(1)], _PAGE)
 
 
 _PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="__CSP__">
 <title>__TITLE__</title>
 <style>__STYLE__</style>
 </head>
@@ -287,7 +308,7 @@ _SCRIPT = r"""
     secs(data.end - data.start)));
   if (run.parent_run) {
     head.append(el("div", { class: "meta", id: "fork" }, "forked from ",
-      el("a", { href: run.parent_run + ".html" }, run.parent_run),
+      run.parent_link ? el("a", { href: run.parent_link }, run.parent_run) : run.parent_run,
       " at checkpoint " + (run.fork_checkpoint || "?")));
   }
   for (const q of run.waiting_for) {
@@ -433,3 +454,11 @@ _SCRIPT = r"""
   }
 })();
 """
+
+CSP = (
+    "default-src 'none'; "
+    f"script-src 'sha256-{base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()}'; "
+    "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+)
+"""The page's Content-Security-Policy: nothing is loaded; the one script that runs is the
+page's own (its hash); styles may be inline (the page sets positions as style attributes)."""

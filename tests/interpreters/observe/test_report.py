@@ -255,3 +255,92 @@ def test_a_waiting_run_shows_its_question(tmp_path: Path, browser: Any) -> None:
     assert "Ship it on Friday?" in question and f"opdsl answer {result.run_id}" in question
     errors = [m for m in browser.get_log("browser") if m["level"] == "SEVERE"]
     assert errors == [], errors
+
+
+# -- the page runs its own script only, and links only to run ids -------------------------------
+
+JS_PARENT = "javascript:document.title='pwned'//"
+
+
+def _page_of(run_id: str, parent: str | None, tmp_path: Path) -> Path:
+    from interpreters import RunRecord
+    from interpreters.observe import render_report
+
+    record = RunRecord(run_id=run_id, program="m:f", status="completed", parent_run=parent)
+    page = tmp_path / f"{run_id}.html"
+    page.write_text(render_report(record, []), encoding="utf-8")
+    return page
+
+
+def test_the_policy_names_the_page_s_one_script_by_its_hash_and_allows_no_other(
+    tmp_path: Path,
+) -> None:
+    import base64
+    import hashlib
+
+    from interpreters.observe._report import CSP
+
+    page = _page_of("r1", "r0", tmp_path).read_text(encoding="utf-8")
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert policy is not None and policy.group(1) == CSP
+    rules = dict(rule.strip().split(" ", 1) for rule in CSP.split(";"))
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.S)  # the ones a browser runs
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert rules["script-src"] == f"'sha256-{digest}'"  # no 'unsafe-inline', nothing else
+    assert rules["default-src"] == "'none'" and rules["base-uri"] == "'none'"
+    assert report_data_link("r0") == "r0.html"
+    for parent in (JS_PARENT, "https://example.org/x", "../up", "a b", "data:text/html,x"):
+        assert report_data_link(parent) is None, parent
+
+
+def report_data_link(parent: str) -> str | None:
+    from interpreters import RunRecord
+
+    record = RunRecord(run_id="r1", program="m:f", parent_run=parent)
+    link: str | None = report_data(record, [])["run"]["parent_link"]
+    return link
+
+
+def test_a_javascript_parent_is_text_and_no_planted_script_runs_in_a_browser(
+    tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = _page_of("r1", JS_PARENT, tmp_path)
+    browser.get(page.as_uri())
+    assert browser.find_elements(By.CSS_SELECTOR, "#fork a") == []  # no link made of it
+    assert JS_PARENT in browser.find_element(By.ID, "fork").text
+    # a page where script was planted anyway (inline, a handler, a javascript: link): the
+    # policy lets none of it run, while the page's own script still draws the run
+    planted = page.read_text(encoding="utf-8").replace(
+        "</body>",
+        "<script>document.title='pwned inline'</script>"
+        "<img src=x onerror=\"document.title='pwned handler'\">"
+        "<a id=planted href=\"javascript:document.title='pwned link'\">x</a></body>",
+    )
+    tampered = tmp_path / "tampered.html"
+    tampered.write_text(planted, encoding="utf-8")
+    browser.get(tampered.as_uri())
+    browser.find_element(By.ID, "planted").click()
+    assert browser.title == "opdsl run r1"
+    assert "run r1" in browser.find_element(By.ID, "head").text  # its own script ran
+
+
+def test_a_run_id_that_is_no_file_name_needs_o(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreters import RunRecord
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db)
+    journal.create_run(RunRecord(run_id="../up", program="m:f", status="completed"))
+    journal.close()
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert main(["report", "../up", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err == "opdsl: error: run '../up' cannot name a file; say where with -o FILE\n"
+    assert not (tmp_path / "up.html").exists()
+    assert main(["report", "../up", "--db", str(db), "-o", "page.html"]) == 0
+    assert (tmp_path / "here" / "page.html").exists()
