@@ -155,6 +155,8 @@ class Session:
     cwd: str | None = None
     #: the tools opdsl serves the CLI this turn (see :class:`_Turn.served`)
     served: frozenset[str] | None = None
+    #: what the CLI reads on its standard input (:meth:`CliBackend.stdin`)
+    stdin: bytes | None = None
 
 
 class CliBackend(ABC):
@@ -201,6 +203,13 @@ class CliBackend(ABC):
     @abstractmethod
     def argv(self, exe: str, effect: Agent) -> list[str]: ...
 
+    def stdin(self, effect: Agent) -> bytes | None:
+        """What the CLI reads on its standard input (default: nothing). The built-in backends
+        give it the prompt there, never on the command line, where a prompt that starts with
+        ``-`` (``--settings={...}``, ``--config=...``, ``--version``) or names a subcommand
+        (``resume``, ``update``) would be taken for one by the CLI's parser."""
+        return None
+
     @asynccontextmanager
     async def session(
         self, exe: str, effect: Agent, tools: ToolHost | None
@@ -208,7 +217,9 @@ class CliBackend(ABC):
         """Prepare one turn's process (and whatever must live as long as it)."""
         if tools is not None:
             raise ModelError(f"the {self.name} backend cannot be given opdsl's tools")
-        yield Session(self.argv(exe, effect), cwd=effect.options.get("cwd"))
+        yield Session(
+            self.argv(exe, effect), cwd=effect.options.get("cwd"), stdin=self.stdin(effect)
+        )
 
     def _confined(self, effect: Agent) -> bool:
         asked = effect.options.get("confine")
@@ -285,7 +296,8 @@ class CliBackend(ABC):
                 argv = session.argv
                 if self._confined(effect):
                     argv = self._confine(argv, session.cwd, env)
-                # stdin closed: a CLI that reads its prompt from a piped stdin would wait for EOF
+                # stdin: the prompt and its end, or nothing (a CLI that reads a piped stdin
+                # would wait for its end)
                 end = await run_process(
                     argv,
                     cwd=session.cwd,
@@ -295,6 +307,7 @@ class CliBackend(ABC):
                     grace=self.grace,
                     consume=reader.feed,
                     exit_wait=self.grace,
+                    stdin=session.stdin,
                 )
             exit_code = end.returncode
             if end.ending == "timeout":

@@ -16,7 +16,9 @@ than it should:
   tools, the one server ``connected``, the model asked for; anything else kills it;
 - a final ``success`` is not taken at its word: denied calls (``permission_denials``) fail
   the turn;
-- the prompt comes right after ``-p`` (options that take lists swallow a prompt after them);
+- the prompt is read on standard input, never from the command line (where one starting with
+  ``-``, such as ``--settings={"hooks": ...}``, would be an option, and options that take lists
+  swallow a prompt after them);
 - the process group is killed at the end, so the MCP server it started goes with it.
 """
 
@@ -93,6 +95,7 @@ class ClaudeCodeBackend(CliBackend):
                     },
                     cwd=str(scratch),
                     served=frozenset(spec.name for spec in tools.specs),
+                    stdin=self.stdin(effect),
                 )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -112,10 +115,7 @@ class ClaudeCodeBackend(CliBackend):
     ) -> list[str]:
         """The command line of a turn whose only tools are ``served`` (MCP names)."""
         o = effect.options
-        prompt = effect.prompt
-        if prompt.startswith("-"):
-            prompt = " " + prompt  # a prompt is never read as an option
-        argv = [exe, "-p", prompt, "--output-format", "stream-json", "--verbose"]
+        argv = [exe, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--mcp-config", json.dumps(config), "--strict-mcp-config"]
         argv += ["--tools", ""]
         if served:
@@ -128,9 +128,13 @@ class ClaudeCodeBackend(CliBackend):
             argv += ["--system-prompt", str(o["system_prompt"])]
         return [*argv, *self.extra_args]
 
+    def stdin(self, effect: Agent) -> bytes:
+        """The prompt: ``-p`` with no prompt argument reads it on standard input."""
+        return effect.prompt.encode("utf-8", "replace")
+
     def argv(self, exe: str, effect: Agent) -> list[str]:
         o = effect.options
-        argv = [exe, "-p", effect.prompt, "--output-format", "stream-json", "--verbose"]
+        argv = [exe, "-p", "--output-format", "stream-json", "--verbose"]
         if o.get("model"):
             argv += ["--model", str(o["model"])]
         if o.get("max_turns"):

@@ -1,4 +1,10 @@
-"""Codex (``codex exec --json``) as a backend; its cost is unknown, never zero."""
+"""Codex (``codex exec --json``) as a backend; its cost is unknown, never zero.
+
+The prompt is read on standard input (``codex exec ... -``), never from the command line,
+where one starting with ``-`` (``--config=...``, ``--version``) would be an option and one
+that is a subcommand's name (``resume``, ``review``) would run that subcommand. The values
+of options are given as one argument each (``--model=M``), so none is taken for an option.
+"""
 
 from __future__ import annotations
 
@@ -29,13 +35,16 @@ class CodexBackend(CliBackend):
         o = effect.options
         argv = [exe, "exec", "--json", "--skip-git-repo-check"]
         if o.get("model"):
-            argv += ["-m", str(o["model"])]
+            argv.append(f"--model={o['model']}")
         # confined by opdsl, codex's own sandbox would nest inside bubblewrap: it is the fence
         default = "danger-full-access" if self._confined(effect) else "workspace-write"
-        argv += ["-s", str(o.get("sandbox", default))]
+        argv.append(f"--sandbox={o.get('sandbox', default)}")
         if o.get("cwd"):
-            argv += ["-C", str(o["cwd"])]
-        return [*argv, *self.extra_args, effect.prompt]
+            argv.append(f"--cd={o['cwd']}")
+        return [*argv, *self.extra_args, "-"]  # "-": the prompt is on standard input
+
+    def stdin(self, effect: Agent) -> bytes:
+        return effect.prompt.encode("utf-8", "replace")
 
     def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
         kind = line.get("type")

@@ -1,6 +1,7 @@
 """The one subprocess runner: workspace commands and agent CLIs both run through it.
 
-A process starts in a session of its own with its standard input closed. Its output is read
+A process starts in a session of its own with its standard input closed (or reading the bytes
+it is given, then at their end). Its output is read
 in chunks under a hard deadline and an idle timeout and handed to ``consume``, which may stop
 the reading. Whatever ends the reading (the output ends, ``consume`` stops it, a timeout, an
 error, the run being cancelled), the process group is ended if it has not exited: SIGTERM,
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -48,21 +50,30 @@ async def run_process(
     consume: Callable[[bytes], bool],
     merge_stderr: bool = False,
     exit_wait: float | None = None,
+    stdin: bytes | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run ``argv``, feeding its standard output to ``consume`` (return True to stop reading).
 
-    ``merge_stderr``: standard error joins the output, else it is discarded. Once the output
-    ends, the process is given ``exit_wait`` seconds to exit (default: what is left of
-    ``timeout``, after which the ending is ``timeout``). Raises ``OSError`` if it cannot start.
+    ``merge_stderr``: standard error joins the output, else it is discarded. ``stdin``: what
+    the process reads on its standard input (from a file, so however much it is, no write can
+    block), else nothing. ``pass_fds``: file descriptors it inherits. Once the output ends,
+    the process is given ``exit_wait`` seconds to exit (default: what is left of ``timeout``,
+    after which the ending is ``timeout``). Raises ``OSError`` if it cannot start.
     """
-    process = await anyio.open_process(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with tempfile.TemporaryFile() if stdin is not None else open(os.devnull, "rb") as source:
+        if stdin is not None:
+            source.write(stdin)
+            source.seek(0)
+        process = await anyio.open_process(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=source,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
     ending: Ending = "exited"
     try:
         assert process.stdout is not None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, register_backend, replay, run
+from interpreters.tools._sandbox import sandbox_problem
 from op import (
     AgentEnd,
     AgentStart,
@@ -33,6 +34,7 @@ FAKES = Path(__file__).resolve().parents[2] / "fixtures" / "fake_cli"
 def fake_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_ARGV_FILE", str(tmp_path / "argv.json"))
+    monkeypatch.setenv("FAKE_STDIN_FILE", str(tmp_path / "stdin.txt"))
 
 
 def delegate(backend: str = "claude-code", **options: Any) -> Op[Any]:
@@ -88,7 +90,8 @@ def test_success_with_a_tool_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         and record.usage.output_tokens == 12
     )
     argv = json.loads((tmp_path / "argv.json").read_text())
-    assert argv[:5] == ["-p", "make the tests pass", "--output-format", "stream-json", "--verbose"]
+    assert argv[:4] == ["-p", "--output-format", "stream-json", "--verbose"]
+    assert (tmp_path / "stdin.txt").read_text() == "make the tests pass"  # the prompt
     assert "--resume=-sess" in argv, "the session id is one token"
     assert argv[argv.index("--allowedTools") + 1] == "Bash(pytest:*),Read"
     contract(rec)
@@ -279,7 +282,8 @@ def test_a_turn_with_opdsls_tools_runs_locked_down(
     record, seen = _served("success", monkeypatch, tmp_path)
     assert isinstance(record, TurnRecord)
     argv = json.loads((tmp_path / "argv.json").read_text())
-    assert argv[:2] == ["-p", "make the tests pass"]  # the prompt right after -p
+    assert argv[0] == "-p" and "make the tests pass" not in argv  # the prompt is on stdin
+    assert (tmp_path / "stdin.txt").read_text() == "make the tests pass"
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert pairs["--tools"] == "" and pairs["--setting-sources"] == ""
     assert pairs["--allowedTools"] == "mcp__opdsl__read_file,mcp__opdsl__write_file"
@@ -334,3 +338,47 @@ def test_a_login_is_carried_into_the_private_home_and_nothing_else(
     record, seen = _served("success", monkeypatch, tmp_path)
     assert isinstance(record, TurnRecord)
     assert seen["HOME"] != str(user) and seen["claude_dir"] == [".credentials.json"]
+
+
+# -- a prompt is never an option ----------------------------------------------------------------
+
+HOOK = '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch MARKER"}]}]}}'
+HOSTILE = ["-x", f"--settings={HOOK}", '--config=model_provider="evil"', "--version", "resume"]
+"""Prompts a program may forward from untrusted text that a CLI's parser would take for an
+option (a hook that runs on the host, a configuration, the version) or a subcommand."""
+
+
+def say(backend: str, prompt: str, options: dict[str, Any]) -> Op[Any]:
+    return (yield from agent(backend, prompt, **options))
+
+
+@pytest.mark.parametrize("prompt", HOSTILE)
+@pytest.mark.parametrize(
+    "backend", ["claude-code", "claude-code confined", "claude-code with tools", "codex"]
+)
+def test_a_prompt_is_never_read_as_an_option(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str, prompt: str
+) -> None:
+    """The fakes parse their arguments as the real CLIs do (--version anywhere prints it,
+    --settings= runs its hooks, a last argument named like a subcommand runs it): every
+    backend hands the prompt over on standard input, so none of that can happen."""
+    marker = tmp_path / "hook-ran"
+    prompt = prompt.replace("MARKER", str(marker))
+    monkeypatch.setenv("FAKE_ENV_FILE", str(tmp_path / "env.json"))
+    # codex runs confined where bubblewrap can run (its default), in the test's folder
+    options: dict[str, Any] = {"cwd": str(tmp_path)}
+    if backend == "claude-code with tools":
+        backend, options = "claude-code", {"tools": ["read_file"]}
+    elif backend == "claude-code confined":
+        if sandbox_problem() is not None:
+            pytest.skip(f"bubblewrap cannot run here: {sandbox_problem()}")
+        backend, options["confine"] = "claude-code", True
+    (tmp_path / "work").mkdir()
+    result = run(
+        say, backend, prompt, options, db=MemoryJournal(), workspace=str(tmp_path / "work")
+    )
+    assert isinstance(result.value, TurnRecord), result.describe()  # a turn, not a version
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert all(arg.strip() != prompt for arg in argv), argv
+    assert (tmp_path / "stdin.txt").read_text() == prompt
+    assert not marker.exists(), "the prompt's hook ran"

@@ -213,7 +213,7 @@ def privates() -> set[str]:
 
 
 def test_the_system_prompt_is_ours_and_a_dash_prompt_stays_a_prompt(tmp_path: Path) -> None:
-    """Traps 5 and 11: the prompt comes right after -p (here it even starts with a dash), and
+    """Traps 5 and 11: the prompt is read on standard input (here it even starts with a dash), and
     --system-prompt replaces the default one, which names tools that are not there."""
     work = repo(tmp_path)
     with ScriptedServer() as srv:
@@ -226,6 +226,20 @@ def test_the_system_prompt_is_ours_and_a_dash_prompt_stays_a_prompt(tmp_path: Pa
     for builtin in ("Bash", "the Read tool", "Edit tool", "TodoWrite"):
         assert builtin not in system, builtin
     assert "--help me with step 1" in json.dumps(first["messages"])
+
+
+@pytest.mark.parametrize("prompt", ["--version", "-x"])
+def test_a_prompt_starting_with_a_dash_is_the_prompt_of_a_turn_with_tools(
+    tmp_path: Path, prompt: str
+) -> None:
+    """With opdsl's tools as with none, the prompt is on standard input, word for word."""
+    work = repo(tmp_path)
+    with ScriptedServer() as srv:
+        srv.add(*[anthropic("ok", model=MODEL)] * 3)
+        record, _ = turn(srv, tmp_path, work, ["read_file"], prompt=prompt)
+    assert isinstance(record, TurnRecord), record
+    last = srv.requests[0]["messages"][-1]["content"]
+    assert [b["text"] for b in last if b.get("type") == "text"][-1] == prompt
 
 
 def test_secrets_and_the_cli_environment_never_reach_the_model(

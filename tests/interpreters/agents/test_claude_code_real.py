@@ -109,3 +109,42 @@ def test_the_real_cli_stopping_at_max_turns_is_a_failed_turn_with_its_record(
             db=MemoryJournal(),
         ).value
     assert out["kind"] == "error" and "error_max_turns" in out["reason"], out
+
+
+HOOK = '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch MARKER"}]}]}}'
+
+
+def said(request: dict[str, Any]) -> list[str]:
+    """The texts of the user's messages a request carries."""
+    texts = []
+    for message in request["messages"]:
+        if message["role"] == "user" and isinstance(message["content"], list):
+            texts += [b.get("text", "") for b in message["content"] if b.get("type") == "text"]
+        elif message["role"] == "user":
+            texts.append(message["content"])
+    return texts
+
+
+@pytest.mark.parametrize("prompt", ["-x", "--version", f"--settings={HOOK}", "update"])
+def test_a_prompt_the_real_cli_would_take_for_an_option_reaches_the_model(
+    tmp_path: Path, prompt: str
+) -> None:
+    """Given on the command line, `--version` printed the version, `--settings=` ran its
+    SessionStart hook on the host before opdsl saw the init line and `-x` was an unknown
+    option; on standard input each is the prompt, word for word (a subcommand's name too)."""
+    marker = tmp_path / "hook-ran"
+    prompt = prompt.replace("MARKER", str(marker))
+    with ScriptedServer() as srv:
+        srv.add(*[anthropic("plain answer", model="claude-sonnet-4-5")] * 3)
+        options = {"model": "claude-sonnet-4-5", "cwd": str(tmp_path), "max_turns": 2}
+        result = run(
+            delegate,
+            prompt,
+            options,
+            agents={"claude-code": real(srv, tmp_path)},
+            db=MemoryJournal(),
+        )
+    assert isinstance(result.value, TurnRecord), result.value
+    assert result.value.text == "plain answer"
+    assert said(srv.requests[0])[-1] == prompt
+    assert not marker.exists(), "the prompt's hook ran"

@@ -151,3 +151,30 @@ def test_codex_runs_its_commands_without_bubblewrap_on_the_machine(tmp_path: Pat
     record = result.value
     assert isinstance(record, TurnRecord), record
     assert (work / "out.txt").read_text() == "hello\n"
+
+
+@pytest.mark.parametrize("prompt", ["-x", "--version", '--config=model_provider="evil"', "resume"])
+def test_a_prompt_the_real_cli_would_take_for_an_option_reaches_the_model(
+    tmp_path: Path, prompt: str
+) -> None:
+    """Given as its last argument, `--version` printed the version, `--config=` set the
+    configuration, `-x` was refused and `resume` ran the resume subcommand; on standard input
+    each is the prompt, word for word."""
+    with ScriptedServer([responses("plain answer")] * 3) as srv:
+        result = run(
+            delegate,
+            prompt,
+            {"model": "test-model", "cwd": str(tmp_path)},
+            agents={"codex": _backend(srv.url)},
+            db=MemoryJournal(),
+        )
+    assert isinstance(result.value, TurnRecord), result.value
+    assert result.value.text == "plain answer"
+    texts = [
+        part["text"]
+        for item in srv.requests[0]["input"]
+        if item.get("role") == "user"
+        for part in item["content"]
+        if part.get("type") == "input_text"
+    ]
+    assert texts[-1] == prompt
