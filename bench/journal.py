@@ -1,7 +1,9 @@
 """Journaled effects per second, next to baselines measured in the same run.
 
     (a) the raw SQLite limit: two autocommit writes per effect (insert ``started``, update
-        ``completed``), the same pragmas (WAL, synchronous=NORMAL), no interpreter
+        ``completed``), the same pragmas (WAL, synchronous=NORMAL), no interpreter, through
+        the library the journal runs on (apsw's SQLite); (a2) the same through Python's
+        ``sqlite3`` and the system's SQLite, which the journal ran on up to 0.3.0
     (b) opdsl's live interpreter journaling a trivial tool to ``SqliteJournal`` (one run: each
         write committed on its own, as the default journal does for a run alone)
     (b2) the same with ``group_commit=True`` (one commit per effect)
@@ -19,12 +21,16 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import apsw
 
 from interpreters import LiveInterpreter, SqliteJournal, replay
 from interpreters._durable import config_for
 from interpreters.journal import RunRecord
+from interpreters.journal._sqlite import sqlite_library
 from op import Op, checkpoint, tool
 
 N = 2_000
@@ -32,21 +38,22 @@ LANGGRAPH_STEPS = 300
 REPLAY_N = 10_000
 
 
-def raw_sqlite(path: Path, n: int) -> float:
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute(
+def raw_sqlite(path: Path, n: int, *, stdlib: bool = False) -> float:
+    db: Any = sqlite3.connect(path, isolation_level=None) if stdlib else apsw.Connection(str(path))
+    execute: Callable[..., Any] = db.execute
+    execute("PRAGMA journal_mode=WAL").fetchall()
+    execute("PRAGMA synchronous=NORMAL")
+    execute(
         "CREATE TABLE entries (run_id TEXT, seq INTEGER, address TEXT, kind TEXT, effect_json TEXT, "
         "status TEXT, result_json TEXT, started_at REAL, finished_at REAL, PRIMARY KEY (run_id, address))"
     )
     t0 = time.perf_counter()
     for i in range(n):
-        db.execute(
+        execute(
             "INSERT INTO entries VALUES ('r', ?, ?, 'tool', '{\"kind\":\"tool\",\"name\":\"noop\"}', 'started', NULL, ?, NULL)",
             (i, str(i), time.time()),
         )
-        db.execute(
+        execute(
             "UPDATE entries SET status='completed', result_json='{\"ok\":true}', finished_at=? WHERE run_id='r' AND address=?",
             (time.time(), str(i)),
         )
@@ -128,23 +135,27 @@ def main() -> int:
     # The rounds of (a), (b) and (b2) are interleaved, so a slow spell of the disk falls on
     # all three alike.
     raws: list[float] = []
+    stdlibs: list[float] = []
     ourss: list[float] = []
     groupeds: list[float] = []
     for i in range(REPEAT):
         raws.append(raw_sqlite(tmp / f"raw{i}.db", N))
+        stdlibs.append(raw_sqlite(tmp / f"stdlib{i}.db", N, stdlib=True))
         ourss.append(opdsl_sqlite(tmp / f"ours{i}.db", N)[0])
         groupeds.append(opdsl_sqlite(tmp / f"grouped{i}.db", N, grouped=True)[0])
-    raw, ours, grouped = max(raws), max(ourss), max(groupeds)
+    raw, ours, grouped, stdlib = max(raws), max(ourss), max(groupeds), max(stdlibs)
     lgs = [langgraph(tmp / f"langgraph{i}.db", LANGGRAPH_STEPS) for i in range(REPEAT)]
     lg = None if lgs[0] is None else max(x for x in lgs if x is not None)
     replay_s, replay_rate = min(
         (replay_speed(tmp / f"replay{i}.db") for i in range(REPEAT)), key=lambda t: t[0]
     )
     print(
-        f"journal throughput, best of {REPEAT}, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, WAL, synchronous=NORMAL"
+        f"journal throughput, best of {REPEAT}, Python {sys.version.split()[0]}, {sqlite_library()}, WAL, synchronous=NORMAL"
     )
     print(f"{'variant':<62} {'per second':>12}")
     print(f"{'(a) raw SQLite, 2 autocommit writes per effect':<62} {raw:>12,.0f}")
+    a2 = f"(a2) the same through sqlite3 (SQLite {sqlite3.sqlite_version})"
+    print(f"{a2:<62} {stdlib:>12,.0f}")
     print(f"{'(b) opdsl live + SqliteJournal, trivial tool':<62} {ours:>12,.0f}")
     print(f"{'(b2) the same with group_commit=True (one commit per effect)':<62} {grouped:>12,.0f}")
     lg_text = (

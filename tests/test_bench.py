@@ -31,6 +31,7 @@ def test_the_journal_bench_measures_what_it_says(
 ) -> None:
     journal = _bench("journal")
     assert journal.raw_sqlite(tmp_path / "raw.db", 20) > 0
+    assert journal.raw_sqlite(tmp_path / "stdlib.db", 20, stdlib=True) > 0
     for grouped in (None, True):
         rate, run_id = journal.opdsl_sqlite(tmp_path / f"ours{grouped}.db", 20, grouped=grouped)
         written = SqliteJournal(tmp_path / f"ours{grouped}.db", read_only=True)
