@@ -202,8 +202,10 @@ def _report_outcome(ended: Any) -> int:
     if ended.status == "completed":
         print(json.dumps(json.loads(ended.result_json or "null"), indent=2, ensure_ascii=False))
         return 0
+    from interpreters._shown import visible
+
     where = f" at address {ended.address}" if ended.address else ""
-    print(f"run {ended.run_id} {ended.status}{where}: {ended.error}", file=sys.stderr)
+    print(visible(f"run {ended.run_id} {ended.status}{where}: {ended.error}"), file=sys.stderr)
     return 1
 
 
