@@ -440,34 +440,60 @@ def unpack_result(kind: str, text: str | None, get: Lookup) -> str | None:
 
 
 def refs_of(kind: str, effect_text: str, result_text: str | None) -> set[str]:
-    """The pieces an entry refers to directly (a chain by its head only)."""
+    """The pieces an entry refers to directly (a chain by its head only): only references
+    where a packed text puts them, never a string that merely looks like a hash."""
     out: set[str] = set()
-    for text in (effect_text, result_text):
-        if text and len(text) >= 40 and (_HEX.search(text) is not None):
-            _collect(json.loads(text), out)
+    if kind == "infer" and '"$chain"' in effect_text:
+        chain = _loaded(effect_text).get("messages")
+        if isinstance(chain, dict) and is_digest(chain.get("$chain")):
+            out.add(chain["$chain"])
+    elif kind == "tool" and '"args":"' in effect_text:
+        _ref_in(_loaded(effect_text).get("args"), str, out)
+    if result_text and len(result_text) >= 40:
+        if kind == "tool" and '"$ref"' in result_text:
+            _ref_in(_loaded(result_text).get("output"), dict, out)
+        elif kind == "infer":
+            data = _loaded(result_text)
+            _ref_in(data.get("text"), dict, out)
+            _calls_refs(data.get("tool_calls"), out)
     return out
 
 
 def piece_refs(body: str) -> set[str]:
-    """The pieces a piece refers to (a chain node: the one before it and its message's)."""
+    """The pieces a piece refers to: a chain node's previous node and its message's pieces
+    (a text or an object piece refers to none)."""
     out: set[str] = set()
-    if _HEX.search(body) is not None:
-        _collect(json.loads(body), out)
+    if not body.startswith("["):
+        return out
+    node = json.loads(body)
+    if isinstance(node, list) and len(node) == 2:
+        if is_digest(node[0]):
+            out.add(node[0])
+        message = node[1]
+        if isinstance(message, dict):
+            _ref_in(message.get("content"), dict, out)
+            _calls_refs(message.get("tool_calls"), out)
     return out
 
 
-def _collect(data: Any, out: set[str]) -> None:
-    # every reference is a 64-hex string in a place a packed text puts one; a string of the same
-    # shape elsewhere only keeps a piece alive longer (gc), never breaks a read
-    if isinstance(data, str):
-        if _HEX.fullmatch(data):
-            out.add(data)
-    elif isinstance(data, dict):
-        for v in data.values():
-            _collect(v, out)
-    elif isinstance(data, list):
-        for v in data:
-            _collect(v, out)
+def _loaded(text: str) -> dict[str, Any]:
+    data = json.loads(text)
+    return data if isinstance(data, dict) else {}
+
+
+def _ref_in(value: Any, shape: type, out: set[str]) -> None:
+    """The reference ``value`` is, if it has the shape one takes there."""
+    if shape is dict and isinstance(value, dict) and is_digest(value.get("$ref")):
+        out.add(value["$ref"])
+    elif shape is str and is_digest(value):
+        out.add(value)
+
+
+def _calls_refs(calls: Any, out: set[str]) -> None:
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict):
+                _ref_in(call.get("arguments"), str, out)
 
 
 def new_messages(get: Lookup, effect_text: str, seen: set[str]) -> tuple[list[Any], int] | None:

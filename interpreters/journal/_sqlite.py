@@ -397,6 +397,9 @@ class SqliteJournal(Journal):
             raise self._failed(exc) from None
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
+        """An entry's write with the pieces it needs, in one transaction: the open one when
+        grouped, else one of its own, committed here."""
+        commit = not self.grouped  # asked before a transaction is opened for them
         opened = not self._in_tx
         if opened:
             self._db.execute("BEGIN")
@@ -411,7 +414,7 @@ class SqliteJournal(Journal):
                 self._in_tx = False
                 self._db.execute("ROLLBACK")
             raise
-        if opened and not self.grouped:
+        if commit:
             self._in_tx = False
             self._db.execute("COMMIT")
         return changed

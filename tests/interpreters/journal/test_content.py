@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +38,8 @@ from interpreters.journal._content import (
 )
 from interpreters.observe import report_data
 from op import Infer, Message, Response, Tool, ToolCall, ToolResult
+from op import infer as infer_hash
+from op import tool as tool_call
 from state import canonical_json
 from tests.fixtures.conversation_programs import (
     TOOLS,
@@ -57,17 +58,17 @@ def conversation_bytes(messages: list[Message]) -> int:
 
 
 def pieces_of(db: str | Path) -> dict[str, str]:
-    con = sqlite3.connect(db)
+    journal = SqliteJournal(db, read_only=True)
     try:
-        return dict(con.execute("SELECT hash, body FROM content").fetchall())
+        return journal.content(journal.content_hashes())
     finally:
-        con.close()
+        journal.close()
 
 
 def file_bytes(db: Path) -> int:
-    con = sqlite3.connect(db)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.close()
+    journal = SqliteJournal(db)
+    journal._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    journal.close()
     return db.stat().st_size
 
 
@@ -175,11 +176,13 @@ def test_a_400_turn_conversation_crashed_resumed_and_replayed(tmp_path: Path) ->
         while time.monotonic() < deadline:
             time.sleep(0.05)
             if db.exists():
+                # read through opdsl's own SQLite: two copies of SQLite in one process must
+                # never hold one file open together (their POSIX locks clobber each other's)
                 try:
-                    con = sqlite3.connect(db, timeout=5)
-                    n = con.execute("SELECT count(*) FROM entries").fetchone()[0]
-                    con.close()
-                except sqlite3.OperationalError:
+                    seen = SqliteJournal(db, read_only=True)
+                    n = len(seen.entries("long"))
+                    seen.close()
+                except JournalError:
                     continue
                 if n >= 300:
                     break
@@ -385,3 +388,25 @@ def test_gc_removes_content_only_removed_runs_held(tmp_path: Path) -> None:
     journal.delete_run(fork.run_id)
     drop_unreferenced(journal)
     assert journal.content_hashes() == set()
+
+
+def test_a_text_that_looks_like_a_hash_is_content_not_a_reference(tmp_path: Path) -> None:
+    looks = "0123456789abcdef" * 4
+
+    def sha(path: str) -> str:
+        """A tool whose output is a hash, as `sha256sum` prints one."""
+        return f"{looks}  {path}"
+
+    def hashing() -> Any:
+        reply = yield from infer_hash(looks)
+        result = yield from tool_call("sha", {"path": looks})
+        return reply, result.output
+
+    journal = MemoryJournal()
+    done = run(hashing, model=ReadingModel(1), tools=[sha], db=journal)
+    assert done.status == "completed", done.error
+    text = export_run(journal, done.run_id)
+    again = MemoryJournal()
+    record = import_run(again, text, source="hashes.jsonl")
+    assert replay(record.run_id, db=again, program=hashing).value == done.value
+    assert drop_unreferenced(again) == 0
