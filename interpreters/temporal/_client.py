@@ -120,8 +120,11 @@ async def start_run(
     seed: int | str | None = None,
     run_id: str | None = None,
     history_limit: int = 10_000,
+    history_bytes: int = 10 * 1024 * 1024,
 ) -> WorkflowHandle[Any, RunOutcome]:
-    """Start a run of ``program`` (a function, or its ``module:function`` name)."""
+    """Start a run of ``program`` (a function, or its ``module:function`` name). It continues
+    as new once its history holds ``history_limit`` events or ``history_bytes`` bytes, or
+    when Temporal suggests it (at 4,096 events or 4 MiB by default)."""
     name = program if isinstance(program, str) else program_name(program)
     args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs or {})})
     inp = RunInput(
@@ -132,6 +135,7 @@ async def start_run(
         state_type=None if state is None else str(to_jsonable(type(state))),
         seed=None if seed is None else str(seed),
         history_limit=history_limit,
+        history_bytes=history_bytes,
     )
     return await _start(client, inp, task_queue)
 

@@ -167,8 +167,11 @@ class DirectoryStore(ContentStore):
         folders: set[Path] = set()
         for name, data in blobs.items():
             target = self.path(name)
-            if target.exists():
-                continue
+            try:
+                if target.stat().st_size == len(data):
+                    continue  # there already (a file cut short is written again)
+            except FileNotFoundError:
+                pass
             folder = target.parent
             folder.mkdir(exist_ok=True)
             tmp = folder / f".{name}.{secrets.token_hex(4)}"
@@ -199,10 +202,13 @@ class DirectoryStore(ContentStore):
             except FileNotFoundError:
                 continue
             if _name(data) != name:
+                # set aside, so that the next writer of the content puts it back
+                with contextlib.suppress(OSError):
+                    self.path(name).replace(self.path(name).with_suffix(".bad"))
                 raise ContentMissing(
-                    f"the content store at {self.where} holds {name} with other bytes "
-                    f"(the file {self.path(name)} was changed or cut short: remove it, and it "
-                    "is written again by the next run that has the content)"
+                    f"the content store at {self.where} holds {name} with other bytes (the "
+                    f"file {self.path(name)} was changed: it is set aside as .bad, and written "
+                    "again by the next run that has the content)"
                 )
             out[name] = data
         return out
@@ -259,7 +265,9 @@ class ContentCodec(PayloadCodec):
     ``store``: where content goes (None: nowhere; payloads travel whole, and one that names
     content in a store is refused with a reason). ``payload_limit``: the server's payload limit
     (``limit.blobSize.error``), which the workflow and the activities check against when there
-    is no store. ``threshold``: a payload larger than this is stored whole.
+    is no store. ``threshold``: a payload larger than this is stored whole (once its pieces
+    are out, only a journal carried or returned is: kept small, so a run that continues as new
+    does not start its new history with its old journal).
     """
 
     def __init__(
@@ -267,7 +275,7 @@ class ContentCodec(PayloadCodec):
         store: ContentStore | None,
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
-        threshold: int = 128 * 1024,
+        threshold: int = 16 * 1024,
         recent_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.store = store
@@ -334,9 +342,11 @@ class ContentCodec(PayloadCodec):
             data = json.loads(payload.data)
             pieces = data.get("pieces") if isinstance(data, dict) else None
             if isinstance(pieces, dict) and pieces:
-                blobs = {h: _bytes(t) for h, t in pieces.items() if isinstance(t, str)}
+                # named by what they hold, whatever the payload called them (a piece named
+                # wrongly is then a reference the workflow's checks refuse, not a bad file)
+                blobs = {_name(b): b for b in (_bytes(str(t)) for t in pieces.values())}
                 await self._put(blobs)
-                data["pieces"] = list(pieces)
+                data["pieces"] = list(blobs)
                 out = Payload(
                     metadata={**payload.metadata, "encoding": _PIECES, _STORE_KEY: self._ident},
                     data=json.dumps(data, separators=(",", ":"), sort_keys=True).encode(),

@@ -60,3 +60,10 @@ def asks_name() -> Op[str]:
     """Waits for an answer (the ``answer`` update)."""
     name = yield from ask("What is your name?")
     return f"hello {name}"
+
+
+def scoped_steps(n: int) -> Op[int]:
+    """``n`` tool calls one after another inside a ``timeout`` scope (where a run cannot
+    continue as new)."""
+    done = yield from timeout(600.0, steps(n, 0.0))
+    return len(done.unwrap())
