@@ -12,6 +12,7 @@ closes, so a shim the CLI left behind can do nothing more.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import importlib.metadata
@@ -37,6 +38,48 @@ SERVER = "opdsl"
 """The MCP server's name: the CLI calls its tools ``mcp__opdsl__<tool>``."""
 SHIM = Path(__file__).with_name("_mcp_shim.py")
 MAX_REQUEST = 1 << 20
+"""The most bytes of one call's request (its JSON line), the tool's arguments included."""
+MAX_DEPTH = 64
+"""How deep a request's JSON may nest (its arguments are a tool's: shallow)."""
+READ_TIMEOUT = 30.0
+"""Seconds a connection may take to send its whole request, and the answer to go out."""
+
+
+@final
+class _Frame:
+    """The lines of one connection's request, read no further than asked."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    async def line(self, limit: int) -> bytes | None:
+        """The next line (without its line break), or None if it is over ``limit`` bytes or
+        the connection ends first."""
+        while (end := self.buffer.find(b"\n", 0, limit + 1)) < 0:
+            if len(self.buffer) > limit:
+                return None
+            try:
+                self.buffer += await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return None
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
+        return line
+
+
+def _within_depth(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests at most ``limit`` deep."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        if children and depth > limit:
+            return False
+        todo.extend((child, depth + 1) for child in children)
+    return True
 
 
 @final
@@ -102,33 +145,54 @@ async def serve_tools(
 
     async def answer(stream: SocketStream) -> None:
         async with stream:
-            data = b""
-            with anyio.move_on_after(30):
-                while b"\n" not in data and len(data) <= MAX_REQUEST:
-                    try:
-                        data += await stream.receive(65536)
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        break
-            reply = await _perform(data)
-            with anyio.move_on_after(30):
+            try:
+                reply = await _request(stream)
+            except Exception as exc:  # whatever a frame does ends only its own connection
+                reply = {"ok": False, "text": f"error: the call failed ({type(exc).__name__})"}
+            # the caller may have gone away
+            with (
+                anyio.move_on_after(READ_TIMEOUT),
+                contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError),
+            ):
                 await stream.send(json.dumps(reply).encode())
+
+    async def _request(stream: SocketStream) -> dict[str, Any]:
+        frame = _Frame(stream)
+        data: bytes | None = None
+        with anyio.move_on_after(READ_TIMEOUT) as reading:
+            # the token first, on a line of its own: nothing else is read before it matches
+            given = await frame.line(len(token))
+            if given is None or not hmac.compare_digest(given, token.encode()):
+                return {"ok": False, "text": "error: refused"}
+            data = await frame.line(MAX_REQUEST)
+        if reading.cancelled_caught:
+            return {"ok": False, "text": f"error: no whole request within {READ_TIMEOUT:g}s"}
+        if data is None:
+            return {
+                "ok": False,
+                "text": f"error: the request is over {MAX_REQUEST:,} bytes or cut short",
+            }
+        return await _perform(data)
 
     async def _perform(data: bytes) -> dict[str, Any]:
         try:
-            request = json.loads(data.split(b"\n", 1)[0])
-            assert isinstance(request, dict)
-        except (ValueError, AssertionError):
+            request = json.loads(data)
+        except (ValueError, RecursionError):
             return {"ok": False, "text": "error: a malformed request"}
-        if not hmac.compare_digest(str(request.get("token", "")), token):
-            return {"ok": False, "text": "error: refused"}
+        if not isinstance(request, dict):
+            return {"ok": False, "text": "error: a malformed request"}
+        if not _within_depth(request, MAX_DEPTH):
+            return {"ok": False, "text": f"error: the request is nested over {MAX_DEPTH} deep"}
         name, arguments = request.get("name"), request.get("arguments")
+        if not isinstance(name, str):
+            return {"ok": False, "text": "error: the tool's name is not a string"}
         if name not in names:
-            return {"ok": False, "text": f"error: no tool named {name!r} is served here"}
+            return {"ok": False, "text": f"error: no tool named {name[:100]!r} is served here"}
         if not isinstance(arguments, dict):
             return {"ok": False, "text": f"error: the arguments of {name!r} are not an object"}
         result: ToolResult | None = None
         with anyio.move_on_after(timeout):
-            result = await host.perform(str(name), arguments)
+            result = await host.perform(name, arguments)
         if result is None:
             result = ToolResult.failure(
                 f"the tool took longer than {timeout:g}s and was stopped; try something smaller"

@@ -3,7 +3,8 @@
 It is run by file path (``python _mcp_shim.py SPEC``) so that it imports only the ``mcp``
 package and the standard library. ``SPEC`` is a private JSON file (mode 0600) written by the
 interpreter: the tools to list (name, description, JSON Schema), the Unix socket to forward
-calls to, and a token the interpreter checks. The shim performs nothing itself: every call
+calls to, and a token the interpreter checks. A call is sent as two lines: the token, then
+the request (``{"name": ..., "arguments": {...}}``); the answer is one JSON object. The shim performs nothing itself: every call
 goes over the socket to the interpreter, which runs the bound tool with the same checks,
 confinement and redaction as a call from a model, bounds its time and truncates its output.
 
@@ -35,8 +36,9 @@ def _forward(path: str, token: str, name: str, arguments: dict[str, Any]) -> dic
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(WAIT)
         conn.connect(path)
-        request = {"token": token, "name": name, "arguments": arguments}
-        conn.sendall(json.dumps(request).encode() + b"\n")
+        # the token on a line of its own, first: the interpreter reads nothing else before it
+        request = {"name": name, "arguments": arguments}
+        conn.sendall(token.encode() + b"\n" + json.dumps(request).encode() + b"\n")
         chunks: list[bytes] = []
         while True:
             chunk = conn.recv(65536)

@@ -369,67 +369,6 @@ def test_tools_that_are_not_bound_tool_names_are_refused_before_the_cli_starts(
         assert srv.requests == []
 
 
-def test_the_tool_socket_answers_only_well_formed_calls_with_the_turns_token(
-    tmp_path: Path,
-) -> None:
-    """What reaches the socket from anything but the shim: no token or a wrong one, a
-    malformed line, a tool that is not served, arguments that are not an object."""
-    from op import ToolResult, ToolSpec
-
-    performed: list[tuple[str, Any]] = []
-
-    async def perform(name: str, arguments: Any) -> ToolResult:
-        performed.append((name, arguments))
-        return ToolResult(output="ran")
-
-    host = _bridge.ToolHost((ToolSpec(name="read_file"),), perform)
-
-    async def ask(sock: str, line: bytes) -> dict[str, Any]:
-        async with await anyio.connect_unix(sock) as stream:
-            await stream.send(line)
-            data = b""
-            while True:
-                try:
-                    data += await stream.receive()
-                except anyio.EndOfStream:
-                    break
-        return dict(json.loads(data))
-
-    async def main() -> list[dict[str, Any]]:
-        folder = Path(tempfile.mkdtemp())
-        async with _bridge.serve_tools(host, folder, timeout=5, max_output=100) as config:
-            spec = json.loads((folder / "tools.json").read_text())
-            assert (folder / "tools.json").stat().st_mode & 0o777 == 0o600
-            assert (folder / "tools.sock").stat().st_mode & 0o777 == 0o600
-            assert config["mcpServers"]["opdsl"]["args"][-1] == str(folder / "tools.json")
-            sock, token = spec["socket"], spec["token"]
-
-            def call(**fields: Any) -> bytes:
-                return json.dumps(fields).encode() + b"\n"
-
-            return [
-                await ask(sock, call(name="read_file", arguments={})),
-                await ask(sock, call(token="0" * 32, name="read_file", arguments={})),
-                await ask(sock, b"{not json\n"),
-                await ask(sock, b"[1, 2]\n"),
-                await ask(sock, call(token=token, name="delete_path", arguments={})),
-                await ask(sock, call(token=token, name="read_file", arguments=["a"])),
-                await ask(sock, call(token=token, name="read_file", arguments={"path": "a"})),
-            ]
-
-    answers = anyio.run(main)
-    assert [a["ok"] for a in answers] == [False] * 6 + [True]
-    assert [a["text"] for a in answers[:4]] == [
-        "error: refused",
-        "error: refused",
-        "error: a malformed request",
-        "error: a malformed request",
-    ]
-    assert "no tool named 'delete_path' is served here" in answers[4]["text"]
-    assert answers[5]["text"] == "error: the arguments of 'read_file' are not an object"
-    assert performed == [("read_file", {"path": "a"})]  # only the well-formed call ran
-
-
 def test_the_shim_runs_by_path_with_only_mcp() -> None:
     """The mcp 2.x API (FastMCP became MCPServer; the low-level Server takes its handlers in
     its constructor): the shim is written against it, and imports nothing of opdsl's."""
