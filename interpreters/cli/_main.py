@@ -111,6 +111,28 @@ def _text(*parts: object) -> Any:
     return out
 
 
+def _timeline(rows: Sequence[tuple[Any, ...]]) -> Any:
+    """``show``'s timeline: one line a row, its columns padded to their widest cell. A rich
+    ``Table`` measures and wraps every cell, about 1 ms a row: seconds for a long run."""
+    from rich.text import Text
+
+    head = tuple(
+        _text((name, "bold"))
+        for name in ("address", "kind", "status", "duration", "tokens", "what")
+    )
+    widths = [max(cell.cell_len for cell in column) for column in zip(head, *rows, strict=True)]
+    lines = []
+    for row in (head, *rows):
+        line = Text("│ ")
+        for i, cell in enumerate(row):
+            line.append_text(cell)
+            if i < len(row) - 1:
+                line.append(" " * (widths[i] - cell.cell_len) + " │ ")
+        lines.append(line)
+    lines.insert(1, Text("─" * (sum(widths) + 3 * len(widths) - 1)))
+    return Text("\n").join([_text(("timeline", "italic")), *lines])
+
+
 def _object(text: str | None) -> dict[str, Any]:
     """Recorded JSON text as an object (anything else, or text that is not JSON: empty)."""
     try:
@@ -344,7 +366,6 @@ def cmd_tail(a: argparse.Namespace) -> int:
 
 
 def cmd_show(a: argparse.Namespace) -> int:
-    from rich.table import Table
 
     from interpreters import open_journal
     from op import Usage
@@ -394,11 +415,10 @@ def cmd_show(a: argparse.Namespace) -> int:
         err = _object(r.error_json)
         what = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
         c.print(_text((f"error at address {err.get('address')}: {what}", "red")))
-    table = Table(title="timeline")
-    for col in ("address", "kind", "status", "duration", "tokens", "what"):
-        table.add_column(col)
+    rows: list[tuple[Any, ...]] = []
     total = Usage()
-    for e in journal.entries(r.run_id):
+    recorded = journal.entries(r.run_id)
+    for e in recorded:
         effect = _object(e.effect_json)
         try:
             usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
@@ -409,6 +429,9 @@ def cmd_show(a: argparse.Namespace) -> int:
         took = None if e.finished_at is None else e.finished_at - e.started_at
         duration = "" if took is None else f"{took:.2f}s" if 0 <= took < 1e9 else "?"
         what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+        chain = effect.get("messages")
+        if e.kind == "infer" and isinstance(chain, dict) and isinstance(chain.get("n"), int):
+            what = f"{chain['n']} messages"  # a packed conversation: its length, not its text
         if not isinstance(what, str):
             what = json.dumps(what, ensure_ascii=False, default=str)[:80]
         if e.kind == "emit" and effect.get("data") is not None:
@@ -421,18 +444,20 @@ def cmd_show(a: argparse.Namespace) -> int:
         elif e.status == "failed":
             message = str(_object(e.error_json).get("message", ""))[:80]
             status, why = _text(("failed", "red")), _text(f"{what} ", (message, "red"))
-        table.add_row(
-            _text(e.address),
-            _text((e.kind, style)),
-            status,
-            duration,
-            "" if usage is None else str(usage.total_tokens),
-            why,
+        rows.append(
+            (
+                _text(e.address),
+                _text((e.kind, style)),
+                status,
+                _text(duration),
+                _text("" if usage is None else str(usage.total_tokens)),
+                why,
+            )
         )
-    c.print(table)
+    c.print(_timeline(rows), soft_wrap=True)
     cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
     c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
-    line = _state_line(r, journal.entries(r.run_id))
+    line = _state_line(r, recorded)
     if line:
         c.print(_text(f"state: {line}"))
     if r.result_json is not None:
