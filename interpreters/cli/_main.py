@@ -428,7 +428,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             total = total + usage
         took = None if e.finished_at is None else e.finished_at - e.started_at
         duration = "" if took is None else f"{took:.2f}s" if 0 <= took < 1e9 else "?"
-        what = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+        what: Any = effect.get("name") or effect.get("question") or effect.get("backend") or ""
         chain = effect.get("messages")
         if e.kind == "infer" and isinstance(chain, dict) and isinstance(chain.get("n"), int):
             what = f"{chain['n']} messages"  # a packed conversation: its length, not its text
