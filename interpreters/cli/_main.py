@@ -413,8 +413,8 @@ def cmd_show(a: argparse.Namespace) -> int:
         c.print(_text(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}"))
     if r.error_json:
         err = _object(r.error_json)
-        what = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
-        c.print(_text((f"error at address {err.get('address')}: {what}", "red")))
+        said = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
+        c.print(_text((f"error at address {err.get('address')}: {said}", "red")))
     rows: list[tuple[Any, ...]] = []
     total = Usage()
     recorded = journal.entries(r.run_id)
