@@ -84,6 +84,7 @@ from op._events import (
     TurnStart,
 )
 from op._program import WorkspaceOf, default_state, program, workspace_of
+from op._text_calls import TextCalls, text_calls
 from op._values import (
     Budget,
     BudgetExhausted,
@@ -161,6 +162,7 @@ __all__ = [
     "Sleep",
     "Spent",
     "Success",
+    "TextCalls",
     "TimedOut",
     "Timeout",
     "TokenDelta",
@@ -190,6 +192,7 @@ __all__ = [
     "put",
     "random",
     "sleep",
+    "text_calls",
     "timeout",
     "tool",
     "update",

@@ -5,15 +5,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from op import Message, Op, Response, ToolCall, ToolResult, emit, infer, tool
+from op import Message, Op, Response, ToolCall, ToolResult, emit, infer, text_calls, tool
+from op._text_calls import CALL_FORMAT
 
-__all__ = ["CUT_OFF", "Hook", "tool_loop"]
+__all__ = ["CUT_OFF", "NO_CALL", "Hook", "text_result", "tool_loop"]
 
 CUT_OFF = (
     "Your answer was cut off at the limit on its length. Go on from where it stopped, "
     "more briefly, or call a tool."
 )
 """What the loop tells the model when its answer was cut by ``max_tokens``."""
+
+NO_CALL = (
+    "Your answer held no tool call that could be run: {problem}. To call a tool, answer with "
+    "the call alone, as " + CALL_FORMAT + "; to finish, answer without a call."
+)
+"""What the loop tells the model when its answer looked like a tool call and was not one."""
+
+
+def text_result(call: ToolCall, result: ToolResult) -> str:
+    """How the result of a call the model wrote as text is given back to it (as the user's
+    message: its answer was text, so there is no tool-call id to answer)."""
+    if result.ok:
+        return f"Result of {call.name}:\n{result.output}"
+    return f"{call.name} failed: {result.error}" + (f"\n{result.output}" if result.output else "")
+
 
 Hook = Op[None] | None
 """What a hook returns: effects to run (a generator), or None when it has none."""
@@ -36,7 +52,17 @@ def tool_loop(
     Returns the last response and the whole conversation. Tool failures are given to the model
     as tool messages (it can read them and try again); so is a call to a tool it was not
     offered, which does not run. An answer cut by ``max_tokens`` is
-    not taken as the end: the model is told so (:data:`CUT_OFF`) and asked again. After
+    not taken as the end: the model is told so (:data:`CUT_OFF`) and asked again.
+
+    A tool call the model wrote as text (the answer is ``{"name": ..., "arguments": {...}}``,
+    or holds it in a ```` ```json ```` fence or a ``<tool_call>`` tag: what a local model
+    writes when its server has no working tool-call format) is performed as that call, parsed
+    strictly (:func:`~op.text_calls`: a tool that was offered, arguments that are an object,
+    which the tool validates), and its result is given back as the user's message
+    (:func:`text_result`). One that looks like a call and is not one (JSON that does not
+    parse, a tool that was not offered) runs nothing and is answered with what was wrong
+    (:data:`NO_CALL`). Neither is taken as the end. The journal keeps the model's answer as
+    it was; reading a call out of it is the program's, so a replay reads the same. After
     ``max_steps`` model calls the loop stops with the last response, which still has its
     tool calls (or was cut); ``on_max_steps(steps)`` runs then (default: emit
     ``max_steps_reached``). ``params`` go with every model call (``max_tokens=512``, ...).
@@ -54,6 +80,7 @@ def tool_loop(
         'generator'
     """
     history = list(messages)
+    offered = None if tools == "all" else list(tools)
     steps = 0
     while True:
         reply = yield from infer(history, tools=tools, model=model, **dict(params or {}))
@@ -61,25 +88,33 @@ def tool_loop(
         if on_reply is not None:
             yield from _run(on_reply(reply))
         history.append(reply.as_message())
-        if reply.tool_calls:
+        written = (
+            None if reply.tool_calls else text_calls(reply.text, offered, prefix=f"text_{steps}")
+        )
+        if reply.tool_calls or (written is not None and written.calls):
             calls: list[tuple[ToolCall, ToolResult]] = []
-            for call in reply.tool_calls:
-                if tools != "all" and call.name not in tools:
+            for call in reply.tool_calls or (written.calls if written is not None else ()):
+                if offered is not None and call.name not in offered:
                     # a model may name any tool; only those it was offered run
-                    offered = ", ".join(tools) or "none"
                     result = ToolResult.failure(
-                        f"tool {call.name!r} was not offered here; the tools are: {offered}"
+                        f"tool {call.name!r} was not offered here; the tools are: "
+                        f"{', '.join(offered) or 'none'}"
                     )
                 else:
                     result = yield from tool(call.name, call.arguments)
-                history.append(Message.tool_result(call, result))
+                if reply.tool_calls:
+                    history.append(Message.tool_result(call, result))
                 calls.append((call, result))
                 if on_result is not None:
                     yield from _run(on_result(call, result))
+            if not reply.tool_calls:  # the results of calls written as text: one message
+                history.append(Message.user("\n\n".join(text_result(c, r) for c, r in calls)))
             if on_turn is not None:
                 yield from _run(on_turn(steps, calls))
         elif reply.stop_reason == "max_tokens":
             history.append(Message.user(CUT_OFF))
+        elif written is not None and written.problem is not None:
+            history.append(Message.user(NO_CALL.replace("{problem}", written.problem)))
         else:
             return reply, history
         if steps >= max_steps:

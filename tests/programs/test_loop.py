@@ -150,3 +150,131 @@ def test_a_tool_the_model_was_not_offered_does_not_run() -> None:
     assert "tool 'secret_door' was not offered here; the tools are: echo" in result.value[0]
     assert result.value[1] == "fine"
     assert _kinds(journal, result.run_id) == ["infer", "tool", "infer"]
+
+
+# -- tool calls written as text ---------------------------------------------------------------
+
+
+def add(a: int, b: int) -> str:
+    return str(a + b)
+
+
+def _texts(journal: MemoryJournal, run_id: str) -> list[str]:
+    """What the model really said, call by call, as the journal has it."""
+    ordered = sorted(journal.entries(run_id), key=lambda e: int(e.address.split(".")[0]))
+    return [
+        Response.model_validate_json(e.result_json or "").text for e in ordered if e.kind == "infer"
+    ]
+
+
+def _loop_with(tools: list[str]) -> Op[tuple[str, list[Message]]]:
+    reply, history = yield from tool_loop([Message.user("go")], tools=tools, max_steps=4)
+    return reply.text, history
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"name": "add", "arguments": {"a": 2, "b": 3}}',
+        'I will add them.\n```json\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n```',
+        '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>',
+        '[{"name": "add", "parameters": {"a": 2, "b": 3}}]',
+    ],
+    ids=["bare", "fenced", "tagged", "list"],
+)
+def test_a_call_written_as_text_is_performed_and_replays(answer: str) -> None:
+    from interpreters import replay
+
+    journal = MemoryJournal()
+    model = ScriptedModel([answer, "the sum is 5"])
+    result = run(_loop_with, ["add"], model=model, tools=[add], db=journal)
+    text, history = result.value
+    assert text == "the sum is 5"
+    assert _kinds(journal, result.run_id) == ["infer", "tool", "infer"]
+    [tool_entry] = [e for e in journal.entries(result.run_id) if e.kind == "tool"]
+    assert ToolResult.model_validate_json(tool_entry.result_json or "").output == "5"
+    # the journal keeps the answer as the model wrote it; the call read from it is the loop's
+    assert _texts(journal, result.run_id) == [answer, "the sum is 5"]
+    assert history[1] == Message(role="assistant", content=answer)
+    assert history[2] == Message.user("Result of add:\n5")
+    assert model.requests[1].messages[-1].content == "Result of add:\n5"
+    assert replay(result.run_id, db=journal).value == result.value
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (
+            '{"name": "rm_rf", "arguments": {"path": "/"}}',
+            "tool 'rm_rf' was not offered here; the tools are: add",
+        ),
+        (
+            '```json\n{"name": "add", "arguments": {"a": 2, "b": 3}\n```',
+            "your tool call is not valid JSON (Expecting ',' delimiter at line 2 column 1)",
+        ),
+        ('{"name": "add", "arguments": [2, 3]}', "the \"arguments\" of the call of 'add' are not"),
+        (
+            '{"name": "add", "arguments": {"a": 2, "b": 3}, "then": "rm"}',
+            "the call of 'add' has keys a call does not have: then",
+        ),
+    ],
+    ids=["not-offered", "bad-json", "arguments-not-an-object", "extra-keys"],
+)
+def test_a_call_written_as_text_that_is_not_one_runs_nothing_and_is_answered(
+    answer: str, says: str
+) -> None:
+    ran: list[str] = []
+
+    def rm_rf(path: str) -> str:
+        ran.append(path)
+        return "gone"
+
+    journal = MemoryJournal()
+    model = ScriptedModel([answer, "sorry, done"])
+    result = run(_loop_with, ["add"], model=model, tools=[add, rm_rf], db=journal)
+    assert result.value[0] == "sorry, done"  # the bad call was not taken as the end
+    assert ran == []
+    assert _kinds(journal, result.run_id) == ["infer", "infer"]
+    told = model.requests[1].messages[-1]
+    assert told.role == "user" and says in told.content, told.content
+    assert told.content.startswith("Your answer held no tool call that could be run: ")
+    assert _texts(journal, result.run_id) == [answer, "sorry, done"]
+
+
+def test_a_text_call_whose_arguments_do_not_validate_is_refused_by_the_tool() -> None:
+    journal = MemoryJournal()
+    model = ScriptedModel(['{"name": "add", "arguments": {"a": "two", "c": 3}}', "ok"])
+    result = run(_loop_with, ["add"], model=model, tools=[add], db=journal)
+    assert result.value[0] == "ok"
+    told = model.requests[1].messages[-1].content
+    assert told.startswith("add failed: invalid arguments for tool 'add': "), told
+    assert "a: " in told and "b: " in told and "c: " in told, told
+
+
+def test_an_answer_that_is_json_but_no_call_is_the_end() -> None:
+    model = ScriptedModel(['{"name": "Ada", "age": 36}'])
+    result = run(_loop_with, ["add"], model=model, tools=[add])
+    assert result.value[0] == '{"name": "Ada", "age": 36}'
+    assert len(model.requests) == 1
+
+
+def test_two_calls_written_as_text_are_both_performed_and_answered_in_one_message() -> None:
+    answer = (
+        '```json\n{"name": "add", "arguments": {"a": 1, "b": 1}}\n```\n'
+        '```json\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n```'
+    )
+    seen: list[str] = []
+
+    def on_result(call: ToolCall, result: ToolResult) -> None:
+        seen.append(f"{call.id} {result.output}")
+
+    def prog() -> Op[str]:
+        reply, _ = yield from tool_loop(
+            [Message.user("go")], tools=["add"], on_result=on_result, max_steps=3
+        )
+        return reply.text
+
+    model = ScriptedModel([answer, "2 and 4"])
+    assert run(prog, model=model, tools=[add]).value == "2 and 4"
+    assert seen == ["text_1_1 2", "text_1_2 4"]
+    assert model.requests[1].messages[-1].content == "Result of add:\n2\n\nResult of add:\n4"
