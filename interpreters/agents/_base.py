@@ -23,10 +23,11 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, final
@@ -157,6 +158,8 @@ class Session:
     served: frozenset[str] | None = None
     #: what the CLI reads on its standard input (:meth:`CliBackend.stdin`)
     stdin: bytes | None = None
+    #: the turn's private folder, removed if opdsl ends before the turn does
+    private: str | None = None
 
 
 class CliBackend(ABC):
@@ -298,17 +301,19 @@ class CliBackend(ABC):
                     argv = self._confine(argv, session.cwd, env)
                 # stdin: the prompt and its end, or nothing (a CLI that reads a piped stdin
                 # would wait for its end)
-                end = await run_process(
-                    argv,
-                    cwd=session.cwd,
-                    env=env,
-                    timeout=self.timeout,
-                    idle_timeout=self.idle_timeout,
-                    grace=self.grace,
-                    consume=reader.feed,
-                    exit_wait=self.grace,
-                    stdin=session.stdin,
-                )
+                with _lifeline(argv, session.private) as (argv, lifeline):
+                    end = await run_process(
+                        argv,
+                        cwd=session.cwd,
+                        env=env,
+                        timeout=self.timeout,
+                        idle_timeout=self.idle_timeout,
+                        grace=self.grace,
+                        consume=reader.feed,
+                        exit_wait=self.grace,
+                        stdin=session.stdin,
+                        pass_fds=(lifeline,),
+                    )
             exit_code = end.returncode
             if end.ending == "timeout":
                 kind, reason = "timeout", f"no final event within {self.timeout:g}s"
@@ -372,6 +377,25 @@ class CliBackend(ABC):
 
 Kind = Literal["timeout", "crash", "refused", "error", "stopped"]
 """Why an agent's turn did not complete."""
+
+LIFELINE = Path(__file__).with_name("_lifeline.py")
+
+
+@contextmanager
+def _lifeline(argv: list[str], private: str | None) -> Iterator[tuple[list[str], int]]:
+    """``argv`` under :mod:`._lifeline`, which ends the CLI's process group (and removes the
+    turn's ``private`` folder) when opdsl ends, SIGTERM, SIGKILL or a crash alike: the read end
+    of a pipe whose write end only this process holds (not inherited: opened close-on-exec)
+    goes to it, and the pipe's end-of-file is opdsl's end. Yields the command and that fd."""
+    read, write = os.pipe()
+    try:
+        yield (
+            [sys.executable, "-I", "-S", str(LIFELINE), str(read), private or "", "--", *argv],
+            read,
+        )
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 @final

@@ -19,7 +19,9 @@ than it should:
 - the prompt is read on standard input, never from the command line (where one starting with
   ``-``, such as ``--settings={"hooks": ...}``, would be an option, and options that take lists
   swallow a prompt after them);
-- the process group is killed at the end, so the MCP server it started goes with it.
+- the process group is killed at the end, so the MCP server it started goes with it, and
+  when opdsl itself ends (SIGTERM, SIGKILL), so is the group and the turn's private folder is
+  removed (:mod:`._lifeline`).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class ClaudeCodeBackend(CliBackend):
                     cwd=str(scratch),
                     served=frozenset(spec.name for spec in tools.specs),
                     stdin=self.stdin(effect),
+                    private=str(folder),
                 )
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,69 @@ def test_a_hostile_prompt_given_to_opdsl_run_is_only_a_prompt(
     assert not marker.exists(), "the prompt's hook ran"
     assert (tmp_path / "stdin.txt").read_text() == prompt
     assert all(a.strip() != prompt for a in json.loads((tmp_path / "argv.json").read_text()))
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process still running (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("served", [False, True], ids=["plain", "with opdsl's tools"])
+def test_the_cli_and_all_it_started_end_with_opdsl(
+    tmp_path: Path, served: bool, signum: int
+) -> None:
+    """`opdsl run` is ended while Claude Code (the fake) is mid-turn, with a command of its
+    own running (one that ignores SIGTERM) and, given opdsl's tools, its MCP server: none of
+    them outlives opdsl, and the turn's private folder is removed."""
+    pids = tmp_path / "pids.json"
+    argv = _opdsl(tmp_path, "--arg", "prompt=work", "--arg", "confine=false", "--quiet")
+    if served:
+        (tmp_path / "work").mkdir()
+        argv += ["--arg", 'tools=["read_file"]', "--workspace", str(tmp_path / "work")]
+    env = _env(tmp_path, FAKE_SCENARIO="spawn", FAKE_PIDS=str(pids))
+    proc = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pids.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the turn never started"
+            time.sleep(0.02)
+        started = json.loads(pids.read_text())
+        everyone = [started["cli"], *started["children"]]
+        assert len(everyone) == (3 if served else 2) and all(map(_alive, everyone))
+        proc.send_signal(signum)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while any(map(_alive, everyone)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = [pid for pid in everyone if _alive(pid)]
+        assert left == [], f"still running after opdsl ended: {left}"
+        if served:  # the turn's private folder (its home, its scratch folder, the socket)
+            folder = Path(started["cwd"]).parent
+            while folder.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not folder.exists(), folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pids.exists():  # what a failure left: only this test's own processes
+            started = json.loads(pids.read_text())
+            for pid in [started["cli"], *started["children"]]:
+                if _alive(pid) and _ours(pid, pids):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _ours(pid: int, mark: Path) -> bool:
+    """Whether ``pid`` was started for this test (its environment names the test's file)."""
+    try:
+        return f"FAKE_PIDS={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False

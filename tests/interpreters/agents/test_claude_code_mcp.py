@@ -7,10 +7,13 @@ stands for one of the traps found when Claude Code was first driven this way."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, run
 from interpreters.agents import _bridge
 from op import Op, ToolEnd, TurnRecord, agent
 from tests.helpers import Recorder
-from tests.servers import ScriptedServer, anthropic
+from tests.servers import ScriptedServer, anthropic, hang
 
 ROOT = Path(__file__).resolve().parents[3]
 CLAUDE = ROOT / ".cli" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
@@ -404,3 +407,69 @@ def test_a_turns_folder_holds_its_socket_however_long_the_temporary_folder(
             s.bind(str(folder / "tools.sock"))  # what serve_tools binds
     finally:
         shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_claude_code_and_its_mcp_server_end_with_opdsl(
+    tmp_path: Path, private_tmp: Path, signum: int
+) -> None:
+    """`opdsl run` ended while the real CLI waits on its model, its MCP server started: the
+    CLI and the server end with opdsl, and the turn's private folder goes."""
+    work = repo(tmp_path)
+    (tmp_path / "home").mkdir()
+    mark = f"OPDSL_TEST_MARK={tmp_path}"
+    with ScriptedServer([hang()] * 3) as srv:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "PATH": f"{CLAUDE.parent}{os.pathsep}{os.environ['PATH']}",
+            "ANTHROPIC_BASE_URL": srv.url,
+            "ANTHROPIC_API_KEY": "sk-test-any",
+            "HOME": str(tmp_path / "home"),
+            "TMPDIR": str(private_tmp),
+            "OPDSL_TEST_MARK": str(tmp_path),
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "interpreters",
+            "run",
+            "tests.fixtures.agent_programs:forward",
+        ]
+        argv += ["--db", str(tmp_path / "runs.db"), "--arg", "prompt=work", "--quiet"]
+        argv += ["--arg", "confine=false", "--arg", 'tools=["read_file"]', "--workspace", str(work)]
+        proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not srv.requests or not shims():
+                assert proc.poll() is None and time.monotonic() < deadline, "no turn began"
+                time.sleep(0.05)
+            # opdsl, the CLI, its MCP server (and the CLI's launcher); the turn's folder
+            assert len(ours(mark)) >= 3 and privates()
+            proc.send_signal(signum)
+            proc.wait(timeout=10)
+            deadline = time.monotonic() + 10
+            while (ours(mark) or privates()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ours(mark) == [] and shims() == []
+            assert privates() == set()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            for pid in ours(mark):
+                os.kill(pid, signal.SIGKILL)
+
+
+def ours(mark: str) -> list[int]:
+    """The processes still running (zombies aside) whose environment holds ``mark``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if mark.encode() not in (proc / "environ").read_bytes():
+                    continue
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
