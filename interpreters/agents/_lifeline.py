@@ -18,11 +18,9 @@ ARGV...``), which imports only the standard library:
 
 from __future__ import annotations
 
-import contextlib
+# only what starts fast: a turn waits for this launcher (subprocess and shutil would treble it)
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -34,6 +32,8 @@ REMOVE_WAIT = 10.0
 def _remove_when_gone(group: int, folder: str) -> None:
     """Wait (in a session of its own, outside ``group``) until the group is gone, then remove
     ``folder``."""
+    import shutil
+
     ends = time.monotonic() + REMOVE_WAIT
     while time.monotonic() < ends:
         try:
@@ -53,14 +53,15 @@ def _watch(fd: int, folder: str) -> None:
         pass
     group = os.getpgid(0)
     if folder:
-        # start_new_session: the remover is in a session of its own once Popen returns
+        import contextlib
+
+        # setsid: the remover is in a session of its own, out of the group, once spawned
         with contextlib.suppress(OSError):
-            subprocess.Popen(
+            os.posix_spawn(
+                sys.executable,
                 [sys.executable, "-I", "-S", __file__, "--remove", str(group), folder],
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                os.environ,
+                setsid=True,
             )
     os.killpg(group, signal.SIGKILL)
 
@@ -73,16 +74,17 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: _lifeline.py FD FOLDER -- ARGV...\n")
         return 2
     fd, folder, command = int(argv[1]), argv[2], argv[4:]
+    os.set_inheritable(fd, False)  # the CLI does not hold opdsl's lifeline
     # a SIGTERM to the group is the CLI's to answer; this waits for it (a handler, not
     # SIG_IGN, which the CLI would inherit)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     threading.Thread(target=_watch, args=(fd, folder), daemon=True).start()
     try:
-        child = subprocess.Popen(command)
+        pid = os.posix_spawnp(command[0], command, os.environ)
     except OSError as exc:
         sys.stderr.write(f"cannot start {command[0]}: {exc}\n")
         return 127
-    code = child.wait()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if code < 0:  # ended by a signal: so is this
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
