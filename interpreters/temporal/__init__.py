@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         outcome,
         start_run,
     )
+    from interpreters.temporal._gc import collect_garbage
     from interpreters.temporal._store import (
         ContentCodec,
         ContentMissing,
@@ -51,6 +52,7 @@ _WHERE = {
     "DirectoryStore": "interpreters.temporal._store",
     "EffectReader": "interpreters.temporal._activities",
     "TemporalLimit": "interpreters.temporal._store",
+    "collect_garbage": "interpreters.temporal._gc",
     "content_store": "interpreters.temporal._store",
     "read_export": "interpreters.journal._portable",
     "OpdslRun": "interpreters.temporal._workflow",
@@ -83,6 +85,7 @@ __all__ = [
     "DirectoryStore",
     "EffectReader",
     "TemporalLimit",
+    "collect_garbage",
     "content_store",
     "read_export",
     "OpdslRun",

@@ -256,12 +256,13 @@ class Activities:
         try:
             while True:
                 # heartbeat while the effect runs: a dead worker is noticed, and a cancellation
-                # comes back with the heartbeat's answer
-                if activity.in_activity() and not activity.info().is_local:
-                    activity.heartbeat(call.address)
+                # comes back with the heartbeat's answer; an effect done within half the
+                # heartbeat timeout sends none (the server times the first from the start)
                 done, _ = await asyncio.wait({work}, timeout=self.heartbeat_seconds / 2)
                 if done:
                     break
+                if activity.in_activity() and not activity.info().is_local:
+                    activity.heartbeat(call.address)
             value = work.result()
         except asyncio.CancelledError:
             work.cancel()

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from interpreters.journal._base import Journal
 from interpreters.journal._content import piece_refs
-from interpreters.journal._portable import Exported, export_run, read_export
+from interpreters.journal._portable import FORMAT, Exported, export_run, read_export, run_pieces
 from interpreters.temporal._types import Carried
 
 __all__ = ["carry", "read_carried", "split", "whole"]
@@ -21,9 +21,19 @@ __all__ = ["carry", "read_carried", "split", "whole"]
 _PIECE_LINE = '{"piece": '  # how export_run writes a piece's line
 
 
-def carry(journal: Journal, run_id: str) -> Carried:
-    """Run ``run_id`` of ``journal`` as it travels: its export, the pieces apart."""
-    return split(export_run(journal, run_id))
+def carry(journal: Journal, run_id: str, *, redact: bool = True) -> Carried:
+    """Run ``run_id`` of ``journal`` as it travels: its export, the pieces apart.
+
+    ``redact=False``: the lines as the journal holds them, without the export's second pass
+    over every text for secrets (what the driver journaled is redacted already): for the
+    journal a run carries into its own continue-as-new, whose input holds its arguments
+    anyway."""
+    if redact:
+        return split(export_run(journal, run_id))
+    entries = journal.entries(run_id)
+    first = json.dumps({"format": FORMAT, "run": journal.run(run_id).model_dump()}, sort_keys=True)
+    lines = [first, *(json.dumps({"entry": e.as_dict()}, sort_keys=True) for e in entries)]
+    return Carried(text="\n".join(lines) + "\n", pieces=run_pieces(journal, entries))
 
 
 def split(text: str) -> Carried:

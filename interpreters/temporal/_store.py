@@ -122,6 +122,14 @@ class ContentStore(ABC):
         """The stored content among ``names`` (one not there is left out), each checked
         against its name (:class:`ContentMissing` when the bytes are not what it says)."""
 
+    def listed(self) -> Iterable[tuple[str, float]]:
+        """Every stored name, with when it was stored (``collect_garbage``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list what it holds")
+
+    def delete(self, names: Iterable[str]) -> int:
+        """Remove ``names`` (``collect_garbage``); returns how many went."""
+        raise NotImplementedError(f"{type(self).__name__} cannot remove what it holds")
+
 
 @final
 class DirectoryStore(ContentStore):
@@ -212,6 +220,24 @@ class DirectoryStore(ContentStore):
                 )
             out[name] = data
         return out
+
+    def listed(self) -> Iterable[tuple[str, float]]:
+        for folder in self.root.iterdir():
+            if not (folder.is_dir() and len(folder.name) == 2):
+                continue
+            for path in folder.iterdir():
+                name = path.name
+                if len(name) == 64 and name.startswith(folder.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        yield name, path.stat().st_mtime
+
+    def delete(self, names: Iterable[str]) -> int:
+        gone = 0
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                self.path(name).unlink()
+                gone += 1
+        return gone
 
 
 def default_root() -> Path:

@@ -408,3 +408,45 @@ def test_the_store_and_the_codec_keep_each_piece_once_and_refuse_what_is_wrong(
         asyncio.run(fresh.decode(encoded, [EffectCall, EffectCall]))
     asyncio.run(DataConverter(payload_codec=ContentCodec(store)).encode([call, big]))
     assert asyncio.run(fresh.decode(encoded, [EffectCall, EffectCall])) == [call, big]
+
+
+def test_content_no_history_names_is_collected_and_what_one_names_is_kept(
+    temporal: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two conversations share their first messages; once one run's history is gone, the
+    content only it named is removed (not before, nor within the grace time) and the other
+    reads back whole."""
+    from interpreters.temporal import collect_garbage
+    from interpreters.temporal._gc import KEPT
+
+    content = tmp_path / "content"
+
+    def files() -> set[str]:
+        return {p.name for p in content.rglob("*") if p.is_file() and len(p.name) == 64}
+
+    async def main() -> tuple[set[str], set[str], set[str], tuple[int, int], str]:
+        async with reading(temporal, "gc", 3, content=content) as client:
+            monkeypatch.setenv("OPDSL_TEST_CHUNK", "3000")
+            a = await start_run(client, READER, task_queue="gc", args=(3,), run_id="gc-a")
+            assert (await outcome(a)).status == "completed"
+            only_a = files()
+            monkeypatch.setenv("OPDSL_TEST_CHUNK", "4000")  # other tool results
+            b = await start_run(client, READER, task_queue="gc", args=(3,), run_id="gc-b")
+            assert (await outcome(b)).status == "completed"
+            both = files()
+            # nothing goes while a history names it, nor what was stored within the grace
+            assert await collect_garbage(client) == (len(both), 0)
+            assert await collect_garbage(client, grace_seconds=0) == (len(both), 0)
+            # as once Temporal has removed run A's history (its retention passed): Temporal's
+            # dev server takes half a minute to delete a run, so the runs kept are named
+            gone = f'{KEPT} AND WorkflowId != "gc-a"'
+            collected = await collect_garbage(client, grace_seconds=0, kept=gone)
+            return only_a, both, files(), collected, await export(client, "gc-b")
+
+    only_a, both, left, collected, text = asyncio.run(main())
+    assert collected == (len(left), len(both) - len(left))
+    removed = both - left
+    assert removed and removed <= only_a  # only what run A stored went
+    assert only_a & left  # what A stored and B shares (its first messages) stayed
+    exported = read_export(text)
+    assert len(exported.entries) == 7 and _whole_infer(text).messages[-1].content == read_chunk(3)
