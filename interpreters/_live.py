@@ -11,7 +11,7 @@ from typing import Any, TypeVar, assert_never, final
 from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
-from interpreters.models._base import Model, redact_spec, resolve_model
+from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
 from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
@@ -162,11 +162,15 @@ class LiveHandlers(Handlers):
                     specs = self.tools.specs(effect.tools)
                 except KeyError as exc:
                     raise ModelError(str(exc.args[0])) from None
+                output = effect.output
+                if output is not None and output.calls:
+                    output = output.model_copy(update={"json_schema": calls_schema(specs)})
                 request = ModelRequest(
                     messages=effect.messages,
                     model=effect.model,
                     tools=specs,
                     params=dict(effect.params),
+                    output=output,
                 )
                 if self.model is None:
                     return await self._default_model(request, call)

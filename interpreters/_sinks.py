@@ -270,6 +270,9 @@ class ConsoleSink:
                     line((f"  {event.address:>8} {tokens}", "dim"))
             case CheckpointSaved():
                 line((f"  {event.address:>8} ◆ checkpoint {event.name}", "magenta"))
+            case Emitted() if event.name == "warning" and isinstance(event.data, str):
+                # an interpreter's warning: shown whole, since it names its fix
+                line((f"  {event.address:>8} warning:", "bold yellow"), f" {event.data}")
             case Emitted():
                 data = "" if event.data is None else " " + _short(event.data)
                 line((f"  {event.address:>8} • {event.name}", "yellow"), data)

@@ -11,6 +11,7 @@ ending in ``assert_never``, so an interpreter that forgets an effect fails to ty
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import (
@@ -25,13 +26,15 @@ from typing import (
     overload,
 )
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from returns.result import Result
 
+from op._errors import ModelError
 from op._values import (
     Budget,
     BudgetExhausted,
     Message,
+    Output,
     Response,
     TimedOut,
     ToolResult,
@@ -48,6 +51,7 @@ __all__ = [
     "Emit",
     "Get",
     "Infer",
+    "InvalidOutput",
     "Limit",
     "Merge",
     "Now",
@@ -80,6 +84,7 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 S = TypeVar("S", bound=CRDTModel)
 A = TypeVar("A")
@@ -100,13 +105,17 @@ class Effect(Generic[R]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Infer(Effect[Response]):
-    """Ask a model. ``tools`` names bound tools the model may call (``"all"``: every one)."""
+    """Ask a model. ``tools`` names bound tools the model may call (``"all"``: every one);
+    ``output``, the shape its answer must have (None: any text). The result is the model's
+    answer as it gave it, whatever ``output`` asked: validating it is the program's."""
 
     kind: ClassVar[str] = "infer"
     messages: tuple[Message, ...]
     model: str | None = None
     tools: tuple[str, ...] | Literal["all"] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
+    # left out of the canonical form while None: an infer without it is the bytes it always was
+    output: Output | None = field(default=None, metadata={"omit_if_none": True})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,25 +306,175 @@ def _body(fn: str, body: object) -> None:
         raise TypeError(f"{fn}() needs a running program, got {type(body).__name__}{hint}")
 
 
+class InvalidOutput(ModelError):
+    """The model's answers to ``infer(..., output=Model)`` never validated as ``Model``.
+
+    ``output`` names the model class, ``attempts`` counts the answers, ``error`` says what was
+    wrong with the last one and ``text`` is what it said. A program reads it like any error:
+    ``try: plan = yield from infer(..., output=Plan) except InvalidOutput as e: ...``.
+    """
+
+    def __init__(self, output: str, attempts: int, error: str, text: str) -> None:
+        shown = " ".join(text.split())
+        shown = shown if len(shown) <= 120 else shown[:119] + "…"
+        super().__init__(
+            f"the model's answer is not a valid {output} after {attempts} attempt(s): {error} "
+            f"(it said: {shown!r})"
+        )
+        self.output = output
+        self.attempts = attempts
+        self.error = error
+        self.text = text
+
+
+OUTPUT_RETRY = (
+    "Your answer is not a valid {name}: {error}. Answer again with the JSON object alone, "
+    "nothing before or after it."
+)
+"""What the model is told when its answer to ``infer(..., output=Model)`` did not validate."""
+
+
+@overload
 def infer(
     messages: str | Message | Sequence[Message],
     *,
     model: str | None = None,
     tools: Sequence[str] | Literal["all"] = (),
+    output: None = None,
     **params: Any,
-) -> Op[Response]:
-    """Ask a model and get its :class:`Response`.
+) -> Op[Response]: ...
+@overload
+def infer(
+    messages: str | Message | Sequence[Message],
+    *,
+    model: str | None = None,
+    output: type[M],
+    retries: int = 2,
+    **params: Any,
+) -> Op[M]: ...
+def infer(
+    messages: str | Message | Sequence[Message],
+    *,
+    model: str | None = None,
+    tools: Sequence[str] | Literal["all"] = (),
+    output: type[BaseModel] | None = None,
+    retries: int | None = None,
+    **params: Any,
+) -> Op[Any]:
+    """Ask a model and get its :class:`Response`; with ``output=Model`` (a pydantic model
+    class), a validated ``Model``.
+
+    With ``output``, the provider is asked to keep to the model's JSON Schema in its own way
+    (OpenAI's strict ``response_format``, Anthropic's forced tool, Ollama's ``format``,
+    llama.cpp's grammar-constrained ``json_schema``), and the answer is validated here. An
+    answer that does not validate is given back to the model with what was wrong, at most
+    ``retries`` times (each try is an ``infer`` of its own in the journal, holding what the
+    model said and its ``output.attempt``); one that never does raises
+    :class:`InvalidOutput`, which the program may catch. Validating is the program's, so a
+    replay gives back the same ``Model``.
 
     Example:
         >>> def hello() -> Op[str]:
         ...     reply = yield from infer("Say hi")
         ...     return reply.text
+        >>> class Plan(BaseModel):
+        ...     steps: list[str]
+        >>> def plan() -> Op[list[str]]:
+        ...     p = yield from infer("Plan the fix", output=Plan)
+        ...     return p.steps
     """
-    names: tuple[str, ...] | Literal["all"] = "all" if tools == "all" else tuple(tools)
-    result: Response = yield Infer(
-        messages=_messages(messages), model=model, tools=names, params=params
-    )
+    msgs = _messages(messages)
+    if output is None:
+        if retries is not None:
+            raise TypeError(
+                "infer(): retries= goes with output= (the answers that do not validate)"
+            )
+        names: tuple[str, ...] | Literal["all"] = "all" if tools == "all" else tuple(tools)
+        return _infer(Infer(messages=msgs, model=model, tools=names, params=params))
+    if not (isinstance(output, type) and issubclass(output, BaseModel)):
+        raise TypeError(f"infer(): output= takes a pydantic model class, not {output!r}")
+    if tools == "all" or tools:
+        raise TypeError(
+            "infer(): output= and tools= do not go together: the answer is the output; "
+            "for tool calls that keep to their schemas use tool_loop(..., constrained=True)"
+        )
+    n = 2 if retries is None else retries
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"infer(): retries= needs a whole number >= 0, got {retries!r}")
+    return _infer_output(msgs, model, output, n, params)
+
+
+def _infer(effect: Infer) -> Op[Response]:
+    result: Response = yield effect
     return result
+
+
+def _infer_output(
+    messages: tuple[Message, ...],
+    model: str | None,
+    output: type[M],
+    retries: int,
+    params: dict[str, Any],
+) -> Op[M]:
+    name = _schema_name(output)
+    schema = output.model_json_schema()
+    history = list(messages)
+    attempt = 1
+    while True:
+        asked = Output(name=name, json_schema=schema, attempt=attempt)
+        reply: Response = yield Infer(
+            messages=tuple(history), model=model, params=params, output=asked
+        )
+        value, error = parse_output(output, reply)
+        if value is not None:
+            return value
+        assert error is not None
+        if attempt > retries:
+            raise InvalidOutput(name, attempt, error, reply.text)
+        history += [reply.as_message(), Message.user(OUTPUT_RETRY.format(name=name, error=error))]
+        attempt += 1
+
+
+_FENCED = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def parse_output(output: type[M], reply: Response) -> tuple[M | None, str | None]:
+    """``reply``'s answer as a validated ``output``, or None and what was wrong with it (in
+    words for the model). The answer is the reply's text: the JSON object alone, or held in
+    one ```` ```json ```` fence."""
+    text = reply.text.strip()
+    if not text:
+        if reply.tool_calls:
+            return None, "it called a tool instead of answering with the JSON object"
+        return None, "it is empty"
+    fenced = _FENCED.findall(text)
+    if not text.startswith("{") and len(fenced) == 1:
+        text = fenced[0].strip()
+    try:
+        return output.model_validate_json(text), None
+    except ValidationError as exc:
+        if reply.stop_reason == "max_tokens":
+            return (
+                None,
+                "it was cut off at the limit on its length before it ended; answer more briefly",
+            )
+        return None, _validation_error(exc)
+
+
+def _validation_error(exc: ValidationError) -> str:
+    """A validation error in one line: each problem as ``where: what``, the first few."""
+    problems = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "the answer"
+        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _schema_name(output: type[BaseModel]) -> str:
+    """The model's name as providers take a schema's name (letters, digits, ``_``, ``-``)."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", output.__name__)[:64]
+    return name or "output"
 
 
 def tool(name: str, args: Mapping[str, Any] | None = None) -> Op[ToolResult]:

@@ -12,6 +12,7 @@ __all__ = [
     "BudgetExhausted",
     "Message",
     "ModelRequest",
+    "Output",
     "Response",
     "Spent",
     "TimedOut",
@@ -128,13 +129,33 @@ class ToolSpec(_Value):
     read_only: bool = False
 
 
+class Output(_Value):
+    """The shape an ``infer``'s answer must have, asked of the provider in its own way
+    (a JSON Schema response format, a forced tool, a grammar).
+
+    ``json_schema``: the JSON Schema of the answer (a pydantic model's, for
+    ``infer(..., output=Model)``), named ``name``; ``attempt``: which try this is (1 for the
+    first; a reply that did not validate is given back and asked again). ``calls``: the answer
+    is one call of an offered tool, ``{"name": ..., "arguments": {...}}``, or the final
+    answer, ``{"answer": "..."}``; the handler makes that schema from the offered tools
+    (``tool_loop(..., constrained=True)``), so ``json_schema`` is left empty.
+    """
+
+    name: str
+    json_schema: dict[str, Any] = Field(default_factory=dict)
+    attempt: int = Field(default=1, ge=1)
+    calls: bool = False
+
+
 class ModelRequest(_Value):
-    """What a model handler is asked: the conversation, the model, the tools it may call."""
+    """What a model handler is asked: the conversation, the model, the tools it may call,
+    and the shape its answer must have (``output``, None: any text)."""
 
     messages: tuple[Message, ...]
     model: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     params: dict[str, Any] = Field(default_factory=dict)
+    output: Output | None = None
 
 
 def _finite(v: float | None) -> float | None:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from op import Message, Op, Response, ToolCall, ToolResult, emit, infer, text_calls, tool
+from op import (
+    Infer,
+    Message,
+    Op,
+    Output,
+    Response,
+    ToolCall,
+    ToolResult,
+    emit,
+    infer,
+    text_calls,
+    tool,
+)
 from op._text_calls import CALL_FORMAT
 
 __all__ = ["CUT_OFF", "NO_CALL", "Hook", "text_result", "tool_loop"]
@@ -46,6 +59,7 @@ def tool_loop(
     on_turn: Callable[[int, Sequence[tuple[ToolCall, ToolResult]]], Hook] | None = None,
     on_max_steps: Callable[[int], Hook] | None = None,
     params: Mapping[str, Any] | None = None,
+    constrained: bool = False,
 ) -> Op[tuple[Response, list[Message]]]:
     """Ask the model, run the tools it calls, feed the results back, until it stops calling.
 
@@ -67,6 +81,15 @@ def tool_loop(
     tool calls (or was cut); ``on_max_steps(steps)`` runs then (default: emit
     ``max_steps_reached``). ``params`` go with every model call (``max_tokens=512``, ...).
 
+    ``constrained=True`` is for a server that decodes under a JSON Schema (llama.cpp, Ollama,
+    vLLM) but has no reliable tool calls: every answer is asked to be one call of an offered
+    tool, ``{"name": ..., "arguments": {...}}`` with that tool's own arguments, or the final
+    answer, ``{"answer": "..."}`` (:class:`~op.Output` with ``calls``), so a small model
+    writes no malformed or invented call. The call is read from the answer's text as above;
+    the last response is returned with the final answer's words as its text (the history
+    keeps what the model wrote). A provider whose API returns tool calls itself (OpenAI,
+    Anthropic) sends the tools as usual.
+
     A program adds its own rules with hooks, each a function that may return effects to run:
     ``on_reply(response)`` after every model call (charge its cost), ``on_result(call,
     result)`` after every tool call (note a written file), ``on_turn(step, calls)`` after the
@@ -83,7 +106,10 @@ def tool_loop(
     offered = None if tools == "all" else list(tools)
     steps = 0
     while True:
-        reply = yield from infer(history, tools=tools, model=model, **dict(params or {}))
+        if constrained:
+            reply = yield from _constrained(history, tools, model, params)
+        else:
+            reply = yield from infer(history, tools=tools, model=model, **dict(params or {}))
         steps += 1
         if on_reply is not None:
             yield from _run(on_reply(reply))
@@ -116,6 +142,9 @@ def tool_loop(
         elif written is not None and written.problem is not None:
             history.append(Message.user(NO_CALL.replace("{problem}", written.problem)))
         else:
+            final = _final_answer(reply.text) if constrained else None
+            if final is not None:
+                reply = reply.model_copy(update={"text": final})
             return reply, history
         if steps >= max_steps:
             if on_max_steps is None:
@@ -123,6 +152,38 @@ def tool_loop(
             else:
                 yield from _run(on_max_steps(steps))
             return reply, history
+
+
+CALL_OUTPUT = Output(name="tool_call", calls=True)
+"""What a constrained loop asks of every answer: a call of an offered tool, or the answer."""
+
+
+def _constrained(
+    history: list[Message],
+    tools: Sequence[str] | Literal["all"],
+    model: str | None,
+    params: Mapping[str, Any] | None,
+) -> Op[Response]:
+    names: tuple[str, ...] | Literal["all"] = "all" if tools == "all" else tuple(tools)
+    reply: Response = yield Infer(
+        messages=tuple(history),
+        model=model,
+        tools=names,
+        params=dict(params or {}),
+        output=CALL_OUTPUT,
+    )
+    return reply
+
+
+def _final_answer(text: str) -> str | None:
+    """The words of a constrained final answer, ``{"answer": "..."}``; None for other text."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(data, dict) and set(data) == {"answer"} and isinstance(data["answer"], str):
+        return data["answer"]
+    return None
 
 
 def _run(effects: Hook) -> Op[None]:

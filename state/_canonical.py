@@ -7,7 +7,9 @@ Rules (the journal, replay and CRDT law tests all lean on them):
   order never depends on ``PYTHONHASHSEED``;
 - tuples become lists; ``Success(v)`` and ``Failure(e)`` become ``{"ok": v}`` and
   ``{"error": e}``; pydantic models and dataclasses become objects of their fields
-  (dataclass fields marked ``metadata={"serialize": False}`` are left out);
+  (dataclass fields marked ``metadata={"serialize": False}`` are left out, and those marked
+  ``metadata={"omit_if_none": True}`` while they are None: a field added to an effect after
+  journals held it, so that the effect without it is still the same bytes);
 - NaN and the infinities are refused, and so are values JSON cannot hold (bytes, objects,
   non-string keys): the error names the path to the offending value.
 """
@@ -61,9 +63,22 @@ def _omitted(cls: type[BaseModel]) -> tuple[str, ...]:
 def _dataclass_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("serialize", True))
+        fields = [f for f in dataclasses.fields(cls) if f.metadata.get("serialize", True)]
+        _DC_OMIT[cls] = tuple(f.name for f in fields if f.metadata.get("omit_if_none"))
+        names = tuple(f.name for f in fields)
         _FIELDS[cls] = names
     return names
+
+
+_DC_OMIT: dict[type, tuple[str, ...]] = {}
+"""A dataclass's fields left out while they are None (``metadata={"omit_if_none": True}``)."""
+
+
+def _without_none(value: Any, out: dict[str, Any]) -> dict[str, Any]:
+    for name in _DC_OMIT.get(type(value), ()):
+        if out.get(name, 0) is None:
+            del out[name]
+    return out
 
 
 def to_jsonable(value: Any, path: str = "$") -> Any:
@@ -85,7 +100,8 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
     names = _FIELDS.get(cls)
     if names is not None:  # a dataclass seen before (every effect is one)
         kind = getattr(value, "kind", None)
-        return _fields(value, names, path, {"kind": kind} if isinstance(kind, str) else {})
+        out = _fields(value, names, path, {"kind": kind} if isinstance(kind, str) else {})
+        return _without_none(value, out) if _DC_OMIT.get(cls) else out
     if isinstance(value, BaseModel):
         out = _fields(value, cls.model_fields, path, {})
         for name in _omitted(cls):
@@ -94,9 +110,10 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         return out
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = getattr(value, "kind", None)
-        return _fields(
+        out = _fields(
             value, _dataclass_fields(cls), path, {"kind": kind} if isinstance(kind, str) else {}
         )
+        return _without_none(value, out)
     if isinstance(value, str | int):  # subclasses (IntEnum, StrEnum, ...)
         return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, float):
@@ -198,8 +215,9 @@ def canonical_json(value: Any) -> str:
 
 # A dataclass's text written field by field, without the dict ``to_jsonable`` would build (an
 # effect is one, and every effect is journaled): its keys in canonical order, each with its
-# key's text, and whether it is the ``kind`` that ``to_jsonable`` adds when it is a string.
-_Plan = tuple[tuple[str, str, bool], ...]
+# key's text, whether it is the ``kind`` that ``to_jsonable`` adds when it is a string, and
+# whether it is left out while None.
+_Plan = tuple[tuple[str, str, bool, bool], ...]
 _PLANS: dict[type, _Plan] = {}
 _STR = json.encoder.encode_basestring
 _LITERALS: dict[Any, str] = {None: "null", True: "true", False: "false"}
@@ -207,8 +225,9 @@ _LITERALS: dict[Any, str] = {None: "null", True: "true", False: "false"}
 
 def _plan(cls: type) -> _Plan:
     names = _dataclass_fields(cls)
+    omitted = _DC_OMIT[cls]
     keys = sorted({*names, "kind"})
-    plan = tuple((k, _STR(k) + ":", k == "kind" and k not in names) for k in keys)
+    plan = tuple((k, _STR(k) + ":", k == "kind" and k not in names, k in omitted) for k in keys)
     _PLANS[cls] = plan
     return plan
 
@@ -216,13 +235,15 @@ def _plan(cls: type) -> _Plan:
 def _by_plan(value: Any, plan: _Plan) -> str:
     parts = []
     item: Any
-    for key, head, added_kind in plan:
+    for key, head, added_kind, omit_if_none in plan:
         if added_kind:
             item = getattr(value, "kind", None)
             if not isinstance(item, str):
                 continue
         else:
             item = getattr(value, key)
+            if omit_if_none and item is None:
+                continue
         cls = type(item)
         if cls is str:
             parts.append(head + _STR(item))

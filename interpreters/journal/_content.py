@@ -240,6 +240,8 @@ class Packer:
         data = to_jsonable(
             {"kind": "infer", "model": effect.model, "params": effect.params, "tools": effect.tools}
         )
+        if effect.output is not None:  # left out while None, as in the canonical form
+            data["output"] = to_jsonable(effect.output)
         w = _Writer(self._clean, pieces)
         data["messages"] = w.ref(
             '{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}'

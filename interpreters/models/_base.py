@@ -10,16 +10,20 @@ import importlib
 import json
 import re
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
-from typing import Protocol, TypeAlias, final, runtime_checkable
+from typing import Any, Protocol, TypeAlias, final, runtime_checkable
 
 from interpreters.runtime._frame import Call
 from interpreters.runtime._redact import REDACTED
-from op import ModelError, ModelRequest, Response
+from op import Emitted, ModelError, ModelRequest, Response, ToolSpec, text_calls
 
 __all__ = [
+    "TOOLS_TEMPLATE",
     "CallInfo",
     "Model",
+    "TextCallWatch",
+    "calls_schema",
     "ModelScriptExhausted",
     "ProviderFactory",
     "ScriptedModel",
@@ -29,6 +33,7 @@ __all__ = [
     "register_provider",
     "resolve_model",
     "spec_model",
+    "strict_schema",
 ]
 
 
@@ -255,3 +260,128 @@ def _spec_options(spec: str) -> tuple[str, dict[str, str]]:
     if not all(k and eq and k.replace("_", "").isalnum() for k, eq, _ in pairs):
         return spec, {}
     return base, {k: v for k, _, v in pairs}
+
+
+def calls_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """The JSON Schema of an answer that is one call of ``tools``, ``{"name": ..., "arguments":
+    {...}}`` with the tool's own arguments, or the final answer, ``{"answer": "..."}``: what
+    ``tool_loop(..., constrained=True)`` asks a server that decodes under a schema for, so that
+    a call is valid by construction. The tools' ``$defs`` are gathered at the top, where their
+    references point.
+
+    Example:
+        >>> spec = ToolSpec(name="add", parameters={"type": "object", "properties": {}})
+        >>> [b["properties"].get("name") for b in calls_schema([spec])["anyOf"]]
+        [{'const': 'add'}, None]
+    """
+    defs: dict[str, Any] = {}
+    branches: list[dict[str, Any]] = []
+    for t in tools:
+        parameters = dict(t.parameters or {"type": "object", "properties": {}})
+        defs.update(parameters.pop("$defs", None) or {})
+        branches.append(
+            {
+                "type": "object",
+                "description": t.description or t.name,
+                "properties": {"name": {"const": t.name}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    branches.append(
+        {
+            "type": "object",
+            "description": "the final answer, when no tool is needed any more",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        }
+    )
+    schema: dict[str, Any] = {"anyOf": branches}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic model's JSON Schema as OpenAI's strict structured outputs take it: every
+    object closed (``additionalProperties: false``) with all its properties required, no
+    ``default``, a ``$ref`` with other keys beside it resolved in place. What validates the
+    answer is still the model class itself, so a field with a default is asked for and then
+    validated as the class says.
+
+    Example:
+        >>> strict_schema({"type": "object", "properties": {"a": {"type": "integer", "default": 1}}})
+        {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'additionalProperties': False, 'required': ['a']}
+    """
+    defs = schema.get("$defs") or {}
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, list):
+            return [fix(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and len(node) > 1 and ref.startswith("#/$defs/"):
+            target = defs.get(ref.removeprefix("#/$defs/"))
+            if isinstance(target, dict):
+                node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        out = {k: fix(v) for k, v in node.items() if k != "default"}
+        if out.get("type") == "object" or "properties" in out:
+            out.setdefault("additionalProperties", False)
+            out["required"] = list(out.get("properties") or {})
+        return out
+
+    fixed: dict[str, Any] = fix(schema)
+    return fixed
+
+
+TOOLS_TEMPLATE = "json_tools.jinja"
+"""The chat template opdsl ships for llama.cpp's ``llama-server --jinja``: it renders the
+tools and asks for calls as ```` ```json {"name": ..., "arguments": ...} ``` ```` blocks, which
+the server then returns as real tool calls (:func:`tools_template` gives its path)."""
+
+
+def tools_template() -> Path:
+    """Where the shipped chat template is (give it to ``llama-server --chat-template-file``)."""
+    return Path(str(resources.files("interpreters.models") / "templates" / TOOLS_TEMPLATE))
+
+
+class TextCallWatch:
+    """Notices a server that never returns a tool call while its model writes calls as text:
+    the server's chat template has no tool-call format it can parse (llama.cpp with a model's
+    own template, an Ollama model without tool support). Says so once, as a ``warning`` event
+    the console shows, naming ``fix``."""
+
+    def __init__(self, fix: str) -> None:
+        self.fix = fix
+        self.returned_calls = False
+        self.warned = False
+
+    def note(self, who: str, request: ModelRequest, response: Response, call: CallInfo) -> None:
+        if response.tool_calls:
+            self.returned_calls = True
+            return
+        if self.returned_calls or self.warned or not request.tools:
+            return
+        if request.output is not None and request.output.calls:
+            return  # asked for the call as JSON text: that is what it wrote
+        found = text_calls(response.text, [t.name for t in request.tools])
+        if found is None:
+            return
+        self.warned = True
+        if call.bus.active:
+            call.bus.emit(
+                Emitted(
+                    run_id=call.run_id,
+                    at=call.clock.now(),
+                    address=call.address,
+                    name="warning",
+                    data=(
+                        f"model {who} was offered {len(request.tools)} tool(s) and wrote its "
+                        "call as text: the server has returned no tool call, so its chat "
+                        "template has no tool-call format it can parse (tool_loop performs "
+                        f"such calls itself, strictly, but they are less reliable). Fix: {self.fix}"
+                    ),
+                )
+            )

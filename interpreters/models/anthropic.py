@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, final
 
@@ -16,6 +17,7 @@ from interpreters.models._http import (
     _Stream,
 )
 from interpreters.models._usage import anthropic_usage
+from interpreters.tools._bound import RAW_ARGUMENTS
 from op import ModelRequest, Response, ToolCall
 
 __all__ = ["AnthropicModel"]
@@ -26,6 +28,24 @@ class AnthropicModel(HttpModel):
     """Anthropic's Messages API."""
 
     provider = "anthropic"
+
+    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        response = await super().complete(request, call)
+        output = request.output
+        if output is None or output.calls:
+            return response
+        # the answer came as the input of the forced tool: that input is what the model said
+        said = [c for c in response.tool_calls if c.name == output.name]
+        if not said:
+            return response
+        args = said[0].arguments
+        raw = args[RAW_ARGUMENTS] if set(args) == {RAW_ARGUMENTS} else None
+        text = str(raw) if raw is not None else json.dumps(args, ensure_ascii=False)
+        rest = tuple(c for c in response.tool_calls if c is not said[0])
+        stop = response.stop_reason if rest else "end_turn"
+        return response.model_copy(
+            update={"text": response.text + text, "tool_calls": rest, "stop_reason": stop}
+        )
 
     def _path(self) -> str:
         return "/v1/messages"
@@ -81,6 +101,18 @@ class AnthropicModel(HttpModel):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+        output = request.output
+        if output is not None and not output.calls:
+            # Anthropic's way to a structured answer: one tool, whose input is the answer,
+            # forced (its own tool calls are structured already: calls=True asks nothing)
+            body["tools"] = [
+                {
+                    "name": output.name,
+                    "description": f"Give the answer as a {output.name}.",
+                    "input_schema": output.json_schema,
+                }
+            ]
+            body["tool_choice"] = {"type": "tool", "name": output.name}
         body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
         if stream:
             body["stream"] = True

@@ -8,7 +8,7 @@ from typing import Any, final
 
 import httpx
 
-from interpreters.models._base import CallInfo, register_provider
+from interpreters.models._base import CallInfo, TextCallWatch, register_provider
 from interpreters.models._http import (
     HttpModel,
     _loads,
@@ -27,6 +27,20 @@ class OllamaModel(HttpModel):
     arrive after status 200)."""
 
     provider = "ollama"
+    #: notices a model whose template makes no tool calls Ollama can return
+    _watch: TextCallWatch | None = None
+
+    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        response = await super().complete(request, call)
+        if request.tools:
+            if self._watch is None:
+                self._watch = TextCallWatch(
+                    "use a model whose Ollama template supports tools (`ollama show MODEL` "
+                    "lists 'tools' among its capabilities), or tool_loop(..., constrained=True) "
+                    "for calls valid by construction"
+                )
+            self._watch.note(self.spec, request, response, call)
+        return response
 
     def _path(self) -> str:
         return "/api/chat"
@@ -53,6 +67,8 @@ class OllamaModel(HttpModel):
         }
         if request.tools:
             body["tools"] = [_openai_tool(t) for t in request.tools]
+        if request.output is not None:
+            body["format"] = request.output.json_schema  # decoded under the schema's grammar
         options = {
             k: v
             for k, v in request.params.items()

@@ -10,7 +10,15 @@ from typing import Any, final
 import anyio
 import httpx
 
-from interpreters.models._base import CallInfo, compatible_parts, redact_spec, register_provider
+from interpreters.models._base import (
+    CallInfo,
+    TextCallWatch,
+    compatible_parts,
+    redact_spec,
+    register_provider,
+    strict_schema,
+    tools_template,
+)
 from interpreters.models._http import (
     HttpModel,
     _loads,
@@ -40,6 +48,21 @@ class OpenAIModel(HttpModel):
 
     #: whether the server can use tools: None until asked (``openai-compatible`` only)
     _tools_usable: bool | None = None
+    #: notices a server whose chat template makes no tool calls it can return
+    _watch: TextCallWatch | None = None
+
+    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        response = await super().complete(request, call)
+        if request.tools and self.provider == "openai-compatible":
+            if self._watch is None:
+                self._watch = TextCallWatch(
+                    "start llama-server with --jinja --chat-template-file "
+                    f"{tools_template()} (opdsl's template: it renders the tools and asks for "
+                    "calls as ```json blocks, which the server returns as tool calls), or "
+                    "use tool_loop(..., constrained=True) for calls valid by construction"
+                )
+            self._watch.note(self.spec, request, response, call)
+        return response
 
     def _path(self) -> str:
         return "/chat/completions"
@@ -80,6 +103,21 @@ class OpenAIModel(HttpModel):
         }
         if request.tools:
             body["tools"] = [_openai_tool(t) for t in request.tools]
+        output = request.output
+        if output is not None and not (output.calls and self.provider == "openai"):
+            # OpenAI's structured outputs; llama.cpp makes a grammar of the schema (and with
+            # tools beside it, the answer is the schema's JSON: a call is read from its text);
+            # OpenAI's own tool calls need no constraint of ours
+            schema = output.json_schema
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": output.name,
+                    # strict takes an object at the top only: a call's schema is a choice
+                    "schema": schema if output.calls else strict_schema(schema),
+                    "strict": not output.calls,
+                },
+            }
         # OpenAI's own API names the cap max_completion_tokens (its reasoning models refuse
         # max_tokens); the servers that copy the API (llama.cpp, vLLM, ...) know max_tokens
         cap = "max_completion_tokens" if self.provider == "openai" else "max_tokens"

@@ -152,10 +152,13 @@ def program_name(program: object) -> str:
 
 def _infer_event(effect: Infer) -> dict[str, Any]:
     """An ``infer`` as the events give it, less its messages."""
-    return {
+    data = {
         "kind": "infer",
         **to_jsonable({"model": effect.model, "params": effect.params, "tools": effect.tools}),
     }
+    if effect.output is not None:  # left out while None, as in the canonical form
+        data["output"] = to_jsonable(effect.output)
+    return data
 
 
 def _mark(exc: BaseException, address: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import assert_type
 
+from pydantic import BaseModel
 from returns.result import Result
 
 from op import (
@@ -61,6 +62,21 @@ def program(task: str) -> Op[tuple[int, str]]:
     assert_type(answer, str)
     words = limited.value_or(0)
     return words, answer
+
+
+class Plan(BaseModel):
+    title: str
+    steps: list[str]
+
+
+def typed_answers(task: str) -> Op[int]:
+    plan = yield from infer(task, output=Plan)
+    assert_type(plan, Plan)
+    retried = yield from infer([], model="openai:gpt-4.1-mini", output=Plan, retries=0)
+    assert_type(retried, Plan)
+    plain = yield from infer(task, max_tokens=5)
+    assert_type(plain, Response)
+    return len(plan.steps) + len(retried.title)
 
 
 def run_keeps_the_result_type() -> str:
