@@ -382,3 +382,14 @@ def test_a_prompt_is_never_read_as_an_option(
     assert all(arg.strip() != prompt for arg in argv), argv
     assert (tmp_path / "stdin.txt").read_text() == prompt
     assert not marker.exists(), "the prompt's hook ran"
+
+
+@pytest.mark.parametrize("backend", ["claude-code", "codex"])
+def test_a_prompt_longer_than_an_argument_may_be_reaches_the_cli(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str
+) -> None:
+    """One argument may hold at most 128 KiB on Linux; standard input holds any prompt."""
+    prompt = "fix it. " * 40_000  # 320 KB
+    result = run(say, backend, prompt, {"cwd": str(tmp_path)}, db=MemoryJournal())
+    assert isinstance(result.value, TurnRecord), result.describe()
+    assert (tmp_path / "stdin.txt").read_text() == prompt
