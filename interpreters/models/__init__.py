@@ -16,6 +16,7 @@ from interpreters.models._base import (
     redact_spec,
     register_provider,
     resolve_model,
+    tools_template,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ __all__ = [
     "redact_spec",
     "register_provider",
     "resolve_model",
+    "tools_template",
 ]
 
 

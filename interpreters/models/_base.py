@@ -34,6 +34,7 @@ __all__ = [
     "resolve_model",
     "spec_model",
     "strict_schema",
+    "tools_template",
 ]
 
 
