@@ -26,7 +26,13 @@ from typing import Any, assert_never, final
 from interpreters._live import AgentBackend, LiveHandlers, as_workspace
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
 from interpreters.journal._status import can_resume
-from interpreters.models._base import Model, ScriptedModel, redact_spec, resolve_model
+from interpreters.models._base import (
+    Model,
+    ScriptedModel,
+    example_of,
+    redact_spec,
+    resolve_model,
+)
 from interpreters.models._http import HttpModel, Prices
 from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
@@ -895,8 +901,11 @@ class DryRunHandlers(Handlers):
         output = asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
         usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=output)
         cost = None if name is None else self.prices.cost(name, usage)
+        text = "(dry run: no model call)"
+        if effect.output is not None and not effect.output.calls:  # a typed answer: one that fits
+            text = json.dumps(example_of(effect.output.json_schema))
         return Response(
-            text="(dry run: no model call)",
+            text=text,
             usage=usage.model_copy(update={"cost_usd": cost}),
             model=name or "no model",
         )

@@ -28,6 +28,7 @@ __all__ = [
     "ProviderFactory",
     "ScriptedModel",
     "compatible_parts",
+    "example_of",
     "providers",
     "redact_spec",
     "register_provider",
@@ -386,3 +387,48 @@ class TextCallWatch:
                     ),
                 )
             )
+
+
+def example_of(schema: dict[str, Any]) -> Any:
+    """The plainest value that fits ``schema`` (a pydantic model's JSON Schema): what a dry run
+    answers a typed ``infer`` with, since it asks no model. Each field its default, else the
+    first of its choices, else the empty value of its type.
+
+    Example:
+        >>> example_of({"type": "object", "properties": {"n": {"type": "integer"},
+        ...     "tags": {"type": "array"}, "kind": {"enum": ["a", "b"]}}, "required": ["n"]})
+        {'n': 0, 'tags': [], 'kind': 'a'}
+    """
+    defs = schema.get("$defs") or {}
+
+    def of(node: Any, depth: int) -> Any:
+        if not isinstance(node, dict) or depth > 20:
+            return None
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return of(defs.get(ref.removeprefix("#/$defs/")), depth + 1)
+        if "default" in node:
+            return node["default"]
+        if "const" in node:
+            return node["const"]
+        if node.get("enum"):
+            return node["enum"][0]
+        for key in ("anyOf", "oneOf", "allOf"):
+            if node.get(key):
+                return of(node[key][0], depth + 1)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kind = kind[0] if kind else None
+        if kind == "object" or "properties" in node:
+            props = node.get("properties") or {}
+            return {k: of(v, depth + 1) for k, v in props.items()}
+        empty: dict[Any, Any] = {
+            "array": [],
+            "string": "",
+            "integer": 0,
+            "number": 0,
+            "boolean": False,
+        }
+        return empty.get(kind)
+
+    return of(schema, 0)

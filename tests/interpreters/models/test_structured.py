@@ -278,3 +278,12 @@ def test_a_server_that_has_returned_a_tool_call_is_not_warned_about() -> None:
 
         assert run(loop, model=model, tools=[add], on_event=events.append).value == "done"
     assert not [e for e in events if isinstance(e, Emitted)]
+
+
+def test_a_dry_run_answers_a_typed_infer_with_a_value_that_fits() -> None:
+    from interpreters import dry_run
+
+    shown = dry_run(plan, model="openai:gpt-4.1-mini")
+    assert shown.status == "completed", shown.error
+    assert [s.kind for s in shown.steps] == ["infer"]  # one stub, no retries
+    assert shown.value == Plan(title="", steps=[])
