@@ -320,6 +320,33 @@ def test_with_content_inline_a_limit_is_an_error_that_says_which_and_where(
     assert "limit.blobSize.error" in (big.error or "") and "return less" in (big.error or "")
 
 
+def test_with_content_inline_a_journal_too_large_to_carry_ends_the_run_saying_so(
+    temporal: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No content store, and a history long enough to continue as new often: once the journal
+    it would carry is over the payload limit, the run ends there, saying so."""
+    monkeypatch.setenv("OPDSL_TEST_CHUNK", str(PAYLOAD_LIMIT // 5))
+
+    async def main() -> RunOutcome:
+        async with reading(temporal, "inline3", 20, content="inline") as client:
+            handle = await start_run(
+                client,
+                READER,
+                task_queue="inline3",
+                args=(20,),
+                run_id="inline-3",
+                history_bytes=64 * 1024,
+            )
+            return await asyncio.wait_for(outcome(handle), 60)
+
+    got = asyncio.run(main())
+    assert got.status == "failed", got
+    error = got.error or ""
+    assert "TemporalLimit" in error and "cannot be carried into the new run" in error, error
+    assert "payload limit is 256 KiB (limit.blobSize.error)" in error
+    assert "OPDSL_TEMPORAL_CONTENT=FOLDER" in error
+
+
 def test_a_history_near_its_hard_limit_inside_a_scope_ends_the_run_saying_so(
     temporal: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
