@@ -28,6 +28,10 @@ ASKS = "tests.conformance.programs:asks"
 DEEP = "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1)
 
 
+class _AsItIs(dict[str, Any]):
+    """An input sent as it is: opdsl's codec would name its pieces by their texts."""
+
+
 def _raw(text: str) -> RawValue:
     return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=text.encode()))
 
@@ -81,13 +85,27 @@ def test_malformed_input_fails_the_workflow_at_once_with_its_reason(temporal: Se
         ({**good, "record": deep_entry}, "entry 1's result_json nests deeper than 100"),
         ({**good, "record": given, "restore_at": "9"}, "restore_at '9' is not a checkpoint"),
         ({**good, "restore_at": "2"}, "restore_at names a checkpoint of a record"),
+        ({**good, "history_bytes": 10}, "history_bytes is 10; it must be from 65,536 to"),
+        ({**good, "pieces": "x"}, "pieces is an object of texts by hash, not a str"),
+        (_AsItIs({**good, "pieces": {"h": 1}}), "pieces: piece 'h' is text, not a int"),
+        ({**good, "pieces": {"a" * 64: '"x"'}}, "pieces are the content of a record"),
+        (
+            _AsItIs({**good, "record": given, "pieces": {"a" * 64: '"not what its name says"'}}),
+            f"piece {'a' * 64}: its text does not have that hash",
+        ),
+        (
+            {**good, "record": given, "pieces": {"b" * 64: "[" + DEEP + "]"}},
+            "nests deeper than 100",
+        ),
         (_raw("[1, 2]"), "a run's input is an object of RunInput's fields, not a list"),
         (_raw("[" * 100_000 + "]" * 100_000), "a run's input cannot be decoded"),
     ]
 
     async def start(client: Client, n: int, value: Any) -> Any:
         run_id = "given" if isinstance(value, dict) and "record" in value else f"malformed-{n}"
-        if isinstance(value, dict) and "run_id" not in value:
+        if isinstance(value, _AsItIs):
+            value = _raw(json.dumps({"run_id": run_id, **value}))
+        elif isinstance(value, dict) and "run_id" not in value:
             value = {"run_id": run_id, **value}
         handle = await client.start_workflow(
             WORKFLOW, value, id=run_id, task_queue="malformed", task_timeout=TASK_TIMEOUT
