@@ -247,8 +247,9 @@ class Activities:
     async def _perform(self, call: EffectCall) -> Outcome:
         try:
             effect = self.reader.read(call)
-        except (ContentError, ContentMissing) as exc:
-            # the store does not hold what the workflow sent: retrying cannot find it
+        except (ValueError, ContentMissing) as exc:  # a ContentError is a ValueError
+            # the store does not hold what the workflow sent, or it is not an effect: retrying
+            # cannot mend it
             message = f"run {call.run_id}, address {call.address}: {exc}"
             return Outcome(error_json=error_json(ContentMissing(message)), fatal=True)
         info = Call(call.run_id, call.address, SystemClock(), EventBus([]), off_loop=True)

@@ -477,3 +477,24 @@ def test_content_no_history_names_is_collected_and_what_one_names_is_kept(
     assert only_a & left  # what A stored and B shares (its first messages) stayed
     exported = read_export(text)
     assert len(exported.entries) == 7 and _whole_infer(text).messages[-1].content == read_chunk(3)
+
+
+def test_the_conversation_bench_runs_both_workflows(
+    temporal: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bench/temporal.py --conversation``'s measured path, made small: both the opdsl run and
+    the plain workflow complete, and their histories are counted."""
+    import importlib.util
+
+    bench = ROOT / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("bench_temporal", bench / "temporal.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("OPDSL_TEST_CHUNK", "1000")
+    got = asyncio.run(module.conversation(temporal.target, temporal.process.pid, 3, 1000))
+    assert got["opdsl_runs"] == got["plain_runs"] == 1
+    assert got["opdsl_events"] > 3 * 6 and got["plain_events"] > 3 * 6
+    assert got["opdsl_bytes"] > 0 and got["plain_bytes"] > 0
+    assert got["store_files"] >= 3  # each tool result once, and the chain's nodes
