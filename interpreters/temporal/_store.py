@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import secrets
+import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,6 +66,9 @@ INLINE: Final = "inline"
 
 DEFAULT_PAYLOAD_LIMIT: Final = 2 * 1024 * 1024
 """Temporal's ``limit.blobSize.error`` unless the server says otherwise."""
+
+KNOWN_FOR: Final = 600.0
+"""Seconds a codec trusts that what it put is still stored (it puts it again after)."""
 
 _PIECES: Final = b"json/opdsl-pieces"
 _STORED: Final = b"binary/opdsl-stored"
@@ -177,7 +181,10 @@ class DirectoryStore(ContentStore):
             target = self.path(name)
             try:
                 if target.stat().st_size == len(data):
-                    continue  # there already (a file cut short is written again)
+                    # there already (a file cut short is written again): marked as stored
+                    # now, so that a collection in progress keeps it (see ``_gc``)
+                    os.utime(target)
+                    continue
             except FileNotFoundError:
                 pass
             folder = target.parent
@@ -308,19 +315,23 @@ class ContentCodec(PayloadCodec):
         self.payload_limit = payload_limit
         self.threshold = min(threshold, max(1024, payload_limit // 4))
         self._recent = _Recent(recent_bytes)
-        self._known: set[str] = set()  # names known to be in the store
+        # names this process put lately, by when: not put again for a while (well within the
+        # hour a garbage collection spares what was stored, or touched, lately)
+        self._known: dict[str, float] = {}
 
     # -- the store, through the caches -----------------------------------------------------
 
     async def _put(self, blobs: dict[str, bytes]) -> None:
         store = self.store
         assert store is not None
-        fresh = {n: b for n, b in blobs.items() if n not in self._known}
+        now = time.monotonic()
+        known = self._known
+        fresh = {n: b for n, b in blobs.items() if now - known.get(n, -KNOWN_FOR) >= KNOWN_FOR}
         if fresh:
             await asyncio.to_thread(store.put, fresh)
-            if len(self._known) > 1_000_000:
-                self._known.clear()
-            self._known.update(fresh)
+            if len(known) > 1_000_000:
+                known.clear()
+            known.update(dict.fromkeys(fresh, now))
         for name, data in blobs.items():
             self._recent.add(name, data)
 
@@ -352,7 +363,6 @@ class ContentCodec(PayloadCodec):
                     )
                 self._recent.add(name, data)
                 out[name] = data
-            self._known.update(found)
         return out
 
     # -- the codec -------------------------------------------------------------------------
