@@ -485,10 +485,9 @@ def _loaded(text: str) -> dict[str, Any]:
 
 def _ref_in(value: Any, shape: type, out: set[str]) -> None:
     """The reference ``value`` is, if it has the shape one takes there."""
-    if shape is dict and isinstance(value, dict) and is_digest(value.get("$ref")):
-        out.add(value["$ref"])
-    elif shape is str and is_digest(value):
-        out.add(value)
+    ref = value.get("$ref") if shape is dict and isinstance(value, dict) else value
+    if (shape is str or ref is not value) and isinstance(ref, str) and is_digest(ref):
+        out.add(ref)
 
 
 def _calls_refs(calls: Any, out: set[str]) -> None:
