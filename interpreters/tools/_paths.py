@@ -155,8 +155,9 @@ class _Paths:
         if self.root in real.parents:
             self.guarded_paths.add(real.parent if real.parent != self.root else real)
 
-    def _guarded(self, real: Path) -> bool:
-        """Whether writing or deleting ``real`` would change the run's journal."""
+    def _guarded(self, real: Path, *, holding: bool = True) -> bool:
+        """Whether writing or deleting ``real`` would change the run's journal (``holding``:
+        a folder that holds it counts; reading one does not)."""
         for place in self.guarded_paths:
             if place.is_dir():  # the journal's folder
                 hit = real == place or place in real.parents
@@ -164,7 +165,7 @@ class _Paths:
                 hit = real.parent == place.parent and real.name in {
                     place.name + suffix for suffix in JOURNAL_SIDECARS
                 }
-            if hit or real in place.parents:
+            if hit or (holding and real in place.parents):
                 return True
         return False
 
@@ -189,7 +190,9 @@ class _Paths:
             raise WorkspaceError(
                 f"path {path!r} is inside {'/'.join(p for p in parts if p in FORBIDDEN)}/, which tools may not touch"
             )
-        if write and self._guarded(real):
+        if self._guarded(real, holding=write):
+            # not even read: opening and closing the file in this process would drop the
+            # locks SQLite holds on it for the journal (POSIX locks are the process's)
             raise WorkspaceError(
                 f"{rel.as_posix()} holds the run's journal, which tools may not touch"
             )

@@ -269,6 +269,10 @@ def test_a_journal_elsewhere_in_the_workspace_is_out_of_every_tools_reach(
     assert not ws.write_file(where, "forged").ok
     assert not ws.write_file(where + "-journal", "forged").ok
     assert not ws.delete_path(where).ok
+    # nor read: opening it in this process would drop the locks SQLite holds on it
+    read = ws.read_file(where)
+    assert not read.ok and "holds the run's journal" in (read.error or "")
+    assert "(no matches)" in ws.search("SQLite format", ".").output
     if "/" in where:
         assert not ws.write_file("data/other.db", "x").ok
         assert not ws.delete_path("data").ok
