@@ -674,16 +674,23 @@ def cmd_import(a: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {a.file}: {exc}") from None
     record = import_run(open_journal(a.db), text, source=a.file)
     config = json.loads(record.config_json or "{}")
-    named = [f"--program {record.program}"]
+    from interpreters._shown import visible
+    from interpreters.models import redact_spec
+
+    # what the file names, shell-quoted, a model's credentials never shown
+    named = [f"--program {shlex.quote(record.program)}"]
     for option, key in (("tools", "tools"), ("model", "model"), ("workspace", "workspace")):
         value = config.get(key)
         for v in value if isinstance(value, list) else [value] if value else []:
-            named.append(f"--{option} {v}")
+            shown = redact_spec(str(v)) if option == "model" else str(v)
+            named.append(f"--{option} {shlex.quote(shown)}")
     if record.state_json is not None:
-        named.append(f"--state {config.get('state_type')}")
+        named.append(f"--state {shlex.quote(str(config.get('state_type')))}")
     print(
-        f"imported run {record.run_id}; nothing it names runs, gets a key or changes a folder "
-        f"until you give it again to resume or replay it: {' '.join(named)}"
+        visible(
+            f"imported run {record.run_id}; nothing it names runs, gets a key or changes a "
+            f"folder until you give it again to resume or replay it: {' '.join(named)}"
+        )
     )
     return 0
 

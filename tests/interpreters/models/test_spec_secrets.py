@@ -154,3 +154,34 @@ def test_a_spec_whose_url_cannot_be_parsed_is_one_line_naming_it(tmp_path: Path)
         "opdsl: error: model spec 'openai-compatible:m@http://[::1/v1': its URL is not a URL "
         "(Invalid port: ':1')"
     ), ran.stderr
+
+
+def test_import_names_a_files_model_again_with_its_credentials_redacted(tmp_path: Path) -> None:
+    """The hint ``opdsl import`` prints: what the file names, shell-quoted, and a model URL's
+    password never shown (a file someone hands us may hold one)."""
+    from interpreters import MemoryJournal, ScriptedModel, export_run, run
+    from op import infer
+
+    def hello() -> object:
+        return (yield from infer("hi")).text
+
+    journal = MemoryJournal()
+    done = run(hello, model=ScriptedModel(["yo"]), db=journal)
+    lines = export_run(journal, done.run_id).splitlines()
+    first = json.loads(lines[0])
+    config = json.loads(first["run"]["config_json"])
+    config["model"] = f"openai-compatible:m@http://me:{SECRET}@127.0.0.1:9/v1"
+    config["workspace"] = "/tmp/a b; rm -rf ~"
+    first["run"]["config_json"] = json.dumps(config)
+    path = tmp_path / "handed.jsonl"
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    shown = subprocess.run(
+        [OPDSL, "import", str(path), "--db", str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert SECRET not in shown.stdout + shown.stderr
+    assert "[redacted]@127.0.0.1:9/v1" in shown.stdout
+    assert "--workspace '/tmp/a b; rm -rf ~'" in shown.stdout
