@@ -160,9 +160,9 @@ def test_import_names_a_files_model_again_with_its_credentials_redacted(tmp_path
     """The hint ``opdsl import`` prints: what the file names, shell-quoted, and a model URL's
     password never shown (a file someone hands us may hold one)."""
     from interpreters import MemoryJournal, ScriptedModel, export_run, run
-    from op import infer
+    from op import Op, infer
 
-    def hello() -> object:
+    def hello() -> Op[str]:
         return (yield from infer("hi")).text
 
     journal = MemoryJournal()
