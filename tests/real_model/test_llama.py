@@ -95,9 +95,11 @@ def _sqlite(tmp_path: Path) -> str:
 
 
 def _entries(db: str, run_id: str) -> list[Any]:
+    """The run's entries, each with its whole effect and result (the journal keeps a
+    conversation's messages once and refers to them)."""
     journal = SqliteJournal(db)
     try:
-        return list(journal.entries(run_id))
+        return [journal.whole(e) for e in journal.entries(run_id)]
     finally:
         journal.close()
 
