@@ -45,7 +45,7 @@ from interpreters.temporal._store import (
 from interpreters.temporal._types import ACTIVITY, Admission, AdmitRequest, EffectCall, Outcome
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
-from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Tool, default_state
+from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Output, Tool, default_state
 from state import canonical_json, to_jsonable
 
 __all__ = ["Activities", "EffectReader", "effect_from_json"]
@@ -64,11 +64,13 @@ def _effect(data: Any, messages: tuple[Message, ...] | None) -> LeafEffect:
         tools = data.get("tools")
         if messages is None:
             messages = tuple(Message.model_validate(m) for m in data["messages"])
+        output = data.get("output")
         return Infer(
             messages=messages,
             model=data.get("model"),
             tools="all" if tools == "all" else tuple(tools or ()),
             params=dict(data.get("params") or {}),
+            output=None if output is None else Output.model_validate(output),
         )
     if kind == "agent":
         return Agent(
