@@ -173,7 +173,7 @@ class SqliteJournal(Journal):
         self,
         path: str | Path,
         *,
-        busy_timeout: float = 10.0,
+        busy_timeout: float = 30.0,
         read_only: bool = False,
         create: bool = True,
         group_commit: bool | None = None,
@@ -206,6 +206,11 @@ class SqliteJournal(Journal):
                 self._setup()
         except apsw.NotADBError:
             raise self._not_a_database(self._db) from None
+        except (apsw.BusyError, apsw.LockedError):
+            raise JournalError(
+                f"journal {self.path} is busy: other processes held it for {busy_timeout:g} s "
+                "while it was being opened; nothing was changed, try again"
+            ) from None
         except apsw.Error as exc:
             raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
         except OSError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -60,7 +61,13 @@ def test_the_readme_runs_the_coder_against_a_local_llama_server(tmp_path: Path) 
                     break
             except httpx.HTTPError:
                 pass
-            assert process.poll() is None, (tmp_path / "llama.log").read_text()[-2000:]
+            code = process.poll()
+            if code == -signal.SIGILL:
+                pytest.skip(
+                    "the prebuilt llama-server needs an instruction this CPU lacks (AVX-512); "
+                    "`make model-source` builds one for it"
+                )
+            assert code is None, (tmp_path / "llama.log").read_text()[-2000:]
             time.sleep(0.2)
         out = subprocess.run(
             ["bash", "-c", client], cwd=repo, env=env, capture_output=True, text=True, timeout=400
