@@ -35,8 +35,8 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, final
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple, final
 
 from op import Infer, Message, Response, Tool, ToolResult
 from state import canonical_json, dump_jsonable, to_jsonable
@@ -82,15 +82,15 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and _HEX.fullmatch(value) is not None
 
 
-@dataclass(frozen=True, slots=True)
-class Packed:
-    """A text as journaled and the pieces it needs that may not be stored yet."""
+_NO_PIECES: Mapping[str, str] = MappingProxyType({})
+
+
+class Packed(NamedTuple):
+    """A text as journaled and the pieces it needs that may not be stored yet (a tuple: one
+    is made for every journaled effect and result)."""
 
     text: str
-    pieces: Mapping[str, str] = field(default_factory=dict)
-
-
-_NO_PIECES: Mapping[str, str] = {}
+    pieces: Mapping[str, str] = _NO_PIECES
 
 
 class _Writer:
@@ -188,32 +188,38 @@ class Packer:
         (1, 2)
     """
 
-    __slots__ = ("_clean", "_conversations", "_kept", "earlier", "keep")
+    __slots__ = ("_clean", "_conversations", "earlier", "keep", "made")
+
+    # a text this short holds no piece, whatever it is (the hot path asks before anything)
+    SHORT: Final = PIECE_MIN
 
     _RECENT: Final = 8  # conversations kept: a program may interleave a few (roles, branches)
 
     def __init__(self, clean: Callable[[str], str] | None = None, *, keep: bool = True) -> None:
         self._clean: Callable[[str], str] = clean if clean is not None else _same
         self.keep = keep
-        self._kept: dict[str, str] = {}
+        #: the pieces made that :meth:`take` has not taken yet
+        self.made: dict[str, str] = {}
         self._conversations: list[_Conversation] = []
         #: how many of the last packed ``infer``'s messages its conversation had before
         self.earlier = 0
 
-    def take(self) -> dict[str, str]:
+    def take(self) -> Mapping[str, str]:
         """The pieces made since the last call (a journal stores them before the entry)."""
-        kept, self._kept = self._kept, {}
+        if not self.made:
+            return _NO_PIECES
+        kept, self.made = self.made, {}
         return kept
 
     def pending(self, h: str) -> str | None:
         """A piece made and not yet taken, or None."""
-        return self._kept.get(h)
+        return self.made.get(h)
 
     def _made(self, pieces: dict[str, str]) -> Mapping[str, str]:
         if not pieces:
             return _NO_PIECES
         if self.keep:
-            self._kept.update(pieces)
+            self.made.update(pieces)
         return pieces
 
     # -- effects ------------------------------------------------------------------------------

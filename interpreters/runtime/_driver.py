@@ -46,7 +46,6 @@ from returns.result import Failure, Result, Success
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
 from interpreters.journal._content import (
     ContentError,
-    Packed,
     Packer,
     unpack_effect,
     unpack_result,
@@ -224,7 +223,7 @@ class Driver:
         #: each piece of content journaled once (``journal._content``): this run's chains
         self.packer = Packer(self.clean, keep=journal is not None)
         self._packed_of: object = None
-        self._packed = Packed("")
+        self._packed = ""
         # the chain of layers a leaf effect goes through (see ``_layers``): each is there
         # only when its job exists, so a live run with nothing to record is the handlers alone
         perform: Perform = Handled(self).perform
@@ -375,29 +374,35 @@ class Driver:
         self._text_of, self._text = effect, text
         return text
 
-    def recorded(self, effect: AnyEffect, address: str) -> Packed:
-        """The effect as journaled: packed (each piece of content once, secrets replaced),
-        with the pieces it needs (see ``journal._content``)."""
+    def recorded(self, effect: AnyEffect, address: str) -> str:
+        """The effect's text as journaled: packed (each piece of content once, secrets
+        replaced); the pieces it needs wait in the packer for :meth:`store_pieces`."""
         if effect is self._packed_of:
             return self._packed
         if type(effect) is Infer:
-            packed = self._recordable(self.packer.effect, effect, address)
+            text = self._recordable(self.packer.effect, effect, address).text
         else:
-            packed = self.packer.effect(effect, self.effect_json(effect, address))
-        self._packed_of, self._packed = effect, packed
-        return packed
+            text = self.effect_json(effect, address)
+            # most effects are too short to hold a piece: only their secrets are replaced
+            text = (
+                self.clean(text)
+                if len(text) < Packer.SHORT
+                else self.packer.effect(effect, text).text
+            )
+        self._packed_of, self._packed = effect, text
+        return text
 
-    def recorded_result(self, value: Any, what: str, address: str) -> Packed:
-        """A result as journaled: packed like an effect."""
-        return self.packer.result(value, self.json(value, what, address))
+    def recorded_result(self, value: Any, what: str, address: str) -> str:
+        """A result's text as journaled: packed like an effect."""
+        text = self.json(value, what, address)
+        if len(text) < Packer.SHORT:
+            return self.clean(text)
+        return self.packer.result(value, text).text
 
     def store_pieces(self) -> None:
         """Hand the pieces made so far to the journal (before the entry that needs them)."""
-        journal = self.journal
-        if journal is not None and self.packer.keep:
-            pieces = self.packer.take()
-            if pieces:
-                journal.put_content(pieces)
+        if self.packer.made and self.journal is not None:
+            self.journal.put_content(self.packer.take())
 
     def whole(self, text: str | None, kind: str | None = None) -> str | None:
         """A journaled text, unpacked (``kind``: a result's effect kind; None: an effect)."""
@@ -482,8 +487,8 @@ class Driver:
             if self._announced is not None:
                 self._announced.started(effect, address, data)
             if self._journaled is not None:
-                packed = self.recorded(effect, address)  # from the data just computed
-                self._journaled.begin(effect, address, packed, self.clock.now())
+                text = self.recorded(effect, address)  # from the data just computed
+                self._journaled.begin(effect, address, text, self.clock.now())
         return self.clock.monotonic()
 
     def _end(

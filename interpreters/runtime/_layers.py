@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from interpreters.journal._base import Entry, JournalError
-from interpreters.journal._content import Packed
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._frame import (
     BudgetStop,
@@ -157,14 +156,15 @@ class Journaled(Layer):
 
     __slots__ = ()
 
-    def begin(self, effect: AnyEffect, address: str, packed: Packed, now: float) -> None:
-        """Journal the effect (``packed``: its text as journaled) as started, after the pieces
-        of content it needs."""
+    def begin(self, effect: AnyEffect, address: str, text: str, now: float) -> None:
+        """Journal the effect (``text``: as journaled, :meth:`Driver.recorded`) as started,
+        after the pieces of content it needs."""
         d = self.driver
         assert d.journal is not None
         try:
-            d.store_pieces()
-            d.journal.begin(d.run_id, address, effect.kind, packed.text, now)
+            if d.packer.made:
+                d.store_pieces()
+            d.journal.begin(d.run_id, address, effect.kind, text, now)
         except JournalError:
             raise
         except Exception as exc:
@@ -175,16 +175,19 @@ class Journaled(Layer):
         address: str,
         status: EntryEnd,
         *,
-        result_json: str | Packed | None = None,
+        result_json: str | None = None,
+        recorded: str | None = None,
         usage: Usage | None = None,
         exc: BaseException | None = None,
     ) -> None:
-        """Finish the entry; ``result_json``: a text to clean, or one packed (cleaned)."""
+        """Finish the entry; ``result_json``: a text to clean, or ``recorded``: one as
+        journaled (:meth:`Driver.recorded_result`, its pieces stored first)."""
         d = self.driver
         assert d.journal is not None
-        if isinstance(result_json, Packed):
-            d.store_pieces()
-            result_text: str | None = result_json.text
+        if recorded is not None:
+            if d.packer.made:
+                d.store_pieces()
+            result_text: str | None = recorded
         else:
             result_text = None if result_json is None else d.clean(result_json)
         try:
@@ -227,8 +230,8 @@ class Journaled(Layer):
         recorded = (
             {**d.snapshot(frame), "world": result} if isinstance(effect, Checkpoint) else result
         )
-        packed = d.recorded_result(recorded, f"the result of {effect.kind}", address)
-        self.finish(address, "completed", result_json=packed, usage=usage_of(result))
+        text = d.recorded_result(recorded, f"the result of {effect.kind}", address)
+        self.finish(address, "completed", recorded=text, usage=usage_of(result))
         # grouped: the finish is committed with the next commit, at the latest before this
         # run's next effect runs (its begin waits for it) or as the run ends; nothing the
         # program does in between reaches the world
@@ -350,7 +353,7 @@ class Replay(Layer):
                     d.clean(d.effect_json(effect, address)),
                 )
             return None
-        if d.recorded(effect, address).text != entry.effect_json:
+        if d.recorded(effect, address) != entry.effect_json:
             # packed texts are equal when the whole ones are; an entry written whole (by an
             # earlier opdsl) is compared whole
             now = d.clean(d.effect_json(effect, address))
