@@ -49,6 +49,7 @@ from op import (
     ModelError,
     Op,
     OpdslError,
+    Response,
     ToolCall,
     ToolResult,
     agent,
@@ -434,7 +435,7 @@ def _agent_params(params: Mapping[str, Any]) -> dict[str, Any]:
 def _answer(messages: list[Message], backend: Backend, params: Mapping[str, Any]) -> Op[str]:
     """A role's answer in words (no tools), appended to ``messages`` as the assistant's."""
     if backend == "model":
-        reply = yield from infer(messages, **dict(params))
+        reply: Response = yield from infer(messages, **dict(params))
         messages.append(reply.as_message())
         return reply.text
     conversation = "\n\n".join(f"[{m.role}]\n{m.content}" for m in messages[1:])
