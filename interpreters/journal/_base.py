@@ -239,13 +239,12 @@ class Journal(ABC):
             >>> j.whole(j.entries(r.run_id)[0]).effect_json[:40]
             '{"kind":"infer","messages":[{"content":"'
         """
-        from interpreters.journal._content import lookup, unpack_effect, unpack_result
+        from interpreters.journal._content import lookup, unpack_texts
 
-        get = lookup({}, self.content)
-        return entry.replace(
-            effect_json=unpack_effect(entry.effect_json, get),
-            result_json=unpack_result(entry.kind, entry.result_json, get),
+        effect, result = unpack_texts(
+            entry.kind, entry.effect_json, entry.result_json, lookup({}, self.content)
         )
+        return entry.replace(effect_json=effect, result_json=result)
 
     def content_hashes(self) -> set[str]:
         """Every stored piece's hash (``gc``; a store that cannot list them says none)."""

@@ -430,6 +430,13 @@ def unpack_effect(text: str, get: Lookup) -> str:
     return dump_jsonable(data)
 
 
+def unpack_texts(
+    kind: str, effect_text: str, result_text: str | None, get: Lookup
+) -> tuple[str, str | None]:
+    """An entry's effect and result texts, whole (what ``Journal.whole`` and ``diff`` show)."""
+    return unpack_effect(effect_text, get), unpack_result(kind, result_text, get)
+
+
 def unpack_result(kind: str, text: str | None, get: Lookup) -> str | None:
     """The whole canonical text of a journaled result."""
     if text is None or len(text) < 40 or '"$ref"' not in text and not _HEX.search(text):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interpreters.journal._base import Entry, RunRecord
-from interpreters.journal._content import ContentError, lookup, unpack_effect, unpack_result
+from interpreters.journal._content import ContentError, lookup, unpack_texts
 
 __all__ = ["RunDiff", "diff_runs"]
 
@@ -160,11 +160,8 @@ def _whole(e: Entry | None, content: Callable[[Iterable[str]], Mapping[str, str]
     """``e`` with its effect and result unpacked (as shown where two runs part)."""
     if e is None:
         return None
-    get = lookup({}, content)
     try:
-        return e.replace(
-            effect_json=unpack_effect(e.effect_json, get),
-            result_json=unpack_result(e.kind, e.result_json, get),
-        )
+        effect, result = unpack_texts(e.kind, e.effect_json, e.result_json, lookup({}, content))
     except (ContentError, ValueError):
         return e
+    return e.replace(effect_json=effect, result_json=result)
