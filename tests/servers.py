@@ -152,6 +152,14 @@ def hang() -> Answer:
 # -- OpenAI chat completions --------------------------------------------------------------------
 
 
+def openai_calls(req: dict[str, Any], tag: str, *pairs: tuple[str, dict[str, Any]]) -> Reply:
+    """An OpenAI answer to ``req`` calling each (tool, arguments) of ``pairs``, the calls
+    numbered ``TAG-0``, ``TAG-1``, ..."""
+    return openai(tool_calls=[(f"{tag}-{i}", n, json.dumps(a)) for i, (n, a) in enumerate(pairs)])(
+        req
+    )
+
+
 def openai(
     text: str = "",
     tool_calls: list[tuple[str, str, str]] | None = None,

@@ -22,7 +22,7 @@ import pytest
 
 from interpreters.tools._sandbox import sandbox_problem
 from tests.programs.test_director import _repo, git_log
-from tests.servers import Reply, ScriptedServer, openai
+from tests.servers import Reply, ScriptedServer, openai, openai_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,11 +135,7 @@ class Cheater:
         self.calls += 1
 
         def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
-            return openai(
-                tool_calls=[
-                    (f"c{self.calls}-{i}", n, json.dumps(a)) for i, (n, a) in enumerate(pairs)
-                ]
-            )(req)
+            return openai_calls(req, f"c{self.calls}", *pairs)
 
         if messages[-1]["role"] == "tool":
             if system.startswith("You are the implementor"):

@@ -24,7 +24,7 @@ from tests.programs.test_director import (
     _repo,
     git_log,
 )
-from tests.servers import Reply, ScriptedServer, closed_port, openai
+from tests.servers import Reply, ScriptedServer, closed_port, openai, openai_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,11 +42,7 @@ class Director:
         self.calls += 1
 
         def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
-            return openai(
-                tool_calls=[
-                    (f"c{self.calls}-{i}", n, json.dumps(a)) for i, (n, a) in enumerate(pairs)
-                ]
-            )(req)
+            return openai_calls(req, f"c{self.calls}", *pairs)
 
         if messages[-1]["role"] == "tool" and not system.startswith("You are the implementor"):
             return openai(text="done")(req)

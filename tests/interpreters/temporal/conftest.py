@@ -130,3 +130,16 @@ async def _wait_ready(target: str, process: subprocess.Popen[bytes]) -> None:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """End worker processes as a user would (Ctrl-C), killing one that does not stop."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

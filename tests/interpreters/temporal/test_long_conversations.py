@@ -44,7 +44,7 @@ from state import canonical_json
 from tests.fixtures.conversation_programs import TOOLS, ReadingModel, answer, read_chunk, reader
 from tests.interpreters.temporal import programs
 from tests.interpreters.temporal import tools as test_tools
-from tests.interpreters.temporal.conftest import PAYLOAD_LIMIT, Server
+from tests.interpreters.temporal.conftest import PAYLOAD_LIMIT, Server, stop_workers
 
 ROOT = Path(__file__).resolve().parents[3]
 READER = "tests.fixtures.conversation_programs:reader"
@@ -201,15 +201,7 @@ def _last_call(turns: int) -> Infer:
 def two_workers(temporal: Server, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
     yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_workers(procs)
 
 
 def _conversation_worker(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from interpreters.temporal import RunOutcome, connect, export, outcome, parse_export, start_run
-from tests.interpreters.temporal.conftest import Server
+from tests.interpreters.temporal.conftest import Server, stop_workers
 
 ROOT = Path(__file__).resolve().parents[3]
 OPDSL = [sys.executable, "-m", "interpreters"]
@@ -54,15 +54,7 @@ def workers(temporal: Server, tmp_path: Path) -> Iterator[list[subprocess.Popen[
     marks = tmp_path / "marks"
     procs = [_worker(temporal, "kill", marks, tmp_path / f"worker{i}.log") for i in range(2)]
     yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_workers(procs)
 
 
 def test_a_worker_killed_mid_run_loses_and_repeats_nothing(
