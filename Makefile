@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/driver.py
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/journal_stress.py
+	$(BIN)/python bench/growth.py
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/temporal.py

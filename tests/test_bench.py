@@ -71,3 +71,16 @@ def test_the_concurrency_bench_runs_against_its_server(tmp_path: Path) -> None:
     assert [r.status for r in runs] == ["completed"] * 3
     calls = [e for r in runs for e in SqliteJournal(db, read_only=True).entries(r.run_id)]
     assert len(calls) == 3 * concurrency.CALLS
+
+
+def test_the_growth_bench_measures_a_journal_and_its_readers(tmp_path: Path) -> None:
+    growth = _bench("growth")
+    size, content, whole, model = growth.journaled(6, 400, tmp_path / "kb.db")
+    assert 0 < content < size and whole is not None and whole > 2 * content  # the square
+    assert len(model.at) == 7  # six tool calls, then the answer
+    assert growth.turn_times(model, 3, width=2) > 0
+    assert 0.9 < growth.exponent([(10, 100), (100, 1000), (1000, 10_000)]) < 1.1
+    peak, conversation = growth.peak_memory(4, 400, None)
+    assert peak > 0 and conversation > 4 * 400
+    run_id = SqliteJournal(tmp_path / "kb.db", read_only=True).runs()[0].run_id
+    assert growth.timed_command("show", run_id, "--db", str(tmp_path / "kb.db")) > 0
