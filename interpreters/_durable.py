@@ -774,7 +774,7 @@ async def areplay(
         state=_initial_state(record, config, state_type, accept_changed_code),
         log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
     )
-    if isinstance(result.error, Divergence):
+    if isinstance(result.error, Divergence | JournalError):  # a record that cannot be read, too
         raise result.error
     _compare(record, result, entries)
     if os.environ.get("OPDSL_OTEL_REPLAY", "").lower() in ("1", "true") and trace_sinks():

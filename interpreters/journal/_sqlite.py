@@ -37,6 +37,7 @@ from interpreters.journal._base import (
     RunStatus,
     _holder,
 )
+from interpreters.journal._content import digest
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
 
 SCHEMA_VERSION = 2
@@ -638,7 +639,15 @@ class SqliteJournal(Journal):
                 f"SELECT hash, body FROM content WHERE hash IN ({', '.join('?' * len(part))})",
                 tuple(part),
             ).fetchall()
-            out.update((str(h), str(b)) for h, b in rows)
+            for h, body in rows:
+                # a file someone hands us may have changed a piece under its name: what is
+                # read is what the hash says, or nothing is
+                if not isinstance(body, str) or digest(body) != h:
+                    raise JournalError(
+                        f"journal {self.path}: piece {str(h)[:64]} does not hold the text its "
+                        "hash names; the file was changed outside opdsl"
+                    )
+                out[str(h)] = body
         return out
 
     @property

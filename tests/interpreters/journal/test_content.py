@@ -410,3 +410,16 @@ def test_a_text_that_looks_like_a_hash_is_content_not_a_reference(tmp_path: Path
     record = import_run(again, text, source="hashes.jsonl")
     assert replay(record.run_id, db=again, program=hashing).value == done.value
     assert drop_unreferenced(again) == 0
+
+
+def test_a_piece_changed_in_the_file_is_refused_not_fed_to_the_program(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
+    journal = SqliteJournal(db)
+    (h,) = [h for h, body in journal.content(journal.content_hashes()).items() if "chunk 2" in body]
+    journal._db.execute(
+        "UPDATE content SET body=replace(body, 'lorem', 'FORGED') WHERE hash=?", (h,)
+    )
+    journal.close()
+    with pytest.raises(JournalError, match=f"piece {h} does not hold the text its hash names"):
+        replay(done.run_id, db=str(db))
