@@ -20,12 +20,13 @@ def _outside(
 ) -> tuple[apsw.Connection, Callable[[int, CallInfo], Awaitable[str]]]:
     """Another reader of the journal file (a connection of its own: it sees what is committed,
     as another process would), and a tool that says whether its own effect's begin is
-    committed there while it runs (it waits a moment first, as a tool that does I/O would, so
-    that concurrent runs interleave)."""
+    committed there while it runs (it yields to the loop first, as a tool that does I/O would,
+    so that concurrent runs interleave; no timer, so the runs keep in step however loaded the
+    machine is)."""
     outside = apsw.Connection(str(db))
 
     async def seen_from_outside(i: int, call: CallInfo) -> str:
-        await anyio.sleep(0.001)
+        await anyio.sleep(0)
         row = outside.execute(
             "SELECT status FROM entries WHERE run_id=? AND address=?",
             (call.run_id, call.address),
