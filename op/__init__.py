@@ -14,7 +14,10 @@ from returns.result import Failure, Result, Success
 
 from op._effects import (
     EFFECT_TYPES,
+    LEAF_KINDS,
     LEAF_TYPES,
+    SCOPE_KINDS,
+    STATE_KINDS,
     Agent,
     AnyEffect,
     Ask,
@@ -111,7 +114,10 @@ __all__ = [
     "program",
     "workspace_of",
     "EFFECT_TYPES",
+    "LEAF_KINDS",
     "LEAF_TYPES",
+    "SCOPE_KINDS",
+    "STATE_KINDS",
     "AgentEnd",
     "AgentStart",
     "Add",

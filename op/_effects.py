@@ -282,6 +282,15 @@ EFFECT_TYPES: tuple[type[Effect[Any]], ...] = _classes(AnyEffect)
 LEAF_TYPES: tuple[type[Effect[Any]], ...] = _classes(LeafEffect)
 """The classes of :data:`LeafEffect`."""
 
+LEAF_KINDS: frozenset[str] = frozenset(t.kind for t in LEAF_TYPES)
+"""The ``kind`` of every leaf effect (as a journal entry names it), from the union."""
+
+SCOPE_KINDS: frozenset[str] = frozenset(t.kind for t in _classes(ScopeEffect))
+"""The ``kind`` of every scope effect (``limit``, ``timeout``, ``par``), from the union."""
+
+STATE_KINDS: frozenset[str] = frozenset(t.kind for t in _classes(StateEffect))
+"""The ``kind`` of every state effect, from the union."""
+
 
 def _messages(messages: str | Message | Sequence[Message]) -> tuple[Message, ...]:
     if isinstance(messages, str):
