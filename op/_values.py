@@ -11,6 +11,7 @@ __all__ = [
     "Budget",
     "BudgetExhausted",
     "Message",
+    "RAW_ARGUMENTS",
     "ModelRequest",
     "Output",
     "Response",
@@ -55,6 +56,12 @@ class Usage(_Value):
             cached_tokens=self.cached_tokens + other.cached_tokens,
             cost_usd=cost,
         )
+
+
+RAW_ARGUMENTS = "__raw__"
+"""The key under which a tool call's arguments that were not a JSON object are kept, as the
+text the model wrote (``ToolCall(arguments={RAW_ARGUMENTS: "not json"})``): a provider keeps
+them so, and a bound tool answers such a call with an error the model can read."""
 
 
 class ToolCall(_Value):

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from interpreters._redact import Redactor
 from interpreters.journal._base import (
     Entry,
     Journal,
@@ -17,7 +18,6 @@ from interpreters.journal._base import (
     RunRecord,
 )
 from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
-from interpreters.runtime._redact import Redactor
 from op import Usage
 from state import canonical_json
 

@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias, final, runtime_checkable
 
+from interpreters._redact import REDACTED
 from interpreters.runtime._frame import Call
-from interpreters.runtime._redact import REDACTED
 from op import Emitted, ModelError, ModelRequest, Response, ToolSpec, text_calls
 
 __all__ = [

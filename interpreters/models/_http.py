@@ -41,6 +41,7 @@ import anyio.lowlevel
 import httpx
 from pydantic import ValidationError
 
+from interpreters._redact import Redactor
 from interpreters.models._base import CallInfo, redact_spec
 from interpreters.models._h1 import (
     ERROR_BODY,
@@ -49,8 +50,8 @@ from interpreters.models._h1 import (
     H1Transport,
     UnreadableAnswer,
 )
-from interpreters.runtime._redact import Redactor
 from op import ModelError, ModelRequest, Response, Usage
+from op._values import RAW_ARGUMENTS
 
 __all__ = [
     "HttpModel",
@@ -60,7 +61,6 @@ __all__ = [
     "default_model_spec",
 ]
 
-from interpreters.tools._bound import RAW_ARGUMENTS
 
 _SHARDS = 16
 

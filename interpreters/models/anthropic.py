@@ -17,8 +17,8 @@ from interpreters.models._http import (
     _Stream,
 )
 from interpreters.models._usage import anthropic_usage
-from interpreters.tools._bound import RAW_ARGUMENTS
 from op import ModelRequest, Response, ToolCall
+from op._values import RAW_ARGUMENTS
 
 __all__ = ["AnthropicModel"]
 

@@ -26,9 +26,10 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from interpreters.models._base import CallInfo
+from interpreters.runtime._frame import Call as CallInfo  # the driver's Call, by its public name
 from op import DuplicateTool, Fatal, NotSerializable, ToolResult, ToolSpec, canonical_json
 from op._marker import Marker
+from op._values import RAW_ARGUMENTS
 
 __all__ = [
     "BoundTool",
@@ -48,8 +49,6 @@ def format_validation_error(exc: ValidationError) -> str:
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
 
-
-RAW_ARGUMENTS = "__raw__"  # a model's tool-call arguments that were not JSON, as text
 
 # ToolResult's validator without the keyword-argument __init__ wrapper (half the cost)
 _ok_result = ToolResult.__pydantic_validator__.validate_python

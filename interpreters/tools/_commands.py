@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import final
 
-from interpreters.runtime._redact import Redactor, looks_secret
+from interpreters._redact import Redactor, looks_secret
 from interpreters.tools import _pytest_report
 from interpreters.tools._files import _Files
 from interpreters.tools._paths import (

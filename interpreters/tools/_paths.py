@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from interpreters.runtime._redact import SECRET_MARKERS
+from interpreters._redact import SECRET_MARKERS
 from interpreters.tools._locks import Entry, LockSet, changes, put_back, pytest_settings
 from interpreters.tools._sandbox import JOURNAL_SIDECARS
 from op import ToolResult
