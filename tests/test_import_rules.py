@@ -121,3 +121,101 @@ def test_the_light_parts_load_no_heavy_library(statement: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == ""
+
+
+RUN_SCRIPTED = """
+import sys
+from interpreters import MemoryJournal, ScriptedModel, run
+from op import Op, infer
+
+def hello(task: str) -> Op[str]:
+    reply = yield from infer(task)
+    return reply.text
+
+assert run(hello, "hi", model=ScriptedModel(["done"]), db=MemoryJournal()).value == "done"
+print(" ".join(m for m in ("httpx", "httpcore", "git", "rich") if m in sys.modules))
+"""
+
+
+def test_a_run_with_a_scripted_model_and_no_workspace_loads_no_http_or_git() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_SCRIPTED], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == ""
+
+
+def _room(module: str) -> str:
+    """The room a module is in: a top-level package, a sub-package of ``interpreters``, or a
+    module of ``interpreters``' own (``interpreters._api``), each a room of its own."""
+    parts = module.split(".")
+    if parts[0] == "interpreters" and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _room_imports(root: Path, packages: tuple[str, ...]) -> dict[tuple[str, str], list[str]]:
+    """(importing room, imported room): the imports that make that edge, every import counted
+    (a function's own too), except those only a type checker runs (``if TYPE_CHECKING:``)."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            me = _module_name(root, path)
+            # what a relative import is relative to: the package itself, or the module's own
+            here = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            typing_only = {
+                id(n)
+                for block in ast.walk(tree)
+                if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                for n in ast.walk(block)
+            }
+            for node in ast.walk(tree):
+                if id(node) in typing_only:
+                    continue
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    base = here[: len(here) - node.level + 1] if node.level else []
+                    targets = [".".join([*base, *([node.module] if node.module else [])])]
+                else:
+                    continue
+                for target in targets:
+                    a, b = _room(me), _room(target)
+                    if target.split(".")[0] in packages and a != b:
+                        edges.setdefault((a, b), []).append(f"{me} -> {target}")
+    return edges
+
+
+def _cycles(root: Path, packages: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """Pairs of rooms that import each other, each with one import either way."""
+    edges = _room_imports(root, packages)
+    return {
+        (a, b): f"{edges[a, b][0]}; {edges[b, a][0]}" for a, b in edges if a < b and (b, a) in edges
+    }
+
+
+# rooms that still import each other, through files being reshaped elsewhere: each is a known
+# debt, and the test fails once it is paid, so that the entry goes
+KNOWN_CYCLES = {("interpreters._durable", "interpreters.observe")}
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    cycles = _cycles(ROOT, ("op", "state", "interpreters", "programs"))
+    assert set(cycles) == KNOWN_CYCLES, "\n".join(
+        f"{a} <-> {b}: {w}" for (a, b), w in cycles.items()
+    )
+
+
+def test_the_cycle_check_sees_a_cycle_and_only_one(tmp_path: Path) -> None:
+    for room, other in (("a", "b"), ("b", "a"), ("c", "a")):
+        (tmp_path / room).mkdir()
+        (tmp_path / room / "__init__.py").write_text(f"from {other} import x\n")
+    (tmp_path / "a" / "_own.py").write_text("from . import x\nfrom .. import b\n")
+    assert _cycles(tmp_path, ("a", "b", "c")) == {("a", "b"): "a -> b; b -> a"}
+    assert _room("interpreters.models._http") == "interpreters.models"
+    assert _room("interpreters._api") == "interpreters._api"

@@ -25,15 +25,12 @@ import contextlib
 import functools
 import json
 import os
-import random
 import re
 import ssl
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
-from importlib import resources
 from typing import Any
 
 import anyio
@@ -50,7 +47,18 @@ from interpreters.models._h1 import (
     H1Transport,
     UnreadableAnswer,
 )
-from op import ModelError, ModelRequest, Response, Usage
+from interpreters.models._remote import (
+    DEFAULT_MAX_TOKENS,
+    Prices,
+    ProviderError,
+    RemoteModel,
+    RetryPolicy,
+    count_setting,
+    default_model_spec,
+    retryable,
+    seconds_setting,
+)
+from op import ModelRequest, Response
 from op._values import RAW_ARGUMENTS
 
 __all__ = [
@@ -87,138 +95,16 @@ async def _closed_at_loop_end(client: httpx.AsyncClient) -> AsyncGenerator[None,
             await client.aclose()
 
 
-def seconds_setting(name: str, raw: str) -> float:
-    """A positive, finite number of seconds given as text, or a ValueError naming ``name``."""
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise ValueError(f"{name}={raw!r}: expected a positive number of seconds")
-    return seconds
-
-
 def _timeout_from_env() -> float:
     """``$OPDSL_MODEL_TIMEOUT`` (seconds a whole model call may take), else 600."""
     raw = os.environ.get("OPDSL_MODEL_TIMEOUT")
     return seconds_setting("OPDSL_MODEL_TIMEOUT", raw) if raw else 600.0
 
 
-DEFAULT_MAX_TOKENS = 4096
-"""The most tokens a model may write in one answer unless told otherwise: without a cap, a
-small local model can write until its context is full (minutes, thousands of tokens)."""
-
-
-def count_setting(name: str, raw: object) -> int:
-    """A positive whole number given as text or a number, or a ValueError naming ``name``."""
-    if isinstance(raw, bool):
-        raw = "bad"
-    try:
-        value = int(str(raw))
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r}: expected a positive whole number")
-    return value
-
-
 def _max_tokens_from_env() -> int:
     """``$OPDSL_MAX_TOKENS``, else :data:`DEFAULT_MAX_TOKENS`."""
     raw = os.environ.get("OPDSL_MAX_TOKENS")
     return count_setting("OPDSL_MAX_TOKENS", raw) if raw else DEFAULT_MAX_TOKENS
-
-
-class ProviderError(ModelError):
-    """A model provider refused or failed a request."""
-
-    def __init__(
-        self, message: str, *, status: int | None = None, retryable: bool = False, detail: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
-        #: the message without the provider, model and status in front
-        self.detail = detail or message
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to wait before trying a request again."""
-
-    max_retries: int = 2
-    base: float = 0.5
-    cap: float = 8.0
-
-    def delay(self, attempt: int, headers: Mapping[str, str] | None) -> float:
-        if headers is not None:
-            for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-                raw = headers.get(name)
-                if raw is None:
-                    continue
-                try:
-                    seconds = float(raw) * scale
-                except ValueError:
-                    try:
-                        when = parsedate_to_datetime(raw).timestamp()
-                    except (TypeError, ValueError):
-                        continue
-                    seconds = when - time.time()
-                if 0 < seconds <= 60:
-                    return seconds
-        backoff: float = min(self.base * 2**attempt, self.cap)
-        return backoff * (1 - 0.25 * random.random())  # jitter
-
-
-RETRY_STATUSES = frozenset({408, 409, 429})
-
-
-def _retryable(status: int, headers: Mapping[str, str], body: str) -> bool:
-    forced = headers.get("x-should-retry")
-    if forced in ("true", "false"):
-        return forced == "true"
-    if status == 429 and ("insufficient_quota" in body or "enforced_spend_limit_reached" in body):
-        return False
-    return status in RETRY_STATUSES or status >= 500
-
-
-class Prices:
-    """USD per million tokens, by model name (the longest matching prefix wins)."""
-
-    def __init__(self, table: Mapping[str, Mapping[str, float]] | None = None) -> None:
-        if table is None:
-            table = self.load()
-        self.table = {k: dict(v) for k, v in table.items() if not k.startswith("_")}
-
-    @staticmethod
-    def load() -> dict[str, Any]:
-        text = resources.files("interpreters").joinpath("prices.json").read_text(encoding="utf-8")
-        table: dict[str, Any] = json.loads(text)
-        extra = os.environ.get("OPDSL_PRICES")
-        if extra:
-            try:
-                with open(extra, encoding="utf-8") as f:
-                    table.update(json.load(f))
-            except (OSError, ValueError) as exc:
-                raise ValueError(
-                    f"OPDSL_PRICES={extra}: cannot read the price table: {exc}"
-                ) from None
-        return table
-
-    def cost(self, model: str, usage: Usage) -> float | None:
-        name = model.rsplit("/", 1)[-1]
-        best = max((k for k in self.table if name.startswith(k)), key=len, default=None)
-        if best is None:
-            return None
-        p = self.table[best]
-        fresh_input = max(0, usage.input_tokens - usage.cached_tokens)
-        rate_in = float(p.get("input", 0.0))
-        rate_cached = float(p.get("cached_input", rate_in))
-        rate_out = float(p.get("output", 0.0))
-        return (
-            fresh_input * rate_in
-            + usage.cached_tokens * rate_cached
-            + usage.output_tokens * rate_out
-        ) / 1_000_000
 
 
 def _parse_arguments(raw: Any) -> dict[str, Any]:
@@ -314,7 +200,7 @@ async def _body(response: httpx.Response, limit: int, *, cut: bool = False) -> b
     return bytes(out)
 
 
-class HttpModel(ABC):
+class HttpModel(RemoteModel):
     """A model behind an HTTP API. Subclasses give the wire format."""
 
     provider: str
@@ -521,9 +407,7 @@ class HttpModel(ABC):
             update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
         )
 
-    async def _preflight(  # noqa: B027 - a hook: most providers check nothing
-        self, request: ModelRequest, call: CallInfo
-    ) -> None:
+    async def _preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""
 
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
@@ -661,9 +545,7 @@ class HttpModel(ABC):
     def _refusal(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         """The error for an answer with an error status."""
         text = body.decode("utf-8", "replace")
-        err = self.error(
-            self._message_of(text), status, retryable=_retryable(status, headers, text)
-        )
+        err = self.error(self._message_of(text), status, retryable=retryable(status, headers, text))
         err.headers = headers  # type: ignore[attr-defined]
         return err
 
@@ -740,11 +622,3 @@ def _loads(text: str, model: HttpModel) -> Any:
         return json.loads(text)
     except ValueError:
         raise model.error(f"the stream sent a line that is not JSON: {text[:200]!r}") from None
-
-
-DEFAULT_MODEL = "ollama:qwen3:8b"
-
-
-def default_model_spec() -> str:
-    """``$OPDSL_MODEL``, else ``ollama:qwen3:8b``."""
-    return os.environ.get("OPDSL_MODEL") or DEFAULT_MODEL

@@ -6,8 +6,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from interpreters.tools._paths import (
     WorkspaceError,
@@ -16,6 +15,9 @@ from interpreters.tools._paths import (
 )
 from op import ToolResult
 
+if TYPE_CHECKING:
+    import git
+
 __all__ = ["_Git"]
 
 
@@ -23,6 +25,8 @@ class _Git(_Paths):
     # -- git --------------------------------------------------------------------------------
 
     def repo(self) -> git.Repo | None:
+        import git  # gitpython: loaded when a workspace first uses git, not before
+
         try:
             repo = git.Repo(self.root)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -39,6 +43,8 @@ class _Git(_Paths):
 
     def git_status(self) -> ToolResult:
         """The git status of the workspace (short form)."""
+        import git
+
         try:
             return ToolResult(
                 output=self._need_repo().git.status("--short", "--branch") or "(clean)"
@@ -48,6 +54,8 @@ class _Git(_Paths):
 
     def git_diff(self, staged: bool = False, path: str | None = None) -> ToolResult:
         """The diff of the working tree (or of what is staged)."""
+        import git
+
         try:
             repo = self._need_repo()
             args = ["--cached"] if staged else []
@@ -59,6 +67,8 @@ class _Git(_Paths):
 
     def git_log(self, n: int = 10) -> ToolResult:
         """The last commits, one a line."""
+        import git
+
         try:
             repo = self._need_repo()
             if not repo.head.is_valid():
@@ -69,6 +79,8 @@ class _Git(_Paths):
 
     def git_add(self, paths: list[str] | None = None) -> ToolResult:
         """Stage files (all changes when no paths are given)."""
+        import git
+
         try:
             repo = self._need_repo()
             if paths:
@@ -83,6 +95,8 @@ class _Git(_Paths):
     def git_commit(self, message: str, author: str = "") -> ToolResult:
         """Commit what is staged with ``message`` exactly as given; hooks off, unsigned.
         ``author``: ``Name <email>`` (default: the workspace's author)."""
+        import git
+
         if not message.strip():
             return _fail("a commit message is needed")
         name, email = self.author

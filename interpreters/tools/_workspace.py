@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
-import git
-
 from interpreters.tools._bound import BoundTool
 from interpreters.tools._paths import (
     DEFAULT_ALLOW,
@@ -64,6 +62,8 @@ class Workspace(_Snapshots):
 
     def snapshot_files(self, name: str) -> ToolResult:
         """Snapshot the workspace's files under ``name``; answers the tree id."""
+        import git  # gitpython: loaded when a workspace first uses git, not before
+
         try:
             return ToolResult(output=self.snapshot(name))
         except (WorkspaceError, git.GitCommandError) as exc:
@@ -71,6 +71,8 @@ class Workspace(_Snapshots):
 
     def restore_files(self, tree: str) -> ToolResult:
         """Put the workspace's files back as a snapshot tree holds them (ignored files stay)."""
+        import git
+
         try:
             self.restore(tree)
             return ToolResult(output=f"restored {tree[:12]}")
