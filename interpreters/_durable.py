@@ -33,7 +33,8 @@ from interpreters.models._base import (
     redact_spec,
     resolve_model,
 )
-from interpreters.models._http import HttpModel, Prices
+from interpreters.models._remote import Prices
+from interpreters.models._remote import RemoteModel as HttpModel  # isinstance loads no httpx
 from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
 from interpreters.runtime._driver import (

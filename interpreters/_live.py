@@ -12,7 +12,8 @@ from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
 from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
-from interpreters.models._http import HttpModel, ProviderError, RetryPolicy, default_model_spec
+from interpreters.models._remote import ProviderError, RetryPolicy, default_model_spec
+from interpreters.models._remote import RemoteModel as HttpModel  # isinstance loads no httpx
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
