@@ -59,9 +59,12 @@ def conversation_bytes(messages: Sequence[Message]) -> int:
     return sum(len(canonical_json(m).encode()) for m in messages)
 
 
-def journaled(turns: int, chunk: int, path: Path) -> tuple[int, int, int | None, TimedModel]:
+def journaled(
+    turns: int, chunk: int, path: Path, text: str = "source"
+) -> tuple[int, int, int | None, TimedModel]:
     """(journal file bytes, unique content bytes, whole-text bytes or None, the model)."""
     os.environ["OPDSL_TEST_CHUNK"] = str(chunk)
+    os.environ["OPDSL_TEST_TEXT"] = text
     model = TimedModel(turns)
     result = run(reader, turns, model=model, tools=TOOLS, db=str(path))
     assert result.status == "completed", result.error
@@ -81,6 +84,14 @@ def journaled(turns: int, chunk: int, path: Path) -> tuple[int, int, int | None,
     return size, conversation_bytes(model.last), whole, model
 
 
+TEXTS = (
+    ("source", "Python source (compresses about 3x)"),
+    ("random", "random base64 (does not compress)"),
+    ("lorem", "one phrase repeated (compresses 50x)"),
+)
+"""The kinds of tool result measured (``OPDSL_TEST_TEXT`` of the fixture's tool)."""
+
+
 def exponent(points: Sequence[tuple[int, int]]) -> float:
     xs = [math.log(t) for t, _ in points]
     ys = [math.log(b) for _, b in points]
@@ -96,9 +107,12 @@ def turn_times(model: TimedModel, around: int, width: int = 5) -> float:
     return sorted(window)[len(window) // 2]
 
 
-def peak_memory(turns: int, chunk: int, journal: MemoryJournal | None) -> tuple[int, int]:
+def peak_memory(
+    turns: int, chunk: int, journal: MemoryJournal | None, text: str = "source"
+) -> tuple[int, int]:
     """Peak traced memory of a run (with ``journal``, or none), and its conversation's bytes."""
     os.environ["OPDSL_TEST_CHUNK"] = str(chunk)
+    os.environ["OPDSL_TEST_TEXT"] = text
     LiveInterpreter(model=TimedModel(2), tools=TOOLS).run_sync(reader, 2)  # imports done
     model = TimedModel(turns)
     interpreter = LiveInterpreter(model=model, tools=TOOLS, journal=journal)
@@ -127,7 +141,7 @@ def timed_command(*args: str) -> float:
 
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="opdsl-growth-"))
-    print("(a) journal bytes, 1 KB a turn")
+    print("(a) journal bytes, 1 KB a turn of Python source (what a coding agent reads)")
     print(f"{'turns':>6} {'journal':>11} {'content':>11} {'ratio':>6} {'0.3.0 format':>13}")
     points: list[tuple[int, int]] = []
     models: dict[int, TimedModel] = {}
@@ -138,11 +152,15 @@ def main() -> None:
         shown = "-" if whole is None else f"{whole:,}"
         print(f"{turns:>6} {size:>11,} {content:>11,} {size / content:>6.2f} {shown:>13}")
     print(f"fitted exponent of journal bytes against turns: {exponent(points):.2f}")
-    size, content, whole, _ = journaled(200, 10_000, tmp / "10kb200.db")
-    print(
-        f"200 turns x 10 KB: journal {size:,}, content {content:,}, ratio {size / content:.2f}, "
-        f"0.3.0 format {whole:,}"
-    )
+    print("the same at 400 turns x 1 KB and 200 turns x 10 KB, by the kind of text:")
+    for turns, chunk in ((400, 1000), (200, 10_000)):
+        for text, what in TEXTS:
+            path = tmp / f"{text}{turns}x{chunk}.db"
+            size, content, whole, _ = journaled(turns, chunk, path, text)
+            print(
+                f"  {turns} x {chunk // 1000} KB, {what:<44} journal {size:>10,}  "
+                f"content {content:>10,}  ratio {size / content:.2f}  0.3.0 format {whole:,}"
+            )
 
     print("\n(b) one turn, median of 10 around the turn (SQLite journal, 1 KB a turn)")
     big = models[1000]
@@ -154,13 +172,15 @@ def main() -> None:
 
     print("\n(c) peak memory, 1,000 turns: the in-memory journal next to no journal at all")
     for chunk in (1000, 10_000):
-        bare, conv = peak_memory(1000, chunk, None)
-        peak, _ = peak_memory(1000, chunk, MemoryJournal())
-        print(
-            f"{chunk // 1000} KB a turn: conversation {conv:,} B; no journal: peak {bare:,} B; "
-            f"in-memory journal: peak {peak:,} B ({peak / bare:.2f}x; the journal adds "
-            f"{(peak - bare) / conv:.2f}x the conversation)"
-        )
+        for text, what in TEXTS[:2]:
+            bare, conv = peak_memory(1000, chunk, None, text)
+            peak, _ = peak_memory(1000, chunk, MemoryJournal(), text)
+            print(
+                f"{chunk // 1000} KB a turn of {what.split(' (')[0]}: conversation {conv:,} B; "
+                f"no journal: peak {bare:,} B; in-memory journal: peak {peak:,} B "
+                f"({peak / bare:.2f}x; the journal adds {(peak - bare) / conv:.2f}x the "
+                "conversation)"
+            )
 
     print("\n(d) reading a 1,000-turn run (1 KB a turn), wall time with the process start")
     db = str(tmp / "kb1000.db")

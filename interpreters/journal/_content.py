@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, final
@@ -42,12 +43,16 @@ from op import Infer, Message, Response, Tool, ToolResult
 from state import canonical_json, dump_jsonable, to_jsonable
 
 __all__ = [
+    "COMPRESS_MIN",
     "PIECE_MIN",
     "ContentError",
     "Packed",
     "Packer",
     "digest",
     "is_digest",
+    "kept_body",
+    "piece_key",
+    "stored_body",
     "new_messages",
     "piece_refs",
     "refs_of",
@@ -71,6 +76,57 @@ _MARK_VALUE = _MARK + "opdsl:reference" + "\x02"
 
 class ContentError(ValueError):
     """A packed text refers to a piece that is missing, or whose text is not what it says."""
+
+
+COMPRESS_MIN: Final = 512
+"""A piece this long or longer is kept compressed (zlib, as git keeps its objects) when that
+makes it smaller: tool results, files and long answers. Its name stays the hash of its text."""
+
+_COMPRESSED_MAX: Final = 64 * 2**20
+"""The longest piece kept compressed (a longer one is kept as text): a compressed piece that
+would unpack to more is refused unread (a handed file's compression bomb)."""
+
+
+def stored_body(body: str) -> str | bytes:
+    """A piece as a journal keeps it: its text, or (long enough, and smaller so) its UTF-8
+    compressed with zlib; bytes always mean compressed. :func:`kept_body` undoes it."""
+    if not COMPRESS_MIN <= len(body) <= _COMPRESSED_MAX:
+        return body
+    raw = body.encode("utf-8", "surrogatepass")
+    packed = zlib.compress(raw, 6)
+    return packed if len(packed) < len(raw) else body
+
+
+def kept_body(kept: object, name: str) -> str:
+    """The text of a piece as a journal kept it (:func:`stored_body`); ContentError naming the
+    piece for anything else, a compressed text that is corrupt or one that unpacks to more than
+    any piece kept compressed."""
+    if isinstance(kept, str):
+        return kept
+    if not isinstance(kept, bytes):
+        raise ContentError(f"piece {name[:64]} is a {type(kept).__name__}, not a text")
+    unpack = zlib.decompressobj()
+    try:
+        raw = unpack.decompress(kept, _COMPRESSED_MAX + 1)
+    except zlib.error as exc:
+        raise ContentError(f"piece {name[:64]} is not a compressed text: {exc}") from None
+    if len(raw) > _COMPRESSED_MAX or unpack.unconsumed_tail:
+        raise ContentError(
+            f"piece {name[:64]} unpacks to more than {_COMPRESSED_MAX // 2**20} MiB, more than "
+            "any piece is kept compressed"
+        )
+    if not unpack.eof:
+        raise ContentError(f"piece {name[:64]} is a compressed text that was cut short")
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise ContentError(f"piece {name[:64]} does not unpack to UTF-8 text: {exc}") from None
+
+
+def piece_key(name: str) -> bytes:
+    """A piece's name as a journal keys it: its 32 bytes, not 64 hex characters (``name`` is
+    a digest: see :func:`is_digest`)."""
+    return bytes.fromhex(name)
 
 
 def digest(body: str) -> str:

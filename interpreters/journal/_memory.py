@@ -13,6 +13,7 @@ from interpreters.journal._base import (
     RunRecord,
     RunStatus,
 )
+from interpreters.journal._content import kept_body, stored_body
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
 
 
@@ -24,7 +25,7 @@ class MemoryJournal(Journal):
         self._runs: dict[str, RunRecord] = {}
         self._entries: dict[str, dict[str, Entry]] = {}
         self._locks: set[str] = set()
-        self._content: dict[str, str] = {}
+        self._content: dict[str, str | bytes] = {}
 
     def create_run(self, run: RunRecord) -> None:
         if run.run_id in self._runs:
@@ -107,12 +108,14 @@ class MemoryJournal(Journal):
             self._run_entries(e.run_id)[e.address] = e.replace()
 
     def put_content(self, pieces: Mapping[str, str]) -> None:
+        found = self._content
         for h, body in pieces.items():
-            self._content.setdefault(h, body)
+            if h not in found:
+                found[h] = stored_body(body)  # kept as the SQLite journal keeps it
 
     def content(self, hashes: Iterable[str]) -> dict[str, str]:
         found = self._content
-        return {h: found[h] for h in hashes if h in found}
+        return {h: kept_body(found[h], h) for h in hashes if h in found}
 
     def content_hashes(self) -> set[str]:
         return set(self._content)

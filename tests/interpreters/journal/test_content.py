@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from interpreters import (
 )
 from interpreters.journal import JournalError, drop_unreferenced
 from interpreters.journal._content import (
+    COMPRESS_MIN,
     PIECE_MIN,
     Packer,
     digest,
@@ -412,14 +414,91 @@ def test_a_text_that_looks_like_a_hash_is_content_not_a_reference(tmp_path: Path
     assert drop_unreferenced(again) == 0
 
 
-def test_a_piece_changed_in_the_file_is_refused_not_fed_to_the_program(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", ["text", "compressed"])
+def test_a_piece_changed_in_the_file_is_refused_not_fed_to_the_program(
+    tmp_path: Path, kept: str
+) -> None:
     db = tmp_path / "runs.db"
     done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
     journal = SqliteJournal(db)
     (h,) = [h for h, body in journal.content(journal.content_hashes()).items() if "chunk 2" in body]
-    journal._db.execute(
-        "UPDATE content SET body=replace(body, 'lorem', 'FORGED') WHERE hash=?", (h,)
-    )
+    forged = journal.content([h])[h].replace("lorem", "FORGED")
+    body = forged if kept == "text" else zlib.compress(forged.encode())
+    journal._db.execute("UPDATE content SET body=? WHERE hash=?", (body, bytes.fromhex(h)))
     journal.close()
     with pytest.raises(JournalError, match=f"piece {h} does not hold the text its hash names"):
         replay(done.run_id, db=str(db))
+
+
+def _pieces_as_kept(db: Path) -> dict[str, str | bytes]:
+    """The content table as the file holds it (read through the journal's own SQLite)."""
+    journal = SqliteJournal(db, read_only=True)
+    rows = journal._db.execute("SELECT hash, body FROM content").fetchall()
+    journal.close()
+    return {key.hex(): body for key, body in rows}
+
+
+def test_long_pieces_are_kept_compressed_and_named_by_their_text(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
+    kept = _pieces_as_kept(db)
+    long = {h: b for h, b in kept.items() if isinstance(b, bytes)}
+    assert len(long) == 3  # the three tool results (1,000 characters each)
+    assert all(len(b) < COMPRESS_MIN for b in long.values())
+    assert all(
+        isinstance(b, str) and len(b) < COMPRESS_MIN for h, b in kept.items() if h not in long
+    )
+    journal = SqliteJournal(db, read_only=True)
+    texts = journal.content(long)
+    assert all(digest(texts[h]) == h and "lorem ipsum" in texts[h] for h in long)
+    assert journal._db.pragma("page_size") == 8192  # a new file's
+    journal.close()
+    assert replay(done.run_id, db=str(db)).value == done.value
+    # the in-memory journal keeps them the same way, and gives back the same texts
+    memory = MemoryJournal()
+    memory.put_content(texts)
+    assert all(isinstance(b, bytes) for b in memory._content.values())
+    assert memory.content(texts) == texts
+
+
+def test_a_0_3_0_file_keeps_its_page_size_when_upgraded(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "v0.3.0.db", db)
+    journal = SqliteJournal(db)
+    assert journal._db.pragma("page_size") == 4096
+    run_id = journal.runs()[0].run_id
+    journal.close()
+    assert replay(run_id, db=str(db), program=two_part_reader).status == "waiting"  # its ask
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (zlib.compress(b"x" * (64 * 2**20 + 1)), "unpacks to more than 64 MiB"),
+        (b"\x78\x9c not zlib at all", "is not a compressed text"),
+        (zlib.compress(b"{}" * 400)[:-6], "is a compressed text that was cut short"),
+        (zlib.compress(b"\xff\xfe" * 400), "does not unpack to UTF-8 text"),
+    ],
+    ids=["bomb", "corrupt", "cut", "not-utf8"],
+)
+def test_a_hostile_compressed_piece_is_refused_naming_it(
+    tmp_path: Path, body: bytes, error: str
+) -> None:
+    db = tmp_path / "runs.db"
+    done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
+    journal = SqliteJournal(db)
+    (h,) = [h for h, text in journal.content(journal.content_hashes()).items() if "chunk 1" in text]
+    journal._db.execute("UPDATE content SET body=? WHERE hash=?", (body, bytes.fromhex(h)))
+    journal.close()
+    for reader_of in (
+        lambda: replay(done.run_id, db=str(db)),
+        lambda: SqliteJournal(db, read_only=True).content([h]),
+    ):
+        with pytest.raises(JournalError, match=f"journal {db}: piece {h} {error}"):
+            reader_of()
+    # nothing else was touched: the other pieces still read
+    journal = SqliteJournal(db, read_only=True)
+    others = journal.content_hashes() - {h}
+    assert len(journal.content(others)) == len(others)
+    assert journal.content(["not a hash", "ab" * 40]) == {}
+    journal.close()
