@@ -1,0 +1,175 @@
+"""Commands that go on with a run the journal holds: ``resume`` (in place, or a fork from a
+checkpoint), ``replay`` (against the journal only) and ``answer`` (a question it waits on).
+
+The code they run is the code the journal names, checked before it is imported
+(:func:`interpreters._durable.check_code`); code the user names again is checked the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from interpreters.cli._command import (
+    DETACH,
+    NAMED_CODE,
+    RUN,
+    TASK_QUEUE,
+    Command,
+    OnTemporal,
+    Option,
+    UsageError,
+)
+from interpreters.cli._inputs import load_tools, state_class, workspace
+from interpreters.cli._output import report_outcome, report_result, sinks
+from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal
+
+__all__ = ["RESUME", "REPLAY", "ANSWER"]
+
+
+def resume(a: argparse.Namespace) -> int:
+    from interpreters import resume as resume_run
+
+    if a.temporal:
+        if not a.from_checkpoint:
+            raise UsageError(
+                f"a run on Temporal goes on by itself; fork run {a.run} with --from CHECKPOINT"
+            )
+        from interpreters.temporal import fork
+
+        return on_temporal(
+            a, lambda client: fork(client, a.run, a.from_checkpoint, task_queue=a.task_queue)
+        )
+    kwargs = _named_code(a)
+    return report_result(
+        resume_run(a.run, from_checkpoint=a.from_checkpoint, on_event=sinks(a), **kwargs)
+    )
+
+
+def replay(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+    from interpreters import replay as replay_run
+
+    kwargs = _named_code(a)
+    kwargs["db"] = open_journal(a.db, read_only=True)
+    result = replay_run(a.run, **kwargs)
+    print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
+    return 0
+
+
+def answer(a: argparse.Namespace) -> int:
+    from interpreters import resume as resume_run
+
+    if a.temporal:
+        return _answer_on_temporal(a)
+    kwargs = _named_code(a)
+    return report_result(
+        resume_run(a.run, answer=a.text, answer_at=a.at, on_event=sinks(a), **kwargs)
+    )
+
+
+def _answer_on_temporal(a: argparse.Namespace) -> int:
+    import asyncio
+
+    from interpreters.temporal import RunOutcome, connect, outcome
+    from interpreters.temporal import answer as answer_run
+
+    async def go() -> int:
+        client = await connect(a.temporal)
+        at = await answer_run(client, a.run, a.text, at=a.at)
+        print(f"answered run {a.run} at address {at}; it goes on on Temporal")
+        if a.detach:
+            return 0
+        handle = client.get_workflow_handle(a.run, result_type=RunOutcome)
+        return report_outcome(await outcome(handle))
+
+    return asyncio.run(go())
+
+
+def _named_code(a: argparse.Namespace) -> dict[str, Any]:
+    """What the user names for a run to go on with (``--program``, ``--tools``, ``--state``,
+    ``--model``, ``--workspace``), as ``resume``'s keywords. Code named here is imported only
+    after the same check as the code the journal names (:func:`check_code`): from the files
+    the run started with, unless ``--accept-changed-code``."""
+    from interpreters import load_program, open_journal
+    from interpreters._durable import check_code
+
+    kwargs: dict[str, Any] = {"db": a.db, "accept_changed_code": a.accept_changed_code}
+    refs = [r for r in (a.program, a.state) if r]
+    refs += getattr(a, "tools", None) or []
+    if refs:
+        record = open_journal(a.db, read_only=True).run(a.run)
+        config = json.loads(record.config_json or "{}")
+        check_code(a.run, config, refs, accept=a.accept_changed_code)
+    if getattr(a, "workspace", None):
+        kwargs["workspace"] = workspace(a.workspace)
+    if getattr(a, "model", None):
+        kwargs["model"] = a.model
+    if getattr(a, "tools", None):
+        kwargs["tools"] = load_tools(a.tools)
+    if a.state:
+        kwargs["state_type"] = state_class(a.state)
+    if a.program:
+        kwargs["program"] = load_program(a.program)
+    return kwargs
+
+
+WORKSPACE_AGAIN = Option(
+    "--workspace", help="the workspace folder (default: the one the run recorded)"
+)
+TOOLS_AGAIN = Option("--tools", action="append", default=[])
+
+
+RESUME = Command(
+    name="resume",
+    help="continue a run, or fork it from a checkpoint with --from",
+    run=resume,
+    temporal=OnTemporal.RUNS,
+    code_from_journal=True,
+    options=(
+        TASK_QUEUE,
+        DETACH,
+        RUN,
+        Option(
+            "--from",
+            dest="from_checkpoint",
+            help="fork a new run from this checkpoint (NAME or NAME#k)",
+        ),
+        WORKSPACE_AGAIN,
+        Option("--model"),
+        Option("--model-timeout", help=MODEL_TIMEOUT_HELP),
+        TOOLS_AGAIN,
+        *NAMED_CODE,
+        Option("--quiet", action="store_true"),
+    ),
+)
+
+REPLAY = Command(
+    name="replay",
+    help="re-run a run against its journal only; fails on divergence",
+    run=replay,
+    temporal=OnTemporal.READS,
+    code_from_journal=True,
+    options=(RUN, *NAMED_CODE),
+)
+
+ANSWER = Command(
+    name="answer",
+    help="answer a run waiting on ask(), and continue it",
+    run=answer,
+    temporal=OnTemporal.RUNS,
+    code_from_journal=True,
+    options=(
+        TASK_QUEUE,
+        DETACH,
+        RUN,
+        Option("text"),
+        Option("--at", help="the address of the question to answer, when the run waits on several"),
+        WORKSPACE_AGAIN,
+        Option("--model"),
+        TOOLS_AGAIN,
+        *NAMED_CODE,
+        Option("--quiet", action="store_true"),
+    ),
+)

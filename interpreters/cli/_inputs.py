@@ -1,0 +1,77 @@
+"""What the user types, read and checked before anything runs: program arguments, tools, a
+state class, a workspace folder. A bad one is a :class:`UsageError` that names it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from interpreters.cli._command import UsageError
+
+__all__ = ["check_call", "load_tools", "program_args", "state_class", "version", "workspace"]
+
+
+def program_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--arg NAME=VALUE`` pairs as keywords: VALUE is JSON, or else the text itself."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--arg {pair!r}: expected NAME=VALUE, NAME a Python identifier")
+        if name in out:
+            raise UsageError(f"--arg {name} is given twice")
+        try:
+            out[name] = json.loads(raw)
+        except RecursionError:
+            raise UsageError(f"--arg {name}: the JSON value is nested too deeply") from None
+        except ValueError:
+            out[name] = raw  # not JSON: the text itself
+    return out
+
+
+def check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -> None:
+    """The program takes these keywords, or a :class:`UsageError` saying how it does not."""
+    import inspect
+
+    try:
+        inspect.signature(program).bind(**kwargs)
+    except TypeError as exc:
+        raise UsageError(f"{ref}: {exc} (pass program arguments as --arg NAME=VALUE)") from None
+
+
+def load_tools(refs: Sequence[str]) -> list[Any]:
+    from interpreters._durable import ProgramNotFound, load_tools
+
+    try:
+        return load_tools(refs)
+    except ProgramNotFound as exc:
+        raise UsageError(f"--tools: {exc}") from None
+
+
+def state_class(ref: str) -> type[Any]:
+    """The class ``--state module:Class`` names, which must be a CRDTModel."""
+    from interpreters._durable import load_object
+    from state import CRDTModel
+
+    cls = load_object(ref, "state type")
+    if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
+        raise UsageError(f"--state {ref!r} is not a CRDTModel class")
+    return cls
+
+
+def workspace(path: str | None) -> str | None:
+    if path is not None and not Path(path).is_dir():
+        what = "is not a folder" if Path(path).exists() else "does not exist"
+        raise UsageError(f"--workspace {path}: {what}")
+    return path
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("opdsl")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"

@@ -1,0 +1,139 @@
+"""What the commands print, and how: the console, run text made safe to show, JSON, and how
+a run that ended is reported (its value on stdout, what went wrong on stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from interpreters.cli._interrupt import STARTED
+
+__all__ = [
+    "console",
+    "json_object",
+    "loads",
+    "print_json",
+    "report_outcome",
+    "report_result",
+    "run_json",
+    "sinks",
+    "text",
+    "when",
+]
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    # piped into another program: no wrapping, no colour codes
+    piped = not sys.stdout.isatty()
+    return Console(highlight=False, width=100_000 if piped else None, no_color=piped or None)
+
+
+def sinks(a: argparse.Namespace) -> list[Any]:
+    """The live console (unless --quiet), and a note of which run is going."""
+    from interpreters import ConsoleSink
+    from op import RunStarted
+
+    def note(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            STARTED.append((event.run_id, a.db))
+
+    return [note] if a.quiet else [note, ConsoleSink(console())]
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def when(t: float | None) -> str:
+    if t is None:
+        return ""
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a journal someone made by hand
+        return f"(time {t!r} is out of range)"
+
+
+def text(*parts: object) -> Any:
+    """A line for rich built from run text: each part is text, or a (text, style) pair. Run
+    text is never read as markup, and its control characters are shown escaped."""
+    from rich.text import Text
+
+    from interpreters._shown import visible
+
+    out = Text()
+    for part in parts:
+        if isinstance(part, tuple):
+            out.append(visible(part[0], lines=False), style=str(part[1]))
+        else:
+            out.append(visible(part, lines=False))
+    return out
+
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """Recorded JSON text as an object (anything else, or text that is not JSON: empty)."""
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def loads(raw: str | None) -> Any:
+    return None if raw is None else json.loads(raw)
+
+
+def run_json(r: Any) -> dict[str, Any]:
+    """A run's record as ``runs --json`` and ``show --json`` print it."""
+    return {
+        "run": r.run_id,
+        "program": r.program,
+        "status": r.status,
+        "created_at": r.created_at,
+        "finished_at": r.finished_at,
+        "parent": r.parent_run,
+        "fork_checkpoint": r.fork_checkpoint,
+    }
+
+
+def report_result(result: Any) -> int:
+    """How a local run ended: its value on stdout (status 0), or what stopped it on stderr
+    (status 1; 0 for a run that waits for an answer, with how to give it)."""
+    if result.status == "completed":
+        value = result.value
+        from state import NotSerializable, canonical_json
+
+        try:
+            shown = value if isinstance(value, str) else canonical_json(value)
+        except NotSerializable:
+            shown = repr(value)
+        from interpreters._shown import visible
+
+        # piped, the value as it is; on a terminal, no control code of it reaches the terminal
+        print(visible(shown) if sys.stdout.isatty() else shown)
+        print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
+        return 0
+    from interpreters._redact import Redactor
+    from interpreters._shown import visible
+
+    print(visible(Redactor.from_env()(result.describe())), file=sys.stderr)
+    if result.status == "waiting":
+        print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
+        return 0
+    return 1
+
+
+def report_outcome(ended: Any) -> int:
+    """How a run on Temporal ended, as :func:`report_result` says it for a local run."""
+    if ended.status == "completed":
+        print(json.dumps(json.loads(ended.result_json or "null"), indent=2, ensure_ascii=False))
+        return 0
+    from interpreters._shown import visible
+
+    where = f" at address {ended.address}" if ended.address else ""
+    print(visible(f"run {ended.run_id} {ended.status}{where}: {ended.error}"), file=sys.stderr)
+    return 1

@@ -1,0 +1,206 @@
+"""Commands that start programs: ``opdsl run`` (here, as a dry run, or on Temporal) and
+``opdsl worker`` (serve a Temporal task queue)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from interpreters.cli._command import (
+    DETACH,
+    TASK_QUEUE,
+    Command,
+    OnTemporal,
+    Option,
+    UsageError,
+)
+from interpreters.cli._inputs import check_call, load_tools, program_args, state_class, workspace
+from interpreters.cli._output import report_outcome, report_result, sinks
+
+__all__ = ["RUN_COMMAND", "WORKER", "on_temporal"]
+
+
+def run(a: argparse.Namespace) -> int:
+    from interpreters import dry_run, load_program
+    from interpreters import run as run_program
+
+    program = load_program(a.program)
+    kwargs = program_args(a.arg)
+    tools = load_tools(a.tools)
+    state = state_class(a.state)() if a.state else None
+    check_call(program, a.program, kwargs)
+    if a.temporal:
+        return _run_on_temporal(a, kwargs, state)
+    folder = workspace(a.workspace)
+    if a.dry_run:
+        plan = dry_run(
+            program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=folder
+        )
+        print(plan.render())
+        return 0 if plan.status == "completed" else 1
+    result = run_program(
+        program,
+        model=a.model,
+        tools=tools,
+        state=state,
+        db=a.db,
+        on_event=sinks(a),
+        kwargs=kwargs,
+        seed=a.seed,
+        tool_refs=a.tools or None,
+        workspace=folder,
+    )
+    return report_result(result)
+
+
+def _run_on_temporal(a: argparse.Namespace, kwargs: dict[str, Any], state: Any) -> int:
+    if a.tools or a.model or a.workspace or a.dry_run:
+        raise UsageError(
+            "with --temporal the workers hold the tools, model and workspace "
+            "(opdsl worker --tools/--model/--workspace); --dry-run runs locally"
+        )
+    from interpreters.temporal import start_run
+
+    return on_temporal(
+        a,
+        lambda client: start_run(
+            client,
+            a.program,
+            task_queue=a.task_queue,
+            kwargs=kwargs,
+            state=state,
+            seed=a.seed,
+        ),
+    )
+
+
+def on_temporal(a: argparse.Namespace, start: Callable[[Any], Any]) -> int:
+    """Start a run on Temporal (``start(client)`` gives its handle), say its id, and wait for it
+    unless ``--detach``."""
+    import asyncio
+
+    from interpreters.temporal import connect, outcome
+
+    async def go() -> int:
+        client = await connect(a.temporal)
+        handle = await start(client)
+        print(f"run {handle.id} started on Temporal at {a.temporal} (task queue {a.task_queue})")
+        if a.detach:
+            print(f"see it with: opdsl show {handle.id} --temporal {a.temporal}")
+            return 0
+        ended = await outcome(handle)
+        return report_outcome(ended)
+
+    return asyncio.run(go())
+
+
+def worker(a: argparse.Namespace) -> int:
+    import asyncio
+
+    from interpreters import resolve_model
+    from interpreters._live import as_workspace
+    from interpreters.temporal import connect, make_worker
+
+    tools = load_tools(a.tools)
+    folder = as_workspace(workspace(a.workspace))
+    model = resolve_model(a.model) if a.model else None
+
+    async def serve() -> int:
+        client = await connect(a.temporal)
+        served = make_worker(
+            client,
+            task_queue=a.task_queue,
+            programs=a.program,
+            tools=tools,
+            model=model,
+            workspace=folder,
+        )
+        print(
+            f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
+            f"{', '.join(a.program)}; Ctrl-C stops it",
+            flush=True,
+        )
+        return await _serve_until_stopped(served)
+
+    return asyncio.run(serve())
+
+
+async def _serve_until_stopped(served: Any) -> int:
+    """Run the worker until SIGINT or SIGTERM (0), or until it fails (1, saying why)."""
+    import asyncio
+    import contextlib
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.create_task(served.run())
+    await asyncio.wait({serving, asyncio.create_task(stop.wait())}, return_when="FIRST_COMPLETED")
+    if serving.done():
+        serving.result()  # it failed: say why
+        return 1
+    # a stopped worker's activities are retried on another after the heartbeat timeout;
+    # the shutdown waits for a long poll to return, so it is bounded
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(served.shutdown(), 5)
+    print("opdsl worker stopped", flush=True)
+    return 0
+
+
+MODEL_TIMEOUT_HELP = "seconds a whole model call may take, retries included"
+
+
+RUN_COMMAND = Command(
+    name="run",
+    help="run a program: opdsl run module:function --arg name=value",
+    run=run,
+    temporal=OnTemporal.RUNS,
+    options=(
+        TASK_QUEUE,
+        DETACH,
+        Option("program"),
+        Option(
+            "--arg",
+            action="append",
+            default=[],
+            help="a program argument, NAME=VALUE (JSON or text)",
+        ),
+        Option("--model", help="a model spec, e.g. scripted:answers.json"),
+        Option("--model-timeout", help=f"{MODEL_TIMEOUT_HELP} (default 600)"),
+        Option(
+            "--tools",
+            action="append",
+            default=[],
+            help="tools to bind, module:attr (repeatable)",
+        ),
+        Option("--state", help="the initial state, a CRDTModel class as module:Class"),
+        Option("--seed", help="the seed of random() and uuid()"),
+        Option(
+            "--workspace",
+            help="a folder the workspace tools are confined to (snapshotted at checkpoints)",
+        ),
+        Option("--dry-run", action="store_true", help="no side effects: print the plan"),
+        Option("--quiet", action="store_true", help="no live progress"),
+    ),
+)
+
+WORKER = Command(
+    name="worker",
+    help="serve runs on a Temporal task queue (opdsl[temporal])",
+    run=worker,
+    temporal=OnTemporal.SERVES,
+    options=(
+        TASK_QUEUE,
+        Option(
+            "--program",
+            action="append",
+            required=True,
+            help="a program this worker runs, module:function (repeatable; no other is run)",
+        ),
+        Option("--tools", action="append", default=[], help="tools, module:attr (repeatable)"),
+        Option("--model", help="the model spec the runs' infer effects use"),
+        Option("--workspace", help="the folder workspace tools are confined to"),
+    ),
+)

@@ -1,0 +1,204 @@
+"""``opdsl show RUN``: a run's header, its timeline (one line an effect), what it spent, its
+state's registers and its result; ``--json`` for all of it whole; ``--follow`` to tail it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from interpreters.cli._command import JSON, RUN, Command, OnTemporal, Option
+from interpreters.cli._output import console, json_object, loads, print_json, run_json, text
+from interpreters.cli._reading import tail
+
+__all__ = ["SHOW"]
+
+
+def show(a: argparse.Namespace) -> int:
+    from interpreters import open_journal
+    from op import Usage
+
+    if a.follow:
+        return tail(a)
+    journal = open_journal(a.db, read_only=True)
+    r = journal.run(a.run)
+    if a.json:
+        print_json(_whole(journal, r))
+        return 0
+    c = console()
+    _header(c, r)
+    rows: list[tuple[Any, ...]] = []
+    total = Usage()
+    recorded = journal.entries(r.run_id)
+    for e in recorded:
+        row, usage = _row(e)
+        rows.append(row)
+        if usage is not None:
+            total = total + usage
+    c.print(_timeline(rows), soft_wrap=True)
+    cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
+    c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
+    line = _state_line(r, recorded)
+    if line:
+        c.print(text(f"state: {line}"))
+    if r.result_json is not None:
+        c.print(text(f"result: {r.result_json}"))
+    return 0
+
+
+def _whole(journal: Any, r: Any) -> dict[str, Any]:
+    """``show --json``: the run and its entries, each infer with the messages it added
+    (``earlier`` counts the others), results whole."""
+    from interpreters.journal._content import Reader
+
+    entries = []
+    reader = Reader(journal.content)
+    for e in journal.entries(r.run_id):
+        item = e.as_dict()
+        for key in ("error_json", "usage_json"):
+            item[key.removesuffix("_json")] = loads(item.pop(key))
+        del item["effect_json"], item["result_json"]
+        item["effect"] = reader.effect(e.kind, e.effect_json)
+        item["result"] = reader.result(e.kind, e.result_json)
+        item["tool_failed"] = e.tool_failure()
+        entries.append(item)
+    return {
+        **run_json(r),
+        "args": loads(r.args_json),
+        "result": loads(r.result_json),
+        "error": loads(r.error_json),
+        "entries": entries,
+    }
+
+
+def _header(c: Any, r: Any) -> None:
+    done = r.status == "completed"
+    c.print(
+        text(
+            (f"run {r.run_id}", "bold"),
+            f" {r.program}  ",
+            (r.status, "green" if done else "yellow"),
+        )
+    )
+    c.print(text(f"arguments: {r.args_json}"))
+    if r.parent_run:
+        c.print(text(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}"))
+    if r.error_json:
+        err = json_object(r.error_json)
+        said = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
+        c.print(text((f"error at address {err.get('address')}: {said}", "red")))
+
+
+def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
+    """An entry's line of the timeline, and what it spent (None: nothing recorded)."""
+    from op import Usage
+
+    try:
+        usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
+    except ValueError:
+        usage = None  # a journal someone made by hand: shown without it
+    took = None if e.finished_at is None else e.finished_at - e.started_at
+    duration = "" if took is None else f"{took:.2f}s" if 0 <= took < 1e9 else "?"
+    what = _what(e)
+    style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
+    status, why = text(e.status), text(what)
+    failure = e.tool_failure()
+    if failure is not None:
+        status, why = text(("failed", "red")), text(f"{what}: ", (failure[:80], "red"))
+    elif e.status == "failed":
+        message = str(json_object(e.error_json).get("message", ""))[:80]
+        status, why = text(("failed", "red")), text(f"{what} ", (message, "red"))
+    cells = (
+        text(e.address),
+        text((e.kind, style)),
+        status,
+        text(duration),
+        text("" if usage is None else str(usage.total_tokens)),
+        why,
+    )
+    return cells, usage
+
+
+def _what(e: Any) -> str:
+    """What an entry is about, in a few words: a tool's name, a question, a backend..."""
+    effect = json_object(e.effect_json)
+    what: Any = effect.get("name") or effect.get("question") or effect.get("backend") or ""
+    chain = effect.get("messages")
+    if e.kind == "infer" and isinstance(chain, dict) and isinstance(chain.get("n"), int):
+        what = f"{chain['n']} messages"  # a packed conversation: its length, not its text
+    if not isinstance(what, str):
+        what = json.dumps(what, ensure_ascii=False, default=str)[:80]
+    if e.kind == "emit" and effect.get("data") is not None:
+        what = f"{what} {json.dumps(effect['data'], ensure_ascii=False, default=str)[:50]}"
+    return str(what)
+
+
+def _timeline(rows: Sequence[tuple[Any, ...]]) -> Any:
+    """The timeline: one line a row, its columns padded to their widest cell. A rich
+    ``Table`` measures and wraps every cell, about 1 ms a row: seconds for a long run."""
+    from rich.text import Text
+
+    head = tuple(
+        text((name, "bold")) for name in ("address", "kind", "status", "duration", "tokens", "what")
+    )
+    widths = [max(cell.cell_len for cell in column) for column in zip(head, *rows, strict=True)]
+    lines = []
+    for row in (head, *rows):
+        line = Text("│ ")
+        for i, cell in enumerate(row):
+            line.append_text(cell)
+            if i < len(row) - 1:
+                line.append(" " * (widths[i] - cell.cell_len) + " │ ")
+        lines.append(line)
+    lines.insert(1, Text("─" * (sum(widths) + 3 * len(widths) - 1)))
+    return Text("\n").join([text(("timeline", "italic")), *lines])
+
+
+_HEXISH = re.compile(r"[0-9a-f-]+")
+
+
+def _state_line(r: Any, entries: Sequence[Any]) -> str:
+    """The run's registers in one line (``fsm=IMPLEMENT pointer=2 implementor=model:qwen3``):
+    its final state, or the state its last checkpoint recorded while it is not finished."""
+    raw = r.final_state_json
+    if raw is None:
+        for e in reversed(entries):
+            if e.kind == "checkpoint" and e.status == "completed":
+                snapshot = json.loads(e.result_json or "{}").get("state")
+                raw = None if snapshot is None else json.dumps(snapshot)
+                break
+    if raw is None:
+        return ""
+    try:
+        state = json.loads(raw)
+    except ValueError:
+        return ""
+    if not isinstance(state, dict):
+        return ""
+    out = []
+    for name, field in state.items():
+        # registers (a value with a Lamport time) whose value is plain
+        if isinstance(field, dict) and "lamport" in field and "value" in field:
+            value = field["value"]
+            if isinstance(value, str) and len(value) > 24 and _HEXISH.fullmatch(value):
+                value = value[:12] + "..."  # a hash, an id: enough to tell them apart
+            elif isinstance(value, str) and len(value) > 80:
+                value = value[:77] + "..."
+            if value is not None and isinstance(value, str | int | float | bool):
+                out.append(f"{name}={value}")
+    return " ".join(out)
+
+
+SHOW = Command(
+    name="show",
+    help="a run's timeline",
+    run=show,
+    temporal=OnTemporal.READS,
+    options=(
+        RUN,
+        JSON,
+        Option("--follow", action="store_true", help="follow the run as it goes (opdsl tail)"),
+    ),
+)
