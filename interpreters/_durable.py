@@ -47,6 +47,7 @@ from interpreters.runtime._driver import (
 from interpreters.runtime._events import EventBus, Sink, as_sinks
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence
+from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
@@ -624,78 +625,22 @@ async def aresume(
         answers=answers,
     )
     guard_journal(handlers.workspace, journal)
-    journal_for_run = _CopyOnCreate(journal, on_created) if on_created is not None else journal
     return await execute(
         program,
         tuple(call_args.get("args", [])),
         call_args.get("kwargs", {}),
         run_id=target_id,
-        handlers=handlers,
-        journal=journal_for_run,
-        bus=EventBus([*as_sinks(on_event), *trace_sinks(model)]),
-        clock=clock or SystemClock(),
+        services=Services(
+            handlers=handlers,
+            clock=clock or SystemClock(),
+            bus=EventBus([*as_sinks(on_event), *trace_sinks(model)]),
+            journal=journal,
+        ),
         state=state,
         log=log,
         record=run_record,
+        entries=on_created or (),
     )
-
-
-class _CopyOnCreate(Journal):
-    """A journal that copies a fork's prefix in right after the fork's run record is made."""
-
-    def __init__(self, inner: Journal, prefix: list[Entry]) -> None:
-        self.inner = inner
-        self.prefix = prefix
-
-    @property
-    def grouped(self) -> bool:
-        return self.inner.grouped
-
-    async def durable(self) -> None:
-        await self.inner.durable()
-
-    def create_run(self, run: RunRecord) -> None:
-        self.inner.create_run(run)
-        self.inner.add_entries(self.prefix)
-
-    def reopen_run(self, run_id: str) -> None:
-        self.inner.reopen_run(run_id)
-
-    def finish_run(self, run_id: str, status: Any, **kw: Any) -> None:
-        self.inner.finish_run(run_id, status, **kw)
-
-    def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
-        self.inner.begin(run_id, address, kind, effect_json, at)
-
-    def finish(self, run_id: str, address: str, status: Any, **kw: Any) -> None:
-        self.inner.finish(run_id, address, status, **kw)
-
-    def add_entries(self, entries: Iterable[Entry]) -> None:
-        self.inner.add_entries(entries)
-
-    def put_content(self, pieces: Mapping[str, str]) -> None:
-        self.inner.put_content(pieces)
-
-    def content(self, hashes: Iterable[str]) -> dict[str, str]:
-        return self.inner.content(hashes)
-
-    def run(self, run_id: str) -> RunRecord:
-        return self.inner.run(run_id)
-
-    def runs(self) -> list[RunRecord]:
-        return self.inner.runs()
-
-    def entries(self, run_id: str) -> list[Entry]:
-        return self.inner.entries(run_id)
-
-    def delete_run(self, run_id: str) -> None:
-        self.inner.delete_run(run_id)
-
-    def acquire(self, run_id: str) -> None:
-        self.inner.acquire(run_id)
-
-    def release(self, run_id: str) -> None:
-        self.inner.release(run_id)
 
 
 def _question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> str:
@@ -768,10 +713,7 @@ async def areplay(
         tuple(call_args.get("args", [])) if args is None and kwargs is None else tuple(args or ()),
         call_args.get("kwargs", {}) if args is None and kwargs is None else dict(kwargs or {}),
         run_id=run_id,
-        handlers=_Unreachable(),
-        journal=None,
-        bus=EventBus([]),
-        clock=VirtualClock(),
+        services=Services(handlers=_Unreachable(), clock=VirtualClock()),
         state=_initial_state(record, config, state_type, accept_changed_code),
         log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
     )
@@ -993,10 +935,13 @@ async def adry_run(
         args,
         dict(kwargs or {}),
         run_id=new_run_id(),
-        handlers=DryRunHandlers(model=resolve_model(model), tools=ToolRegistry(tools), plan=plan),
-        journal=None,
-        bus=EventBus([collect]),
-        clock=VirtualClock(),
+        services=Services(
+            handlers=DryRunHandlers(
+                model=resolve_model(model), tools=ToolRegistry(tools), plan=plan
+            ),
+            clock=VirtualClock(),
+            bus=EventBus([collect]),
+        ),
         state=state,
     )
     plan.value = result._value

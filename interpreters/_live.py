@@ -19,6 +19,7 @@ from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer, drawn
+from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace, say_once
@@ -263,6 +264,9 @@ class LiveInterpreter:
         # with an OTLP endpoint set (and opdsl[otel] installed), every run exports its trace
         self.bus = EventBus([*sinks, *trace_sinks(model)])
         self.clock = clock or SystemClock()
+        self.services = Services(
+            handlers=self.handlers, clock=self.clock, bus=self.bus, journal=journal
+        )
 
     async def run(
         self,
@@ -279,10 +283,7 @@ class LiveInterpreter:
             args,
             kwargs,
             run_id=run_id or new_run_id(),
-            handlers=self.handlers,
-            journal=self.journal,
-            bus=self.bus,
-            clock=self.clock,
+            services=self.services,
             state=state,
             record=record,
         )

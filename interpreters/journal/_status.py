@@ -12,6 +12,9 @@ Runs::
     (new) --create--> running --finish--> completed | failed | waiting | cancelled
     failed, waiting, cancelled, running (a crash) --resume in place--> running
     completed: final (it can be replayed, or forked into a new run)
+
+How a run that ends is written back (:func:`closing`): with how it ended; left as it stands
+when the journal itself failed; put back as it was when a resume found the program changed.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ __all__ = [
     "can_finish",
     "can_resume",
     "can_remove",
+    "RunClose",
+    "closing",
 ]
 
 EntryStatus = Literal["started", "completed", "failed", "cancelled"]
@@ -72,3 +77,24 @@ def can_resume(status: str) -> bool:
 
 def can_remove(status: str) -> bool:
     return status in REMOVABLE
+
+
+RunClose = Literal["finish", "leave", "put_back"]
+"""How a run that ends is written back to its journal (see :func:`closing`)."""
+
+
+def closing(*, journal_failed: bool, resumed: bool, diverged: bool) -> RunClose:
+    """How a run that ends is written back:
+
+    - ``leave``: the journal could not be written; the run stays as it stands (``running``),
+      to be resumed once the cause is gone;
+    - ``put_back``: a resume in place found the program changed (it diverged from its
+      record); the run is left as it was before, to be resumed again once the program is put
+      right;
+    - ``finish``: otherwise, with how it ended.
+    """
+    if journal_failed:
+        return "leave"
+    if resumed and diverged:
+        return "put_back"
+    return "finish"

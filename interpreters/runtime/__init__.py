@@ -33,6 +33,7 @@ from interpreters.runtime._frame import (
 from interpreters.runtime._redact import REDACTED, Redactor
 from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
 from interpreters.runtime._schedule import AnyioScheduler, AsyncioScheduler, Scheduler
+from interpreters.runtime._services import Services
 
 __all__ = [
     "AnyioScheduler",
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncioScheduler",
     "Deadline",
     "Scheduler",
+    "Services",
     "REDACTED",
     "Call",
     "Clock",

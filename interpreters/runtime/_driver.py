@@ -30,20 +30,15 @@ Nothing here does I/O beyond calling the journal, the sinks and the handlers it 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import json
-import signal
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, assert_never, cast, final
 
-from returns.result import Failure, Result, Success
-
-from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.journal._base import Entry, Journal, RunRecord
 from interpreters.journal._content import (
     ContentError,
     Packer,
@@ -51,43 +46,40 @@ from interpreters.journal._content import (
     unpack_result,
 )
 from interpreters.journal._status import FINISHED, EndStatus
-from interpreters.runtime._clock import Clock
-from interpreters.runtime._events import EventBus
 from interpreters.runtime._frame import (
     BudgetStop,
     Frame,
-    Handlers,
-    ReplayStop,
     Replica,
-    Scope,
     WaitingForAnswer,
-    is_failure,
+    close_quietly,
 )
+from interpreters.runtime._interrupt import stop_on_interrupt
 from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Perform, Replay
 from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import (
     Divergence,
     ReplayLog,
     divergence,
+    nearest_checkpoint,
     source_line,
+    unused_entry,
 )
-from interpreters.runtime._schedule import AnyioScheduler, Scheduler
+from interpreters.runtime._run import RunEnd, RunLife
+from interpreters.runtime._schedule import AnyioScheduler
+from interpreters.runtime._scopes import Scoped, bounded, par
+from interpreters.runtime._services import Services
 from op import (
     EFFECT_TYPES,
     Agent,
     AnyEffect,
     Ask,
-    Budget,
-    BudgetExhausted,
     Checkpoint,
-    ConflictDetected,
     Emit,
     Fatal,
     Get,
     Infer,
     Limit,
     Merge,
-    MergeConflict,
     NotAnEffect,
     NotAProgram,
     NotSerializable,
@@ -100,7 +92,6 @@ from op import (
     RunNotFinished,
     RunStarted,
     Sleep,
-    TimedOut,
     Timeout,
     Tool,
     ToolResult,
@@ -114,6 +105,7 @@ from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsona
 __all__ = [
     "Driver",
     "RunResult",
+    "Services",
     "execute",
     "nearest_checkpoint",
     "new_run_id",
@@ -166,12 +158,7 @@ def _mark(exc: BaseException, address: str) -> None:
         _ADDRESS.put(exc, address)
 
 
-def _close(gen: Generator[Any, Any, Any]) -> None:
-    # A program whose ``finally`` yields an effect while being closed cannot run that
-    # effect (the scope is gone); Python reports it as a RuntimeError, which is dropped so
-    # that the reason the scope closed (a timeout, a spent budget) is what propagates.
-    with contextlib.suppress(RuntimeError):
-        gen.close()
+_close = close_quietly
 
 
 def _not_an_effect(program: str, address: str, value: object) -> str:
@@ -189,50 +176,46 @@ class Driver:
     """Runs one run's generators; see the module docstring for its invariants."""
 
     def __init__(
-        self,
-        *,
-        run_id: str,
-        program: str,
-        handlers: Handlers,
-        journal: Journal | None,
-        bus: EventBus,
-        clock: Clock,
-        log: ReplayLog | None = None,
-        scheduler: Scheduler | None = None,
-        redactor: Redactor | None = None,
+        self, *, run_id: str, program: str, services: Services, log: ReplayLog | None = None
     ) -> None:
         self.run_id = run_id
         self.program = program
-        self.handlers = handlers
-        self.journal = journal
-        self.bus = bus
-        self.clock = clock
+        self.services = services
+        self.handlers = services.handlers
+        self.journal: Journal | None = services.journal
+        self.bus = services.bus
+        self.clock = services.clock
         self.log = log
         #: how branches run and tasks wait: anyio's unless another engine's loop runs the run
-        self.scheduler = scheduler if scheduler is not None else AnyioScheduler()
+        self.scheduler = services.scheduler or AnyioScheduler()
         self.last_checkpoint: tuple[str, str] | None = None
         #: secrets are replaced before anything is journaled (events: the bus does the same)
-        self.redact = redactor if redactor is not None else Redactor.from_env()
+        self.redact = services.redactor if services.redactor is not None else Redactor.from_env()
         self._secrets = bool(self.redact.secrets)
-        #: Ctrl-C was pressed: the run stops before its next effect (see :meth:`interrupt`)
+        #: Ctrl-C was pressed: the run stops before its next effect (``_interrupt``)
         self.interrupted = False
         self._payload_of: object = None
         self._payload: Any = None
         self._text_of: object = None
         self._text = ""
         #: each piece of content journaled once (``journal._content``): this run's chains
-        self.packer = Packer(self.clean, keep=journal is not None)
+        self.packer = Packer(self.clean, keep=self.journal is not None)
         self._packed_of: object = None
         self._packed = ""
-        # the chain of layers a leaf effect goes through (see ``_layers``): each is there
-        # only when its job exists, so a live run with nothing to record is the handlers alone
+        self._build_chains()
+        #: the path of a scope effect (``_scopes``), beside the chain of a leaf
+        self.scoped = Scoped(self)
+
+    def _build_chains(self) -> None:
+        """The chain of layers a leaf effect goes through (see ``_layers``): each is there
+        only when its job exists, so a live run with nothing to record is the handlers alone."""
         perform: Perform = Handled(self).perform
-        self._journaled = None if journal is None else Journaled(self, perform)
-        perform = perform if self._journaled is None else self._journaled.perform
-        self._announced = Announced(self, perform) if bus.active else None
-        perform = perform if self._announced is None else self._announced.perform
-        self._replay = None if log is None else Replay(self, perform)
-        self._leaf: Perform = perform if self._replay is None else self._replay.perform
+        self.journaled = None if self.journal is None else Journaled(self, perform)
+        perform = perform if self.journaled is None else self.journaled.perform
+        self.announced = Announced(self, perform) if self.bus.active else None
+        perform = perform if self.announced is None else self.announced.perform
+        self.replay = None if self.log is None else Replay(self, perform)
+        self._leaf: Perform = perform if self.replay is None else self.replay.perform
         #: the same chain inside a ``limit``: usage is charged to the enclosing budgets
         self._charged: Perform = Charge(self, self._leaf).perform
 
@@ -268,16 +251,6 @@ class Driver:
                 _close(gen)
                 raise
 
-    def interrupt(self) -> None:
-        """Stop the run before its next effect. The check costs the normal path nothing: the
-        instance's ``perform`` is replaced by one that raises."""
-        self.interrupted = True
-
-        async def stopped(effect: AnyEffect, address: str, frame: Frame) -> Any:
-            raise KeyboardInterrupt
-
-        self.perform = stopped  # type: ignore[method-assign]
-
     def clean(self, text: str) -> str:
         """``text`` with secrets replaced (what is journaled)."""
         # the redactor's own checks, skipped when there is nothing it could replace
@@ -302,16 +275,10 @@ class Driver:
                 await chain(effect, address, frame)
                 self.last_checkpoint = (effect.name, address)
                 return None
-            case Limit():
-                return await self._bounded(
-                    effect, address, frame, budget=effect.budget, seconds=effect.budget.seconds
-                )
-            case Timeout():
-                return await self._bounded(
-                    effect, address, frame, budget=None, seconds=effect.seconds
-                )
+            case Limit() | Timeout():
+                return await bounded(self, effect, address, frame)
             case Par():
-                return await self._par(effect, address, frame)
+                return await par(self, effect, address, frame)
             case Get():
                 return self._get(effect, frame)
             case Put():
@@ -479,259 +446,6 @@ class Driver:
             "lamport": frame.replica.lamport,
         }
 
-    # -- scopes: opened and closed in the journal and on the bus like a leaf ----------------
-
-    def _begin(self, effect: AnyEffect, address: str) -> float:
-        if self._journaled is not None or self._announced is not None:
-            data = self.payload(effect, address)
-            if self._announced is not None:
-                self._announced.started(effect, address, data)
-            if self._journaled is not None:
-                text = self.recorded(effect, address)  # from the data just computed
-                self._journaled.begin(effect, address, text, self.clock.now())
-        return self.clock.monotonic()
-
-    def _end(
-        self,
-        effect: AnyEffect,
-        address: str,
-        t0: float,
-        *,
-        result_json: str | None = None,
-        exc: BaseException | None = None,
-    ) -> None:
-        journaled, announced = self._journaled, self._announced
-        if exc is None:
-            if journaled is not None:
-                journaled.finish(address, "completed", result_json=result_json)
-            if announced is not None:
-                announced.finished(effect, address, t0, "completed")
-        else:
-            if journaled is not None:
-                journaled.failed(address, exc)
-            if announced is not None:
-                announced.failed(effect, address, t0, exc)
-
-    # -- scopes -----------------------------------------------------------------------------
-
-    def _open_scope(
-        self, effect: AnyEffect, address: str, frame: Frame
-    ) -> tuple[Entry | None, bool, float]:
-        """Look the scope up in the record; begin it if it runs live. Returns (entry, live, t0)."""
-        entry = None if self._replay is None else self._replay.lookup(effect, address, frame)
-        # unfinished in the record (a crash left it started; a stop, cancelled): run it live,
-        # as the effects inside it are
-        live = entry is None or (self._replay is not None and self._replay.reopens(entry, frame))
-        t0 = self._begin(effect, address) if live else 0.0
-        return entry, live, t0
-
-    def _settle(
-        self,
-        effect: AnyEffect,
-        address: str,
-        frame: Frame,
-        entry: Entry | None,
-        outcome: Result[Any, Any],
-        error_type: type[BudgetExhausted] | type[TimedOut],
-    ) -> Result[Any, Any]:
-        """The scope's outcome: the recorded failure when replaying one, else ``outcome``."""
-        if entry is not None and entry.status == "completed":
-            data = json.loads(entry.result_json or "{}")
-            if "error" in data:
-                if isinstance(outcome, Success):
-                    raise self.diverged(
-                        frame,
-                        address,
-                        "the record says this scope was cut off, but its body finished now",
-                        entry.result_json,
-                        self.json(outcome, "the outcome", address),
-                    )
-                return Failure(error_type.model_validate(data["error"]))
-            if isinstance(outcome, Failure):
-                raise self.diverged(
-                    frame,
-                    address,
-                    "the record says this scope finished, but it was cut off now",
-                    entry.result_json,
-                    self.json(outcome, "the outcome", address),
-                )
-        return outcome
-
-    async def _bounded(
-        self,
-        effect: Limit[Any] | Timeout[Any],
-        address: str,
-        frame: Frame,
-        *,
-        budget: Budget | None,
-        seconds: float | None,
-    ) -> Result[Any, Any]:
-        """One scope helper for ``limit`` and ``timeout``: open the scope (live, or fed from the
-        record), run the body under the budget and the deadline, settle the outcome against the
-        record, close the scope."""
-        entry, live, t0 = self._open_scope(effect, address, frame)
-        # resumed inside the scope: its time kept running while the run was down
-        elapsed = (
-            max(0.0, self.clock.now() - entry.started_at) if entry is not None and live else 0.0
-        )
-        scope = None
-        if budget is not None:
-            scope = Scope(budget, self.clock.monotonic() - elapsed, timed=live)
-
-        def cut() -> BudgetExhausted | TimedOut:
-            if scope is not None:
-                return scope.exhausted("seconds", self.clock.monotonic())
-            return TimedOut(seconds=seconds or 0.0)
-
-        done = entry if entry is not None and entry.status == "completed" else frame.finished_scope
-        child = Frame(
-            prefix=address,
-            replica=frame.replica,
-            scopes=frame.scopes if scope is None else (*frame.scopes, scope),
-            finished_scope=done,
-            deadline=frame.deadline or isinstance(effect, Timeout),
-        )
-        outcome: Result[Any, Any]
-        try:
-            if seconds is None or not live:
-                outcome = Success(await self.drive(effect.body, child))
-            else:
-                with self.clock.deadline(max(0.0, seconds - elapsed)) as cancel:
-                    value = await self.drive(effect.body, child)
-                outcome = Failure(cut()) if cancel.cancelled_caught else Success(value)
-        except BudgetStop as stop:
-            if scope is None or stop.scope is not scope:
-                if live:
-                    self._end(effect, address, t0, exc=stop)
-                raise
-            outcome = Failure(stop.exhausted)
-        except ReplayStop:
-            if not is_failure(entry):
-                raise
-            outcome = Failure(cut())
-        except BaseException as exc:
-            if live:
-                self._end(effect, address, t0, exc=exc)
-            raise
-        finally:
-            _close(effect.body)
-        outcome = self._settle(
-            effect, address, frame, entry, outcome, BudgetExhausted if scope else TimedOut
-        )
-        if live:
-            self._end(effect, address, t0, result_json=self._outcome_json(outcome, address))
-        return outcome
-
-    def _outcome_json(self, outcome: Result[Any, Any], address: str) -> str | None:
-        if self.journal is None:
-            return None
-        return self.json(outcome, "the outcome of the scope", address)
-
-    async def _par(self, effect: Par, address: str, frame: Frame) -> tuple[Any, ...]:
-        entry, live, t0 = self._open_scope(effect, address, frame)
-        done = entry if entry is not None and entry.status == "completed" else frame.finished_scope
-        parent = frame.replica
-        base = parent.state
-        replicas = [
-            Replica(f"r/{address}.{i}", base, parent.lamport)
-            for i in range(1, len(effect.bodies) + 1)
-        ]
-        results: list[Any] = [None] * len(effect.bodies)
-        errors: list[tuple[int, BaseException]] = []
-        cancelled = self.scheduler.cancelled()
-
-        async def branch(i: int) -> None:
-            try:
-                child = Frame(
-                    prefix=f"{address}.{i + 1}",
-                    replica=replicas[i],
-                    scopes=frame.scopes,
-                    finished_scope=done,
-                    deadline=frame.deadline,
-                )
-                results[i] = await self.drive(effect.bodies[i], child)
-            except BaseException as exc:
-                errors.append((i, exc))
-                raise
-            finally:
-                self.clock.task_done()
-
-        # each branch counts as working from the moment it is scheduled, and the parent
-        # stops counting while it waits at the join (see VirtualClock)
-        for _ in effect.bodies:
-            self.clock.task_started()
-        self.clock.task_done()
-        try:
-            await self.scheduler.run_all(
-                [functools.partial(branch, i) for i in range(len(effect.bodies))]
-            )
-        except BaseExceptionGroup as group:
-            # the error that reaches the parent: a real one before a replay cut-off, and
-            # among those the first branch's
-            ranked = sorted(
-                (
-                    (isinstance(e, ReplayStop), i, e)
-                    for i, e in errors
-                    if not isinstance(e, cancelled)
-                ),
-                key=lambda t: (t[0], t[1]),
-            )
-            chosen = ranked[0][2] if ranked else group
-            if live:
-                self._end(effect, address, t0, exc=chosen)
-            if not ranked:
-                raise
-            raise chosen from None
-        except BaseException as exc:
-            if live:
-                self._end(effect, address, t0, exc=exc)
-            raise
-        finally:
-            self.clock.task_started()
-            for body in effect.bodies:
-                _close(body)
-
-        states = [r.state for r in replicas if r.state is not None]
-        conflicts: dict[str, list[Any]] = {}
-        if states:
-            try:
-                origin = base if base is not None else type(states[0])()
-                merged = origin
-                for s in states:
-                    merged = merged.merge(s)
-                if len(states) > 1:
-                    conflicts = states[0].conflicts_since(origin, states[1:])
-            except TypeError as exc:
-                err = StateError(f"par at address {address}: cannot merge branch states: {exc}")
-                if live:
-                    self._end(effect, address, t0, exc=err)
-                raise err from exc
-            parent.state = merged
-        parent.lamport = max([parent.lamport, *(r.lamport for r in replicas)]) + 1
-        values = tuple(results)
-        if conflicts and live and self.bus.active:
-            self.bus.emit(
-                ConflictDetected(
-                    run_id=self.run_id,
-                    at=self.clock.now(),
-                    address=address,
-                    conflicts=to_jsonable(conflicts),
-                )
-            )
-        if conflicts and effect.on_conflict == "raise":
-            err2 = MergeConflict(conflicts, values)
-            if live:
-                self._end(effect, address, t0, exc=err2)
-            raise err2
-        if live:
-            result_json = (
-                None
-                if self.journal is None
-                else self.json(list(values), "the par results", address)
-            )
-            self._end(effect, address, t0, result_json=result_json)
-        return values
-
     # -- state ------------------------------------------------------------------------------
 
     def _get(self, effect: Get[Any], frame: Frame) -> CRDTModel:
@@ -846,246 +560,158 @@ async def execute(
     kwargs: Mapping[str, Any],
     *,
     run_id: str,
-    handlers: Handlers,
-    journal: Journal | None,
-    bus: EventBus,
-    clock: Clock,
+    services: Services,
     state: CRDTModel | None = None,
     log: ReplayLog | None = None,
     record: RunRecord | None = None,
-    scheduler: Scheduler | None = None,
-    interruptible: bool = True,
-    redactor: Redactor | None = None,
+    entries: Iterable[Entry] = (),
 ) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
+    ``services``: the handlers, clock, bus, journal, scheduler and redactor it runs with.
     ``record``: the run as it will be journaled (its config, parent and fork point); when it
-    already exists in ``journal``, the run is resumed in place. ``log``: recorded entries the
-    program is fed from before it goes live (resume, fork) or instead of going live (replay).
-    ``scheduler``: how ``par`` branches run (default: anyio's task groups).
-    ``interruptible``: Ctrl-C stops the run at its next effect (off inside another engine,
-    whose loop owns the process's signals). ``redactor``: what replaces secrets in the journal
-    (default: the secrets in this process's environment).
+    already exists in the journal, the run is resumed in place. ``entries``: written right
+    after the run is created (a fork's prefix). ``log``: recorded entries the program is fed
+    from before it goes live (resume, fork) or instead of going live (replay).
     """
     name = program_name(program)
-    if state is not None and not isinstance(state, CRDTModel):
-        raise StateError(f"state= takes a CRDTModel, not a {type(state).__name__}")
-    if state is None:
-        state = default_state(program)  # the state type the program declared, if any
-    args_json = '{"args":[],"kwargs":{}}'
-    if journal is not None or bus.active:
-        for i, arg in enumerate(args):
-            _check_arg(name, f"argument {i + 1}", arg)
-        for key, arg in kwargs.items():
-            _check_arg(name, f"argument {key!r}", arg)
-        args_json = canonical_json({"args": list(args), "kwargs": dict(kwargs)})
+    state = _starting_state(program, state)
+    recorded = services.journal is not None or services.bus.active
+    args_json = _args_json(name, args, kwargs) if recorded else '{"args":[],"kwargs":{}}'
     gen = start_program(program, args, kwargs)
-    driver = Driver(
+    driver = Driver(run_id=run_id, program=name, services=services, log=log)
+    life = _open_run(driver, record, args_json, state, entries)
+    root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
+    end = RunEnd()
+    try:
+        await _drive_to_end(driver, gen, root, end)
+    finally:
+        _close(gen)
+        end.state = root.replica.state
+        _close_run(driver, life, end)
+    return RunResult(
         run_id=run_id,
         program=name,
-        handlers=handlers,
-        journal=journal,
-        bus=bus,
-        clock=clock,
-        log=log,
-        scheduler=scheduler,
-        redactor=redactor,
+        status=end.status,
+        state=end.state,
+        journal=services.journal,
+        error=end.error,
+        address=end.address,
+        question=end.question,
+        _value=end.value,
     )
-    locked = False
-    prior: RunRecord | None = None  # the run as it was, when it is resumed in place
+
+
+def _open_run(
+    driver: Driver,
+    record: RunRecord | None,
+    args_json: str,
+    state: CRDTModel | None,
+    entries: Iterable[Entry],
+) -> RunLife | None:
+    """Open the run in its journal (if it has one), then tell the bus it started."""
+    clock, journal = driver.clock, driver.journal
+    life = None
     if journal is not None:
-        prior = (
-            _try_run(journal, run_id) if record is not None and record.run_id == run_id else None
+        life = RunLife.open(
+            journal,
+            run_id=driver.run_id,
+            program=driver.program,
+            record=record,
+            args_json=args_json,
+            state=state,
+            at=clock.now(),
+            entries=entries,
         )
-        existing = prior is not None
-        journal.acquire(run_id)
-        locked = True
-        try:
-            if existing:
-                journal.reopen_run(run_id)
-            else:
-                base = record or RunRecord(run_id=run_id, program=name)
-                journal.create_run(
-                    base.model_copy(
-                        update={
-                            "run_id": run_id,
-                            "program": name,
-                            "args_json": args_json,
-                            "state_json": None if state is None else state.canonical(),
-                            "created_at": clock.now(),
-                            "config_json": _with_state_type(base.config_json, state),
-                        }
-                    )
-                )
-        except BaseException:
-            journal.release(run_id)
-            raise
-    if bus.active:
-        bus.emit(
+    if driver.bus.active:
+        driver.bus.emit(
             RunStarted(
-                run_id=run_id,
+                run_id=driver.run_id,
                 at=clock.now(),
-                program=name,
+                program=driver.program,
                 args=json.loads(args_json),
                 parent_run=None if record is None else record.parent_run,
             )
         )
-    root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
-    status: EndStatus = "failed"
-    value: Any = None
-    error: BaseException | None = None
-    address: str | None = None
-    question: str | None = None
-    result_json: str | None = None
+    return life
+
+
+def _close_run(driver: Driver, life: RunLife | None, end: RunEnd) -> None:
+    """Write how the run ended to its journal, then tell the bus (whatever the journal did)."""
+    clock, bus = driver.clock, driver.bus
     try:
-        with _stop_on_interrupt(driver) if interruptible else contextlib.nullcontext():
-            value = await driver.drive(gen, root)
-        if journal is not None:
-            result_json = driver.json(value, "the program's return value", root.last or "0")
-        if log is not None and log.strict:
-            unused = sorted(set(log.entries) - log.used, key=lambda a: log.entries[a].seq)
-            if unused:
-                first = log.entries[unused[0]]
-                raise divergence(
-                    program=name,
-                    address=first.address,
-                    where=f"the program returned after its effect at address {root.last or '(none)'}",
-                    checkpoint=nearest_checkpoint(log.entries.values(), first.seq),
-                    recorded=driver.shown(first.effect_json),
-                    now=None,
-                    reason=f"the program finished, but the record goes on: the {first.kind} effect "
-                    f"recorded here is no longer asked for",
-                )
-        status = "completed"
-    except WaitingForAnswer as wait:
-        status, question, address = "waiting", wait.question, root.last or None
-    except Exception as exc:
-        status, error = "failed", exc
-        address = _ADDRESS.get(exc) or root.last or None
-    except BaseException:
-        status = "cancelled"
-        raise
+        if life is not None:
+            life.close(end, at=clock.now(), clean=driver.redact.optional)
     finally:
-        _close(gen)
-        message = None if error is None else f"{type(error).__name__}: {error}"
-        final_state = root.replica.state
-        if journal is not None:
-            try:
-                err = None
-                if error is not None:
-                    err = canonical_json(
-                        {"type": type(error).__name__, "message": str(error), "address": address}
-                    )
-                if isinstance(error, JournalError):
-                    pass  # the journal cannot be written: the run stays as it stands (running),
-                    # to be resumed once the cause is gone
-                elif prior is not None and isinstance(error, Divergence):
-                    # a resume that finds the program changed leaves the run as it was, so it
-                    # can be resumed again once the program is put right
-                    journal.finish_run(
-                        run_id,
-                        prior.status,
-                        at=prior.finished_at or clock.now(),
-                        result_json=prior.result_json,
-                        error_json=prior.error_json,
-                        final_state_json=prior.final_state_json,
-                    )
-                else:
-                    journal.finish_run(
-                        run_id,
-                        status,
-                        at=clock.now(),
-                        result_json=driver.redact.optional(result_json),
-                        error_json=driver.redact.optional(err),
-                        final_state_json=None if final_state is None else final_state.canonical(),
-                    )
-            finally:
-                if locked:
-                    try:
-                        journal.release(run_id)
-                    except JournalError:
-                        if not isinstance(error, JournalError):
-                            raise
-                        # the journal is failing: the lock is left, and taken over on resume
         if bus.active:
             bus.emit(
                 RunFinished(
-                    run_id=run_id, at=clock.now(), status=status, error=message, address=address
+                    run_id=driver.run_id,
+                    at=clock.now(),
+                    status=end.status,
+                    error=end.message,
+                    address=end.address,
                 )
             )
-    return RunResult(
-        run_id=run_id,
-        program=name,
-        status=status,
-        state=root.replica.state,
-        journal=journal,
-        error=error,
-        address=address,
-        question=question,
-        _value=value,
-    )
 
 
-def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, str] | None:
-    """(name, address) of the last checkpoint recorded before the entry numbered ``before_seq``."""
-    best: Entry | None = None
-    for e in entries:
-        if e.kind == "checkpoint" and e.seq < before_seq and (best is None or e.seq > best.seq):
-            best = e
-    return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
+def _starting_state(program: Callable[..., Any], state: CRDTModel | None) -> CRDTModel | None:
+    """The state a run starts with: the one given, else the type the program declared."""
+    if state is not None and not isinstance(state, CRDTModel):
+        raise StateError(f"state= takes a CRDTModel, not a {type(state).__name__}")
+    return default_state(program) if state is None else state
 
 
-_RUNNING: list[Driver] = []
-"""The runs of this process that Ctrl-C stops; one handler serves them all."""
-_PREVIOUS: list[Any] = []  # the SIGINT handler to put back when the last run ends
+def _args_json(program: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    """The arguments as recorded, each checked to be recordable first (naming the bad one)."""
+    for i, arg in enumerate(args):
+        _check_arg(program, f"argument {i + 1}", arg)
+    for key, arg in kwargs.items():
+        _check_arg(program, f"argument {key!r}", arg)
+    return canonical_json({"args": list(args), "kwargs": dict(kwargs)})
 
 
-def _on_interrupt(signum: int, frame: Any) -> None:
-    if any(d.interrupted for d in _RUNNING):
-        raise KeyboardInterrupt  # a second Ctrl-C: at once
-    for driver in _RUNNING:
-        driver.interrupt()
-    previous = _PREVIOUS[0] if _PREVIOUS else None
-    if previous is not signal.default_int_handler and callable(previous):
-        previous(signum, frame)  # asyncio's: cancels what awaits, so a model call stops too
+async def _drive_to_end(
+    driver: Driver, gen: Generator[AnyEffect, Any, Any], root: Frame, end: RunEnd
+) -> None:
+    """Drive the program to its end and say how it ended in ``end``: completed, waiting,
+    failed (an ``Exception``) or cancelled (a ``BaseException``, which propagates)."""
+    try:
+        interruptible = driver.services.interruptible
+        with stop_on_interrupt(driver) if interruptible else contextlib.nullcontext():
+            end.value = await driver.drive(gen, root)
+        if driver.journal is not None:
+            last = root.last or "0"
+            end.result_json = driver.json(end.value, "the program's return value", last)
+        if driver.log is not None:
+            _check_all_replayed(driver, driver.log, root)
+        end.status = "completed"
+    except WaitingForAnswer as wait:
+        end.status, end.question, end.address = "waiting", wait.question, root.last or None
+    except Exception as exc:
+        end.status, end.error = "failed", exc
+        end.address = _ADDRESS.get(exc) or root.last or None
+    except BaseException:
+        end.status = "cancelled"
+        raise
 
 
-@contextlib.contextmanager
-def _stop_on_interrupt(driver: Driver) -> Iterator[None]:
-    """Ctrl-C stops the run at its next effect, even while a synchronous tool blocks (which
-    no cancellation can reach); a second Ctrl-C interrupts at once. Runs that overlap in one
-    process share one handler, installed by the first and removed by the last, so the
-    handler that was there before is always the one put back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+def _check_all_replayed(driver: Driver, log: ReplayLog, root: Frame) -> None:
+    """A strict record (a replay) must be used up: an entry the program no longer asks for
+    is a divergence."""
+    first = unused_entry(log)
+    if first is None:
         return
-    if not _RUNNING:
-        try:
-            _PREVIOUS[:] = [signal.signal(signal.SIGINT, _on_interrupt)]
-        except ValueError:  # not the main interpreter
-            yield
-            return
-    _RUNNING.append(driver)
-    try:
-        yield
-    finally:
-        _RUNNING.remove(driver)
-        if not _RUNNING:
-            signal.signal(signal.SIGINT, _PREVIOUS.pop())
-
-
-def _try_run(journal: Journal, run_id: str) -> RunRecord | None:
-    try:
-        return journal.run(run_id)
-    except Exception:
-        return None
-
-
-def _with_state_type(config_json: str, state: CRDTModel | None) -> str:
-    config = json.loads(config_json or "{}")
-    if state is not None:
-        config["state_type"] = to_jsonable(type(state))
-    return canonical_json(config)
+    raise divergence(
+        program=driver.program,
+        address=first.address,
+        where=f"the program returned after its effect at address {root.last or '(none)'}",
+        checkpoint=nearest_checkpoint(log.entries.values(), first.seq),
+        recorded=driver.shown(first.effect_json),
+        now=None,
+        reason=f"the program finished, but the record goes on: the {first.kind} effect "
+        f"recorded here is no longer asked for",
+    )
 
 
 def _check_arg(program: str, which: str, value: Any) -> None:

@@ -4,6 +4,7 @@ handler interface and the ``Call`` a handler receives. Plain data, no I/O."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import uuid
 from abc import ABC, abstractmethod
@@ -11,9 +12,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, final
 
-from interpreters.journal._base import Entry
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
+from interpreters.runtime._replay import FinishedScope
 from op import (
     Agent,
     AnyEffect,
@@ -42,8 +43,9 @@ __all__ = [
     "TokenLimit",
     "WaitingForAnswer",
     "charge_scopes",
+    "close_quietly",
+    "cut_off",
     "drawn",
-    "is_failure",
 ]
 
 RecordedEffect = LeafEffect
@@ -241,7 +243,7 @@ class Frame:
     replica: Replica
     scopes: tuple[Scope, ...] = ()
     #: the innermost enclosing scope whose record is finished (replaying), if any
-    finished_scope: Entry | None = None
+    finished_scope: FinishedScope | None = None
     gen: Generator[Any, Any, Any] | None = None
     #: inside a ``timeout`` scope
     deadline: bool = False
@@ -261,13 +263,20 @@ def charge_scopes(frame: Frame, effect: AnyEffect, usage: Usage | None) -> None:
         scope.charge(effect, usage)
 
 
-def is_failure(entry: Entry | None) -> bool:
-    """Whether a finished scope entry recorded a ``Failure`` outcome."""
-    return (
-        entry is not None
-        and entry.status == "completed"
-        and (entry.result_json or "").startswith('{"error"')
-    )
+def cut_off(frame: Frame) -> bool:
+    """Whether the frame runs inside a scope whose record says it was cut off (a ``Failure``
+    outcome): replaying stops where the recorded run stopped."""
+    scope = frame.finished_scope
+    return scope is not None and scope.failed
+
+
+def close_quietly(gen: Generator[Any, Any, Any]) -> None:
+    """Close a program's generator, so its ``finally`` blocks run."""
+    # A program whose ``finally`` yields an effect while being closed cannot run that
+    # effect (the scope is gone); Python reports it as a RuntimeError, which is dropped so
+    # that the reason the scope closed (a timeout, a spent budget) is what propagates.
+    with contextlib.suppress(RuntimeError):
+        gen.close()
 
 
 class ReplayStop(BaseException):

@@ -40,7 +40,7 @@ from interpreters.runtime._frame import (
     TokenLimit,
     WaitingForAnswer,
     charge_scopes,
-    is_failure,
+    cut_off,
 )
 from interpreters.runtime._replay import decode_error, decode_result, error_json
 from op import (
@@ -334,7 +334,7 @@ class Replay(Layer):
         assert log is not None
         entry = log.entries.get(address)
         if entry is None:
-            if is_failure(frame.finished_scope):
+            if cut_off(frame):
                 raise ReplayStop()
             if frame.finished_scope is not None:
                 raise d.diverged(
@@ -371,7 +371,7 @@ class Replay(Layer):
         log = self.driver.log
         assert log is not None
         return entry.status == "started" or (
-            entry.status == "cancelled" and not log.strict and not is_failure(frame.finished_scope)
+            entry.status == "cancelled" and not log.strict and not cut_off(frame)
         )
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
@@ -411,7 +411,7 @@ class Replay(Layer):
         if entry.status == "failed":
             raise decode_error(entry.error_json)
         # cancelled: a timeout or budget cut it off, or a par sibling's failure did
-        if is_failure(frame.finished_scope):
+        if cut_off(frame):
             raise ReplayStop()
         await d.scheduler.wait_forever()
 

@@ -1,4 +1,5 @@
-"""Reading a journal back: decoding recorded results and errors, and reporting divergence.
+"""Reading a journal back: decoding recorded results, errors and scope outcomes, and
+reporting divergence.
 
 A replay re-runs the program from its start and answers each effect from the entry at the
 same address. The program must ask for the same effect there; if it does not, the run has
@@ -13,36 +14,46 @@ import json
 import sys
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any, assert_never, final
 
 from interpreters.journal._base import Entry
 from op import (
     Agent,
     Ask,
+    BudgetExhausted,
     Checkpoint,
     Emit,
     Fatal,
     Infer,
     LeafEffect,
+    Limit,
     Now,
     OpdslError,
     Random,
     Response,
     Sleep,
+    TimedOut,
+    Timeout,
     Tool,
     ToolResult,
     TurnRecord,
     Uuid,
 )
+from state import canonical_json
 
 __all__ = [
     "Divergence",
+    "FinishedScope",
     "ReplayLog",
     "ReplayedError",
+    "decode_cut_off",
     "decode_error",
     "decode_result",
     "error_json",
+    "finished_scope",
+    "nearest_checkpoint",
     "source_line",
+    "unused_entry",
 ]
 
 
@@ -117,14 +128,24 @@ def _decode(effect: LeafEffect, text: str) -> Any:
             assert_never(effect)
 
 
-def error_json(exc: BaseException) -> str:
-    cls = type(exc)
-    return json.dumps(
-        {"type": f"{cls.__module__}:{cls.__qualname__}", "message": str(exc)},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+def _type_name(cls: type[BaseException]) -> str:
+    """How an error's class is recorded: a built-in by its name (``ValueError``), any other
+    as ``module:qualname`` (so a replay can rebuild it)."""
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def error_json(exc: BaseException, address: str | None = None) -> str:
+    """The one error-JSON format of the journal, for an entry's error and a run's alike:
+    ``{"type", "message"}``, and for a run the ``address`` where the error left the program.
+
+    Read back by :func:`decode_error`, which also reads the formats written before 0.4.0
+    (an entry's ``builtins:ValueError``; a run's bare class name for every class)."""
+    data: dict[str, Any] = {"type": _type_name(type(exc)), "message": str(exc)}
+    if address is not None:
+        data["address"] = address
+    return canonical_json(data)
 
 
 def decode_error(text: str | None) -> Exception:
@@ -133,7 +154,9 @@ def decode_error(text: str | None) -> Exception:
     data = json.loads(text or "{}")
     type_name = str(data.get("type", "Exception"))
     message = str(data.get("message", ""))
-    module, _, qual = type_name.partition(":")
+    module, colon, qual = type_name.partition(":")
+    if not colon:  # a built-in, recorded by its name
+        module, qual = "builtins", type_name
     try:
         # only classes of modules already loaded: a journal never makes opdsl import (and so
         # run) a module it names
@@ -149,6 +172,65 @@ def decode_error(text: str | None) -> Exception:
     except Exception:
         pass
     return ReplayedError(type_name, message)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FinishedScope:
+    """A scope (``limit``, ``timeout``, ``par``) whose record is finished, as its entry
+    recorded it: where, and whether its body was cut off (a spent budget, a deadline) with
+    ``error`` as the recorded ``Failure``'s data."""
+
+    address: str
+    failed: bool
+    error: Any = None
+
+
+def finished_scope(entry: Entry | None) -> FinishedScope | None:
+    """The outcome a scope's entry recorded, decoded once when the scope opens: None unless
+    the entry completed. A ``limit``'s or ``timeout``'s outcome is recorded as canonical JSON
+    writes a ``Result`` (``{"ok": value}`` or ``{"error": data}``); a ``par``'s as the list
+    of its values."""
+    if entry is None or entry.status != "completed":
+        return None
+    try:
+        data = json.loads(entry.result_json or "null")
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and "error" in data and "ok" not in data:
+        return FinishedScope(entry.address, failed=True, error=data["error"])
+    return FinishedScope(entry.address, failed=False)
+
+
+def decode_cut_off(effect: Limit[Any] | Timeout[Any], scope: FinishedScope) -> Any:
+    """The error a recorded cut-off scope gave its program: a ``limit``'s
+    :class:`BudgetExhausted`, a ``timeout``'s :class:`TimedOut`."""
+    match effect:
+        case Limit():
+            return BudgetExhausted.model_validate(scope.error)
+        case Timeout():
+            return TimedOut.model_validate(scope.error)
+        case _:
+            assert_never(effect)
+
+
+def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, str] | None:
+    """(name, address) of the last checkpoint recorded before the entry numbered ``before_seq``."""
+    best: Entry | None = None
+    for e in entries:
+        if e.kind == Checkpoint.kind and e.seq < before_seq and (best is None or e.seq > best.seq):
+            best = e
+    return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
+
+
+def unused_entry(log: ReplayLog) -> Entry | None:
+    """The first entry of a strict record that the replayed program never asked for."""
+    if not log.strict:
+        return None
+    unused = [a for a in log.entries if a not in log.used]
+    if not unused:
+        return None
+    return min((log.entries[a] for a in unused), key=lambda e: e.seq)
 
 
 def source_line(gen: Generator[Any, Any, Any] | None) -> str:

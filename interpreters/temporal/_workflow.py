@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from interpreters.runtime._frame import Call, Handlers, drawn
     from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
     from interpreters.runtime._schedule import AsyncioScheduler
+    from interpreters.runtime._services import Services
     from interpreters.temporal._carry import carry
     from interpreters.temporal._input import check_arguments, checked_input, refused
     from interpreters.temporal._store import NO_STORE_HINT as _NO_STORE
@@ -442,15 +443,17 @@ class OpdslRun:
                 checked.args,
                 checked.kwargs,
                 run_id=inp.run_id,
-                handlers=_Handlers(self, inp, admission, by_reference=by_reference),
-                journal=self._journal,
-                bus=EventBus([]),
-                clock=TemporalClock(),
+                services=Services(
+                    handlers=_Handlers(self, inp, admission, by_reference=by_reference),
+                    clock=TemporalClock(),
+                    bus=EventBus([]),
+                    journal=self._journal,
+                    scheduler=AsyncioScheduler(),
+                    interruptible=False,
+                ),
                 state=state,
                 log=log,
                 record=record,
-                scheduler=AsyncioScheduler(),
-                interruptible=False,
             )
         except EngineFault as fault:
             raise fault.cause from None

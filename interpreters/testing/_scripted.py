@@ -21,6 +21,7 @@ from interpreters.runtime._clock import Clock, VirtualClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, Handlers
+from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from op import (
     Checkpoint,
@@ -218,10 +219,12 @@ class ScriptedInterpreter:
             args,
             kwargs,
             run_id=new_run_id(),
-            handlers=handlers,
-            journal=self.journal,
-            bus=EventBus(self.sinks),
-            clock=self.clock or VirtualClock(),
+            services=Services(
+                handlers=handlers,
+                clock=self.clock or VirtualClock(),
+                bus=EventBus(self.sinks),
+                journal=self.journal,
+            ),
             state=state,
         )
         if isinstance(result.error, ScriptMismatch):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from interpreters.runtime import Driver, EventBus, SystemClock
+from interpreters.runtime import Driver, Services, SystemClock
 from interpreters.runtime._frame import Call, Handlers
 from op import Checkpoint, Emit, LeafEffect, Tool, ToolResult
 from state import NotSerializable, canonical_json, dump_jsonable, to_jsonable
@@ -26,10 +26,7 @@ class _Nothing(Handlers):
 _DRIVER = Driver(
     run_id="r",
     program="p",
-    handlers=_Nothing(),
-    journal=None,
-    bus=EventBus([]),
-    clock=SystemClock(),
+    services=Services(handlers=_Nothing(), clock=SystemClock()),
 )
 
 

@@ -21,7 +21,7 @@ from interpreters import (
     SqliteJournal,
     run,
 )
-from interpreters.runtime import Driver, EventBus, SystemClock
+from interpreters.runtime import Driver, EventBus, Services, SystemClock
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Replay
 from interpreters.runtime._replay import ReplayLog
@@ -57,10 +57,12 @@ def _chain(
     driver = Driver(
         run_id="r",
         program="p",
-        handlers=_Nothing(),
-        journal=MemoryJournal() if journal else None,
-        bus=EventBus([lambda e: None] if sinks else []),
-        clock=SystemClock(),
+        services=Services(
+            handlers=_Nothing(),
+            journal=MemoryJournal() if journal else None,
+            bus=EventBus([lambda e: None] if sinks else []),
+            clock=SystemClock(),
+        ),
         log=ReplayLog(entries={}, strict=False) if log else None,
     )
 

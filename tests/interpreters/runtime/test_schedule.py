@@ -13,8 +13,8 @@ from interpreters import LiveHandlers, MemoryJournal, ToolRegistry
 from interpreters.runtime import (
     AnyioScheduler,
     AsyncioScheduler,
-    EventBus,
     Scheduler,
+    Services,
     SystemClock,
     execute,
 )
@@ -81,12 +81,13 @@ async def _run(program: Callable[[], Op[Any]], scheduler: Scheduler) -> Any:
         (),
         {},
         run_id="r1",
-        handlers=LiveHandlers(tools=ToolRegistry([echo, fails])),
-        journal=journal,
-        bus=EventBus([]),
-        clock=SystemClock(),
+        services=Services(
+            handlers=LiveHandlers(tools=ToolRegistry([echo, fails])),
+            journal=journal,
+            clock=SystemClock(),
+            scheduler=scheduler,
+        ),
         state=Tally(),
-        scheduler=scheduler,
     )
     entries = [(e.address, e.kind, e.status) for e in journal.entries("r1")]
     return result, entries

@@ -27,7 +27,7 @@ class StrictDriver:
         import sys
 
         from interpreters.journal._memory import MemoryJournal
-        from interpreters.runtime import AsyncioScheduler, EventBus, Handlers, Redactor, execute
+        from interpreters.runtime import AsyncioScheduler, Handlers, Redactor, Services, execute
         from interpreters.temporal._workflow import TemporalClock
         from op import Failure, Inc, get, par, sleep, timeout, update
         from state import CRDTModel, GCounter
@@ -51,9 +51,11 @@ class StrictDriver:
             return [str(state.n.value), type(late.failure()).__name__ if isinstance(late, Failure) else "?"]
 
         result = await execute(
-            program, (), {}, run_id="strict", handlers=Nothing(), journal=MemoryJournal(),
-            bus=EventBus([]), clock=TemporalClock(), state=Tally(),
-            scheduler=AsyncioScheduler(), interruptible=False, redactor=Redactor.from_env({}),
+            program, (), {}, run_id="strict", state=Tally(),
+            services=Services(
+                handlers=Nothing(), journal=MemoryJournal(), clock=TemporalClock(),
+                scheduler=AsyncioScheduler(), interruptible=False, redactor=Redactor.from_env({}),
+            ),
         )
         heavy = sorted(m for m in ("rich", "httpx", "git", "aiohttp", "sqlite3", "apsw") if m in sys.modules)
         return [result.status, *result.value, *heavy]

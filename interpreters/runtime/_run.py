@@ -1,0 +1,167 @@
+"""A run's life in its journal: opened (locked, then created, or reopened when it is resumed
+in place), closed (finished as ``journal._status.closing`` says, then unlocked).
+
+The rules about which runs may be reopened and how one that ends is written back live in
+``journal/_status.py``; this module only carries them out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, assert_never, final
+
+from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.journal._status import EndStatus, can_resume, closing
+from interpreters.runtime._replay import Divergence, error_json
+from state import CRDTModel, canonical_json, to_jsonable
+
+__all__ = ["RunEnd", "RunLife"]
+
+
+@dataclass(slots=True)
+class RunEnd:
+    """How a run ended, filled in as it ends (``failed`` until it says otherwise)."""
+
+    status: EndStatus = "failed"
+    value: Any = None
+    error: BaseException | None = None
+    address: str | None = None
+    question: str | None = None
+    #: the return value as journaled (computed only when there is a journal)
+    result_json: str | None = None
+    state: CRDTModel | None = None
+
+    @property
+    def message(self) -> str | None:
+        """The error as one line, ``Type: message``."""
+        return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
+
+
+def _existing(journal: Journal, run_id: str, record: RunRecord | None) -> RunRecord | None:
+    """The run as it was, when ``record`` names a run the journal holds (it is resumed in
+    place); None when it is a new one. Only the journal's own refusal (no such run) means
+    new: anything else is a defect and propagates."""
+    if record is None or record.run_id != run_id:
+        return None
+    try:
+        return journal.run(run_id)
+    except JournalError:
+        return None
+
+
+def _with_state_type(config_json: str, state: CRDTModel | None) -> str:
+    config = json.loads(config_json or "{}")
+    if state is not None:
+        config["state_type"] = to_jsonable(type(state))
+    return canonical_json(config)
+
+
+@final
+class RunLife:
+    """One run, open in its journal (and locked) from :meth:`open` to :meth:`close`."""
+
+    __slots__ = ("journal", "prior", "run_id")
+
+    def __init__(self, journal: Journal, run_id: str, prior: RunRecord | None) -> None:
+        self.journal = journal
+        self.run_id = run_id
+        #: the run as it was before, when it is resumed in place
+        self.prior = prior
+
+    @classmethod
+    def open(
+        cls,
+        journal: Journal,
+        *,
+        run_id: str,
+        program: str,
+        record: RunRecord | None,
+        args_json: str,
+        state: CRDTModel | None,
+        at: float,
+        entries: Iterable[Entry] = (),
+    ) -> RunLife:
+        """Lock the run, then reopen it (``record`` names a run the journal holds) or create
+        it from ``record`` (its config, parent and fork point) with ``entries`` written right
+        after it (a fork's prefix)."""
+        prior = _existing(journal, run_id, record)
+        journal.acquire(run_id)
+        try:
+            if prior is not None:
+                if not can_resume(prior.status):
+                    raise JournalError(
+                        f"run {run_id} is {prior.status}: it cannot be resumed in place"
+                    )
+                journal.reopen_run(run_id)
+            else:
+                base = record or RunRecord(run_id=run_id, program=program)
+                journal.create_run(
+                    base.model_copy(
+                        update={
+                            "run_id": run_id,
+                            "program": program,
+                            "args_json": args_json,
+                            "state_json": None if state is None else state.canonical(),
+                            "created_at": at,
+                            "config_json": _with_state_type(base.config_json, state),
+                        }
+                    )
+                )
+                prefix = list(entries)
+                if prefix:
+                    journal.add_entries(prefix)
+        except BaseException:
+            journal.release(run_id)
+            raise
+        return cls(journal, run_id, prior)
+
+    def close(self, end: RunEnd, *, at: float, clean: Callable[[str | None], str | None]) -> None:
+        """Write how the run ended, as ``closing`` says, then unlock it. ``clean`` replaces
+        secrets in what is written."""
+        journal_failed = isinstance(end.error, JournalError)
+        try:
+            match closing(
+                journal_failed=journal_failed,
+                resumed=self.prior is not None,
+                diverged=isinstance(end.error, Divergence),
+            ):
+                case "leave":
+                    pass
+                case "put_back":
+                    self._put_back(at)
+                case "finish":
+                    self._finish(end, at, clean)
+                case never:
+                    assert_never(never)
+        finally:
+            try:
+                self.journal.release(self.run_id)
+            except JournalError:
+                if not journal_failed:
+                    raise
+                # the journal is failing: the lock is left, and taken over on resume
+
+    def _finish(self, end: RunEnd, at: float, clean: Callable[[str | None], str | None]) -> None:
+        err = None if end.error is None else error_json(end.error, end.address)
+        self.journal.finish_run(
+            self.run_id,
+            end.status,
+            at=at,
+            result_json=clean(end.result_json),
+            error_json=clean(err),
+            final_state_json=None if end.state is None else end.state.canonical(),
+        )
+
+    def _put_back(self, at: float) -> None:
+        prior = self.prior
+        assert prior is not None
+        self.journal.finish_run(
+            self.run_id,
+            prior.status,
+            at=prior.finished_at or at,
+            result_json=prior.result_json,
+            error_json=prior.error_json,
+            final_state_json=prior.final_state_json,
+        )
