@@ -9,10 +9,11 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import IO
 
 import pytest
 
-from interpreters import SqliteJournal, check_integrity, resume, run
+from interpreters import RunResult, SqliteJournal, check_integrity, resume, run
 from tests.fixtures.crash_child import LINES
 from tests.fixtures.durable_programs import TOOLS, Counted, appender, lines_of
 
@@ -53,50 +54,67 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path, grouped: bool) -> No
     total = _writes_in_a_full_run(tmp_path, env)
     points = [(n, when) for n in range(1, total + 1) for when in ("before", "after")]
     assert len(points) >= 30
-    for n, when in points:
-        case = tmp_path / f"{n}-{when}"
-        case.mkdir()
-        db, out = case / "runs.db", case / "out.txt"
-        child = subprocess.run(
-            [sys.executable, "-m", "tests.fixtures.crash_child", str(db), str(out), str(n), when],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert child.returncode == -9, (n, when, child.stdout, child.stderr)
-        journal = SqliteJournal(db)
-        try:
-            before = {e.address: e.status for e in journal.entries("crash")}
-        except Exception:
-            before = None  # killed before the run record was written: nothing to resume
-        if before is None:
-            assert lines_of(out) == []
-            continue
-        completed_tools = {a for a, s in before.items() if s == "completed" and a not in ("",)}
-        status = journal.run("crash").status
-        if status == "completed":
-            result_value = resume_or_replay(journal, "crash")
+    # one process started, a process forked from it for each kill (each a real SIGKILL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fixtures.crash_child", "--serve"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        for n, when in points:
+            _kill_at(server.stdin, server.stdout, tmp_path, n, when, reference)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+
+def _kill_at(
+    ask: IO[str], answer: IO[str], tmp_path: Path, n: int, when: str, reference: RunResult
+) -> None:
+    """Kill a run at write ``n`` (before or after it), then check that resume finishes it."""
+    case = tmp_path / f"{n}-{when}"
+    case.mkdir()
+    db, out = case / "runs.db", case / "out.txt"
+    ask.write(f"{db} {out} {n} {when}\n")
+    ask.flush()
+    ended = answer.readline().strip()
+    assert ended == "-9", (n, when, ended)
+    journal = SqliteJournal(db)
+    try:
+        before = {e.address: e.status for e in journal.entries("crash")}
+    except Exception:
+        before = None  # killed before the run record was written: nothing to resume
+    if before is None:
+        assert lines_of(out) == []
+        return
+    completed_tools = {a for a, s in before.items() if s == "completed" and a not in ("",)}
+    status = journal.run("crash").status
+    if status == "completed":
+        result_value = resume_or_replay(journal, "crash")
+    else:
+        result = resume("crash", db=journal)
+        assert result.status == "completed", (n, when, result.describe())
+        result_value = result.value
+        assert result.state is not None and reference.state is not None
+        assert result.state.canonical() == reference.state.canonical()
+    assert result_value == reference.value, (n, when)
+    keys = Counter(line.split(" ")[0] for line in lines_of(out))
+    assert len(keys) == LINES, (n, when, keys)
+    for key, count in keys.items():
+        address = key.split(":")[1]
+        if address in completed_tools:
+            assert count == 1, (
+                f"kill {when} write {n}: completed effect {address} ran {count} times"
+            )
         else:
-            result = resume("crash", db=journal)
-            assert result.status == "completed", (n, when, result.describe())
-            result_value = result.value
-            assert result.state is not None and reference.state is not None
-            assert result.state.canonical() == reference.state.canonical()
-        assert result_value == reference.value, (n, when)
-        keys = Counter(line.split(" ")[0] for line in lines_of(out))
-        assert len(keys) == LINES, (n, when, keys)
-        for key, count in keys.items():
-            address = key.split(":")[1]
-            if address in completed_tools:
-                assert count == 1, (
-                    f"kill {when} write {n}: completed effect {address} ran {count} times"
-                )
-            else:
-                assert count <= 2, (n, when, key, count)
-        assert check_integrity(journal, "crash") == [], (n, when)
-        assert journal.run("crash").status == "completed"
-        journal.close()
+            assert count <= 2, (n, when, key, count)
+    assert check_integrity(journal, "crash") == [], (n, when)
+    assert journal.run("crash").status == "completed"
+    journal.close()
 
 
 def resume_or_replay(journal: SqliteJournal, run_id: str) -> object:
