@@ -137,8 +137,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         OSError,
         RecursionError,
     ) as exc:
-        from interpreters._shown import visible
         from interpreters._redact import Redactor
+        from interpreters._shown import visible
 
         message = Redactor.from_env()(" ".join(str(exc).split()))
         print(f"opdsl: error: {visible(message, lines=False)}", file=sys.stderr)

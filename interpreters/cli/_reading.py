@@ -11,7 +11,6 @@ from typing import Any
 from interpreters.cli._command import JSON, RUN, Command, OnTemporal, Option, UsageError
 from interpreters.cli._output import (
     console,
-    json_object,
     print_json,
     run_json,
     text,
@@ -98,26 +97,23 @@ def checkpoints(a: argparse.Namespace) -> int:
     from interpreters import open_journal
     from interpreters._durable import checkpoint_labels
     from interpreters._shown import visible
+    from interpreters.journal._checkpoint import CheckpointSnapshot
 
     journal = open_journal(a.db, read_only=True)
     rows = []
     found: list[dict[str, Any]] = []
     for label, e in checkpoint_labels(journal.entries(a.run)):
-        world = json_object(e.result_json).get("world")
-        world = world if isinstance(world, dict) else {}
-        files = (
-            f"  files: tree {str(world['tree'])[:12]} in {world.get('workspace')}"
-            if world.get("tree")
-            else ""
-        )
+        snap = CheckpointSnapshot.read(e.result_json)
+        kept = None if snap is None else snap.files
+        files = f"  files: tree {kept.tree[:12]} in {kept.workspace}" if kept else ""
         rows.append(visible(f"{e.address:>8}  {label}  {e.status}{files}", lines=False))
         found.append(
             {
                 "address": e.address,
                 "name": label,
                 "status": e.status,
-                "tree": world.get("tree"),
-                "workspace": world.get("workspace"),
+                "tree": None if kept is None else kept.tree,
+                "workspace": None if kept is None else kept.workspace,
             }
         )
     if a.json:

@@ -93,7 +93,7 @@ def _header(c: Any, r: Any) -> None:
 
 def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
     """An entry's line of the timeline, and what it spent (None: nothing recorded)."""
-    from op import Usage
+    from op import Checkpoint, Emit, Usage
 
     try:
         usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
@@ -102,7 +102,7 @@ def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
     took = None if e.finished_at is None else e.finished_at - e.started_at
     duration = "" if took is None else f"{took:.2f}s" if 0 <= took < 1e9 else "?"
     what = _what(e)
-    style = {"checkpoint": "magenta", "emit": "yellow"}.get(e.kind, "")
+    style = {Checkpoint.kind: "magenta", Emit.kind: "yellow"}.get(e.kind, "")
     status, why = text(e.status), text(what)
     failure = e.tool_failure()
     if failure is not None:
@@ -123,14 +123,16 @@ def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
 
 def _what(e: Any) -> str:
     """What an entry is about, in a few words: a tool's name, a question, a backend..."""
+    from op import Emit, Infer
+
     effect = json_object(e.effect_json)
     what: Any = effect.get("name") or effect.get("question") or effect.get("backend") or ""
     chain = effect.get("messages")
-    if e.kind == "infer" and isinstance(chain, dict) and isinstance(chain.get("n"), int):
+    if e.kind == Infer.kind and isinstance(chain, dict) and isinstance(chain.get("n"), int):
         what = f"{chain['n']} messages"  # a packed conversation: its length, not its text
     if not isinstance(what, str):
         what = json.dumps(what, ensure_ascii=False, default=str)[:80]
-    if e.kind == "emit" and effect.get("data") is not None:
+    if e.kind == Emit.kind and effect.get("data") is not None:
         what = f"{what} {json.dumps(effect['data'], ensure_ascii=False, default=str)[:50]}"
     return str(what)
 
@@ -162,19 +164,19 @@ _HEXISH = re.compile(r"[0-9a-f-]+")
 def _state_line(r: Any, entries: Sequence[Any]) -> str:
     """The run's registers in one line (``fsm=IMPLEMENT pointer=2 implementor=model:qwen3``):
     its final state, or the state its last checkpoint recorded while it is not finished."""
+    from interpreters.journal._checkpoint import CheckpointSnapshot
+    from op import Checkpoint
+
     raw = r.final_state_json
-    if raw is None:
-        for e in reversed(entries):
-            if e.kind == "checkpoint" and e.status == "completed":
-                snapshot = json.loads(e.result_json or "{}").get("state")
-                raw = None if snapshot is None else json.dumps(snapshot)
-                break
-    if raw is None:
-        return ""
-    try:
-        state = json.loads(raw)
-    except ValueError:
-        return ""
+    if raw is not None:
+        try:
+            state = json.loads(raw)
+        except ValueError:
+            return ""
+    else:
+        last = [e for e in entries if e.kind == Checkpoint.kind and e.status == "completed"]
+        snap = CheckpointSnapshot.read(last[-1].result_json) if last else None
+        state = None if snap is None else snap.state
     if not isinstance(state, dict):
         return ""
     out = []

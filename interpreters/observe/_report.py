@@ -23,8 +23,9 @@ from functools import partial
 from typing import Any
 
 from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import ContentError, Reader
-from op import Usage
+from op import SCOPE_KINDS, Agent, Ask, Checkpoint, Infer, Limit, Par, Tool, Usage
 
 __all__ = ["CSP", "RUN_ID", "render_report", "report_data"]
 
@@ -67,8 +68,21 @@ def _read(read: Callable[[], Any], text: str | None) -> Any:
         return _loads(text)
 
 
+MODEL_CALL_KINDS = frozenset({Infer.kind, Agent.kind})
+"""The kinds of the effects a budget counts as model calls (and that have a price)."""
+
+
 def _inside(address: str, scope: str) -> bool:
     return address.startswith(scope + ".")
+
+
+def _lane(address: str, pars: set[str]) -> str | None:
+    """The branch of the innermost ``par`` an effect runs in, if any (``branch 2``)."""
+    parts = address.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:n]) in pars:
+            return f"branch {parts[n]}"
+    return None
 
 
 def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
@@ -79,9 +93,9 @@ def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
     for e in entries:
         if not _inside(e.address, scope.address):
             continue
-        if e.kind in ("infer", "agent"):
+        if e.kind in MODEL_CALL_KINDS:
             model_calls += 1
-        elif e.kind == "tool":
+        elif e.kind == Tool.kind:
             tool_calls += 1
         if e.usage_json:
             usage = Usage.model_validate_json(e.usage_json)
@@ -91,10 +105,10 @@ def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
                 cached_tokens=total.cached_tokens + usage.cached_tokens,
                 cost_usd=(total.cost_usd or 0.0) + (usage.cost_usd or 0.0),
             )
-            if usage.cost_usd is None and e.kind in ("infer", "agent"):
+            if usage.cost_usd is None and e.kind in MODEL_CALL_KINDS:
                 unknown += 1
     budget = None
-    if scope.kind == "limit":
+    if scope.kind == Limit.kind:
         budget = (_loads(scope.effect_json) or {}).get("budget")
     return {
         "tokens": total.total_tokens,
@@ -117,6 +131,7 @@ def report_data(
 
     labels = {e.address: label for label, e in checkpoint_labels(list(entries))}
     reader = None if content is None else Reader(content)
+    pars = {e.address for e in entries if e.kind == Par.kind}
     items = []
     for e in entries:
         usage = None if e.usage_json is None else Usage.model_validate_json(e.usage_json)
@@ -125,8 +140,13 @@ def report_data(
             if reader is None
             else _read(partial(reader.result, e.kind, e.result_json), e.result_json)
         )
-        if e.kind == "checkpoint" and isinstance(result, dict):
-            result = {"state": result.get("state"), "world": result.get("world")}
+        if e.kind == Checkpoint.kind and isinstance(result, dict):
+            try:
+                snap = CheckpointSnapshot.from_json(result)
+            except ValueError:  # a journal someone made by hand: its result as it is
+                pass
+            else:
+                result = {"state": snap.state, "world": snap.world}
         item: dict[str, Any] = {
             "address": e.address,
             "kind": e.kind,
@@ -140,8 +160,10 @@ def report_data(
             "error": _loads(e.error_json),
             "tool_error": e.tool_failure(),
             "usage": None if usage is None else usage.model_dump(),
+            "scope": e.kind in SCOPE_KINDS,
+            "lane": _lane(e.address, pars),
         }
-        if e.kind in ("limit", "timeout", "par"):
+        if e.kind in SCOPE_KINDS:
             item["totals"] = _totals(e, entries)
         if e.address in labels:
             item["label"] = labels[e.address]
@@ -150,7 +172,7 @@ def report_data(
     waiting = [
         (_loads(e.effect_json) or {}).get("question")
         for e in entries
-        if e.kind == "ask" and e.status == "started"
+        if e.kind == Ask.kind and e.status == "started"
     ]
     ends = [t for e in entries for t in (e.started_at, e.finished_at) if t]
     data: dict[str, Any] = _cut(
@@ -336,17 +358,6 @@ _SCRIPT = r"""
     for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
     return a.length - b.length;
   });
-  const kinds = {};
-  for (const e of entries) kinds[e.address] = e.kind;
-  function lane(address) {
-    // the branch of the innermost par this effect runs in, if any
-    const parts = address.split(".");
-    for (let n = parts.length - 1; n >= 1; n--) {
-      const parent = parts.slice(0, n).join(".");
-      if (kinds[parent] === "par") return "branch " + parts[n];
-    }
-    return null;
-  }
   function what(e) {
     const f = e.effect || {};
     if (e.kind === "tool") return f.name || "";
@@ -380,7 +391,7 @@ _SCRIPT = r"""
   }
   ordered.forEach(([e, i]) => {
     const depth = e.address.split(".").length - 1;
-    const branch = lane(e.address);
+    const branch = e.lane;
     const label = el("div", { class: "label", style: "padding-left:" + (8 + 14 * depth) + "px" },
       branch ? el("span", { class: "lane" }, branch) : null,
       el("span", { class: "addr" }, e.address + " "), e.kind + " ", what(e));
@@ -391,7 +402,7 @@ _SCRIPT = r"""
       track.append(el("span", { class: "totals", style: "position:absolute;left:calc(" + pct(e.started_at) + " + 10px)" },
         e.command || ""));
     } else {
-      const scope = ["limit", "timeout", "par"].includes(e.kind);
+      const scope = e.scope;
       const cls = ["bar", e.kind, e.status, scope ? "scope" : "", e.tool_error ? "tool-failed" : ""].join(" ");
       track.append(el("div", { class: cls, style: "left:" + pct(e.started_at) + ";width:calc(" + pct(end) + " - " + pct(e.started_at) + ")" }));
       if (scope) track.append(totals(e.totals));
@@ -445,7 +456,7 @@ _SCRIPT = r"""
       detail.append(block("backend", f.backend), block("prompt", f.prompt));
       const r = e.result || {};
       detail.append(block("answer", r.text), block("tool calls", (r.tool_calls || []).length ? r.tool_calls : null));
-    } else if (["limit", "timeout", "par"].includes(e.kind)) {
+    } else if (e.scope) {
       detail.append(block("spent inside", e.totals), block("effect", f), block("outcome", e.result));
     } else {
       detail.append(block("effect", f), block("result", e.result));
