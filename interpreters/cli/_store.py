@@ -6,7 +6,6 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,42 +61,19 @@ def _named(record: Any) -> str:
 
 
 def gc(a: argparse.Namespace) -> int:
-    from interpreters import SqliteJournal, Workspace, open_journal
-    from interpreters.journal import drop_unreferenced
-    from interpreters.journal._status import can_remove
+    """Remove the runs by the rules of :mod:`interpreters._gc`, a line for each."""
+    from typing import assert_never
 
-    journal = open_journal(a.db, create=False)
-    for run_id in a.runs:  # check them all before removing any
-        record = journal.run(run_id)
-        if not can_remove(record.status):
-            what = (
-                "is waiting for an answer"
-                if record.status == "waiting"
-                else "is running (or crashed)"
-            )
-            raise UsageError(
-                f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)"
-            )
-    gone = set(a.runs)
-    # trees that runs kept still name at their checkpoints (a fork copies its parent's): kept
-    needed: set[str] = set()
-    for other in journal.runs():
-        if other.run_id not in gone:
-            needed |= _checkpoint_trees(journal.entries(other.run_id))
+    from interpreters import open_journal
+    from interpreters._gc import ContentDropped, Removed, SnapshotsLeft, remove_runs
+
     left = 0
-    for run_id in dict.fromkeys(a.runs):
-        record = journal.run(run_id)
-        root = _own_workspace(record.config_json)
-        dropped = kept = 0
-        if root is not None:
-            try:
-                ws = Workspace(root)
-                for name, tree in ws.snapshots(f"{run_id}/").items():
-                    if tree in needed:
-                        kept += 1
-                    else:
-                        dropped += ws.drop_snapshot(name)
-            except Exception as exc:  # one run's repository never stops the others
+    for outcome in remove_runs(open_journal(a.db, create=False), a.runs):
+        match outcome:
+            case Removed(run_id, dropped, kept):
+                note = f", kept {kept} that other runs still need" if kept else ""
+                print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
+            case SnapshotsLeft(run_id, root, dropped, exc):
                 reason = " ".join(str(exc).split())[:300]
                 print(
                     f"opdsl: run {run_id}: its workspace snapshots in {root} were left "
@@ -106,48 +82,11 @@ def gc(a: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 left += 1
-                continue
-        journal.delete_run(run_id)
-        note = f", kept {kept} that other runs still need" if kept else ""
-        print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")
-    pieces = drop_unreferenced(journal)  # content only the removed runs held
-    if pieces:
-        print(f"removed {pieces} piece(s) of content no remaining run refers to")
-    if isinstance(journal, SqliteJournal):
-        journal.vacuum()  # give the space back
+            case ContentDropped(pieces):
+                print(f"removed {pieces} piece(s) of content no remaining run refers to")
+            case _:
+                assert_never(outcome)
     return 1 if left else 0
-
-
-def _checkpoint_trees(entries: Sequence[Any]) -> set[str]:
-    """The snapshot trees a run's checkpoints name (a malformed result names none)."""
-    out = set()
-    for e in entries:
-        if e.kind != "checkpoint" or not e.result_json:
-            continue
-        try:
-            result = json.loads(e.result_json)
-        except ValueError:
-            continue
-        world = result.get("world") if isinstance(result, dict) else None
-        tree = world.get("tree") if isinstance(world, dict) else None
-        if isinstance(tree, str) and tree:
-            out.add(tree)
-    return out
-
-
-def _own_workspace(config_json: str | None) -> Path | None:
-    """The workspace a run of this journal snapshotted, whose refs gc may remove; never one a
-    run imported from a file names (its file chose that folder, not this journal's opdsl)."""
-    try:
-        config = json.loads(config_json or "{}")
-    except ValueError:
-        return None
-    if not isinstance(config, dict) or config.get("imported_from"):
-        return None
-    root = config.get("workspace")
-    if not isinstance(root, str) or not root or not Path(root).is_dir():
-        return None
-    return Path(root)
 
 
 EXPORT = Command(

@@ -1,0 +1,160 @@
+"""Removing finished runs from a journal, with the workspace snapshots only they need.
+
+The rules (``opdsl gc RUN...`` prints what they did):
+
+1. Only runs whose status allows it are removed (:func:`~interpreters.journal._status.can_remove`:
+   finished runs); every run named is checked before any is removed.
+2. A removed run's snapshot refs (``refs/opdsl/RUN/...``) are dropped in its own workspace:
+   the one its config names, never one a run imported from a file names (that file chose
+   the folder, not this journal's opdsl).
+3. A snapshot whose tree a kept run's checkpoint still names is kept (a fork's checkpoints
+   name its parent's trees).
+4. A run whose workspace cannot be cleaned is kept, and said; the others go on.
+5. Content that only removed runs referred to goes with them; a SQLite file gives its space
+   back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interpreters.journal._base import Entry, Journal
+from interpreters.journal._checkpoint import CheckpointSnapshot
+from op import Checkpoint, OpdslError
+
+__all__ = [
+    "ContentDropped",
+    "NotRemovable",
+    "Removed",
+    "SnapshotsLeft",
+    "checkpoint_trees",
+    "check_removable",
+    "own_workspace",
+    "remove_runs",
+    "trees_in_use",
+]
+
+
+class NotRemovable(OpdslError):
+    """A run named for removal has not finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """A run removed, with ``dropped`` snapshots; ``kept`` are ones other runs still need."""
+
+    run_id: str
+    dropped: int
+    kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotsLeft:
+    """A run kept because its workspace's snapshots could not be removed (``dropped`` were)."""
+
+    run_id: str
+    root: Path
+    dropped: int
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDropped:
+    """Pieces of content no remaining run refers to, removed."""
+
+    pieces: int
+
+
+def check_removable(journal: Journal, run_ids: Iterable[str]) -> None:
+    """Every run named has finished, or a :class:`NotRemovable` naming the first that has not."""
+    from interpreters.journal._status import can_remove
+
+    for run_id in run_ids:
+        record = journal.run(run_id)
+        if not can_remove(record.status):
+            what = (
+                "is waiting for an answer"
+                if record.status == "waiting"
+                else "is running (or crashed)"
+            )
+            raise NotRemovable(
+                f"run {run_id} {what}; only finished runs are removed (answer, resume or let it end first)"
+            )
+
+
+def checkpoint_trees(entries: Iterable[Entry]) -> set[str]:
+    """The snapshot trees a run's checkpoints name (a malformed result names none)."""
+    out = set()
+    for e in entries:
+        if e.kind != Checkpoint.kind:
+            continue
+        snap = CheckpointSnapshot.read(e.result_json)
+        files = None if snap is None else snap.files
+        if files is not None:
+            out.add(files.tree)
+    return out
+
+
+def trees_in_use(journal: Journal, removing: set[str]) -> set[str]:
+    """The trees that the runs not being removed name at their checkpoints: kept."""
+    needed: set[str] = set()
+    for other in journal.runs():
+        if other.run_id not in removing:
+            needed |= checkpoint_trees(journal.entries(other.run_id))
+    return needed
+
+
+def own_workspace(config_json: str | None) -> Path | None:
+    """The workspace a run of this journal snapshotted, whose refs gc may remove; never one a
+    run imported from a file names (its file chose that folder, not this journal's opdsl)."""
+    try:
+        config = json.loads(config_json or "{}")
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or config.get("imported_from"):
+        return None
+    root = config.get("workspace")
+    if not isinstance(root, str) or not root or not Path(root).is_dir():
+        return None
+    return Path(root)
+
+
+def remove_runs(
+    journal: Journal, run_ids: Sequence[str]
+) -> Iterator[Removed | SnapshotsLeft | ContentDropped]:
+    """Remove the runs by the rules above, saying what happened to each as it happens, then
+    what content went (if any). Nothing is removed unless every run may be."""
+    from interpreters.journal import SqliteJournal, drop_unreferenced
+
+    check_removable(journal, run_ids)
+    needed = trees_in_use(journal, set(run_ids))
+    for run_id in dict.fromkeys(run_ids):
+        root = own_workspace(journal.run(run_id).config_json)
+        outcome = Removed(run_id, 0, 0) if root is None else _drop_snapshots(run_id, root, needed)
+        if isinstance(outcome, Removed):
+            journal.delete_run(run_id)
+        yield outcome
+    pieces = drop_unreferenced(journal)  # content only the removed runs held
+    if pieces:
+        yield ContentDropped(pieces)
+    if isinstance(journal, SqliteJournal):
+        journal.vacuum()  # give the space back
+
+
+def _drop_snapshots(run_id: str, root: Path, needed: set[str]) -> Removed | SnapshotsLeft:
+    from interpreters.tools import Workspace
+
+    dropped = kept = 0
+    try:
+        ws = Workspace(root)
+        for name, tree in ws.snapshots(f"{run_id}/").items():
+            if tree in needed:
+                kept += 1
+            else:
+                dropped += ws.drop_snapshot(name)
+    except Exception as exc:  # one run's repository never stops the others
+        return SnapshotsLeft(run_id, root, dropped, exc)
+    return Removed(run_id, dropped, kept)
