@@ -18,7 +18,7 @@ from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
 from interpreters.runtime._events import EventBus, Sink
-from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer, drawn
+from interpreters.runtime._frame import Call, RunHandlers, WaitingForAnswer
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
@@ -61,7 +61,7 @@ Answer = Callable[[str], str | None]
 
 
 @final
-class LiveHandlers(Handlers):
+class LiveHandlers(RunHandlers):
     """Performs effects for real: the model, the bound tools, agents, the clock, a seeded RNG."""
 
     def __init__(
@@ -75,6 +75,7 @@ class LiveHandlers(Handlers):
         workspace: Workspace | None = None,
         answers: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(seed=seed)
         self.model = model
         #: answers to questions by the address they were asked at (a resumed waiting run)
         self.answers = dict(answers or {})
@@ -86,7 +87,6 @@ class LiveHandlers(Handlers):
                     self.tools.add(t)
         self.agents = {**backends(), **dict(agents or {})}
         self.answer = answer
-        self.seed = seed
 
     async def restore(self, snapshot: Any) -> None:
         tree = snapshot.get("tree") if isinstance(snapshot, dict) else None
@@ -204,15 +204,8 @@ class LiveHandlers(Handlers):
                         "checkpoints keep no snapshot of its files, and a fork cannot put them back"
                     )
                 return None
-            case Emit():
-                return None
-            case Now():
-                return call.clock.now()
-            case Random() | Uuid():
-                return drawn(effect, call, self.seed)
-            case Sleep():
-                await call.clock.sleep(effect.seconds)
-                return None
+            case Emit() | Now() | Random() | Uuid() | Sleep():
+                return await self.local(effect, call)
             case Ask():
                 reply = self.answers.get(call.address)
                 if reply is None and self.answer is not None:
@@ -268,9 +261,10 @@ class LiveInterpreter:
             handlers=self.handlers, clock=self.clock, bus=self.bus, journal=journal
         )
 
-    async def run(
+    async def arun(
         self,
         program: Callable[..., Generator[Any, Any, T]],
+        /,
         *args: Any,
         state: CRDTModel | None = None,
         run_id: str | None = None,
@@ -288,6 +282,9 @@ class LiveInterpreter:
             record=record,
         )
 
+    run = arun
+    """:meth:`arun` by its older name (awaited, as before)."""
+
     def run_sync(
         self,
         program: Callable[..., Generator[Any, Any, T]],
@@ -297,8 +294,8 @@ class LiveInterpreter:
         backend: str = "asyncio",
         **kwargs: Any,
     ) -> RunResult[T]:
-        """:meth:`run` from synchronous code."""
+        """:meth:`arun` from synchronous code."""
         return blocking(
-            functools.partial(self.run, program, *args, state=state, run_id=run_id, **kwargs),
+            functools.partial(self.arun, program, *args, state=state, run_id=run_id, **kwargs),
             backend=backend,
         )

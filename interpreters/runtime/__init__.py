@@ -26,10 +26,13 @@ from interpreters.runtime._frame import (
     Call,
     Frame,
     Handlers,
+    LocalEffect,
     RecordedEffect,
     Replica,
+    RunHandlers,
     WaitingForAnswer,
 )
+from interpreters.runtime._interpreter import Interpreter
 from interpreters.runtime._redact import REDACTED, Redactor
 from interpreters.runtime._replay import Divergence, ReplayedError, ReplayLog
 from interpreters.runtime._schedule import AnyioScheduler, AsyncioScheduler, Scheduler
@@ -50,6 +53,9 @@ __all__ = [
     "EventBus",
     "Frame",
     "Handlers",
+    "Interpreter",
+    "LocalEffect",
+    "RunHandlers",
     "RecordedEffect",
     "Redactor",
     "Replica",

@@ -10,7 +10,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any, TypeAlias, assert_never, final
 
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._events import EventBus
@@ -20,9 +20,12 @@ from op import (
     AnyEffect,
     Budget,
     BudgetExhausted,
+    Emit,
     Infer,
     LeafEffect,
+    Now,
     Random,
+    Sleep,
     Spent,
     TokenDelta,
     Tool,
@@ -36,6 +39,8 @@ __all__ = [
     "Call",
     "Frame",
     "Handlers",
+    "LocalEffect",
+    "RunHandlers",
     "RecordedEffect",
     "Replica",
     "ReplayStop",
@@ -143,6 +148,38 @@ class Handlers(ABC):
         """Why the cost of ``effect`` cannot be known before it runs, if it cannot (a model
         without a price): a ``usd`` budget then stops it instead of counting it as free."""
         return None
+
+
+LocalEffect: TypeAlias = Emit | Now | Random | Uuid | Sleep
+"""The leaf effects every interpreter performs alike, within the run: the clock's time and
+sleeps, the draws of ``random`` and ``uuid``, and ``emit`` (whose work is the events)."""
+
+
+class RunHandlers(Handlers):
+    """The base of an interpreter's handlers: :meth:`local` performs :data:`LocalEffect`
+    (``now``, ``random``, ``uuid``, ``sleep``, ``emit``) the one way every interpreter
+    does; the subclass performs the world-facing effects in ``perform`` and hands these on.
+
+    ``seed`` seeds ``random`` and ``uuid`` (None: the run id), so a resumed run, a local run
+    and one on another engine draw the same values at the same address."""
+
+    def __init__(self, *, seed: int | str | None = None) -> None:
+        self.seed = seed
+
+    async def local(self, effect: LocalEffect, call: Call) -> Any:
+        """Perform an effect of the run's own."""
+        match effect:
+            case Emit():
+                return None
+            case Now():
+                return call.clock.now()
+            case Random() | Uuid():
+                return drawn(effect, call, self.seed)
+            case Sleep():
+                await call.clock.sleep(effect.seconds)
+                return None
+            case _:
+                assert_never(effect)
 
 
 @dataclass(slots=True)

@@ -25,8 +25,8 @@ from typing import Any, final
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from interpreters._durable import ProgramNotFound, load_program
 from interpreters._live import AgentBackend, LiveHandlers
+from interpreters._loading import ProgramNotFound, load_program
 from interpreters.journal._content import ContentError, Lookup, Packer, _message, lookup
 from interpreters.models._base import Model
 from interpreters.runtime._clock import SystemClock

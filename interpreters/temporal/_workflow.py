@@ -49,13 +49,14 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from interpreters._loading import ProgramNotFound, as_program, as_state_type, resolve
     from interpreters.journal._base import RunRecord
     from interpreters.journal._content import Packer, lookup, unpack_result
     from interpreters.journal._memory import MemoryJournal
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
     from interpreters.runtime._driver import execute
     from interpreters.runtime._events import EventBus
-    from interpreters.runtime._frame import Call, Handlers, drawn
+    from interpreters.runtime._frame import Call, RunHandlers
     from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
     from interpreters.runtime._schedule import AsyncioScheduler
     from interpreters.runtime._services import Services
@@ -154,12 +155,13 @@ def _effect_json(effect: LeafEffect) -> str:
 
 
 @final
-class _Handlers(Handlers):
+class _Handlers(RunHandlers):
     """The leaf effects of a program inside the workflow."""
 
     def __init__(
         self, run: OpdslRun, inp: RunInput, admission: Admission, *, by_reference: bool
     ) -> None:
+        super().__init__(seed=inp.seed)
         self.run = run
         self.inp = inp
         self.quick = set(admission.quick_tools)
@@ -194,15 +196,8 @@ class _Handlers(Handlers):
             case Checkpoint():
                 self._maybe_continue(call.address)
                 return await self._activity(effect, call, local=True)
-            case Emit():
-                return None
-            case Now():
-                return call.clock.now()
-            case Random() | Uuid():
-                return drawn(effect, call, self.inp.seed)
-            case Sleep():
-                await call.clock.sleep(effect.seconds)
-                return None
+            case Emit() | Now() | Random() | Uuid() | Sleep():
+                return await self.local(effect, call)
             case Ask():
                 return await self.run.wait_for_answer(call.address, effect.question)
             case _:
@@ -345,32 +340,23 @@ def _is_effect_error(exc: Exception) -> bool:
     return not module.startswith("temporalio")
 
 
-def _named(ref: str) -> Any:
-    """The object ``module:attr.path`` names (the worker admitted it: see ``admit``)."""
-    import importlib
-
-    module_name, _, attr = ref.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _load_program(ref: str) -> Callable[..., Any]:
-    import inspect
-
-    obj = _named(ref)
-    if not (callable(obj) and inspect.isgeneratorfunction(inspect.unwrap(obj))):
-        raise ApplicationError(f"{ref} is not a program (a generator function)", non_retryable=True)
-    return obj  # type: ignore[no-any-return]
+    """The program ``ref`` names (the worker admitted it: see ``admit``). An import that fails
+    here fails the workflow task, to be retried (the sandbox refusing what a worker imported);
+    an object that is not a program fails the run."""
+    try:
+        return as_program(resolve(ref), ref)
+    except ProgramNotFound as exc:
+        raise ApplicationError(str(exc), non_retryable=True) from None
 
 
 def _state(inp: RunInput) -> CRDTModel | None:
     if inp.state_json is None or inp.state_type is None:
         return None
-    cls = _named(inp.state_type)
-    if not (isinstance(cls, type) and issubclass(cls, CRDTModel)):
-        raise ApplicationError(f"{inp.state_type} is not a CRDTModel", non_retryable=True)
+    try:
+        cls = as_state_type(resolve(inp.state_type), inp.state_type)
+    except ProgramNotFound as exc:
+        raise ApplicationError(str(exc), non_retryable=True) from None
     try:
         return cls.model_validate_json(inp.state_json)
     except ValueError as exc:  # pydantic's ValidationError among them
