@@ -144,7 +144,7 @@ def program_name(program: object) -> str:
 def _infer_event(effect: Infer) -> dict[str, Any]:
     """An ``infer`` as the events give it, less its messages."""
     data = {
-        "kind": "infer",
+        "kind": Infer.kind,
         **to_jsonable({"model": effect.model, "params": effect.params, "tools": effect.tools}),
     }
     if effect.output is not None:  # left out while None, as in the canonical form
