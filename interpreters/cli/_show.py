@@ -166,6 +166,7 @@ def _state_line(r: Any, entries: Sequence[Any]) -> str:
     its final state, or the state its last checkpoint recorded while it is not finished."""
     from interpreters.journal._checkpoint import CheckpointSnapshot
     from op import Checkpoint
+    from state._registers import register_values
 
     raw = r.final_state_json
     if raw is not None:
@@ -177,19 +178,14 @@ def _state_line(r: Any, entries: Sequence[Any]) -> str:
         last = [e for e in entries if e.kind == Checkpoint.kind and e.status == "completed"]
         snap = CheckpointSnapshot.read(last[-1].result_json) if last else None
         state = None if snap is None else snap.state
-    if not isinstance(state, dict):
-        return ""
     out = []
-    for name, field in state.items():
-        # registers (a value with a Lamport time) whose value is plain
-        if isinstance(field, dict) and "lamport" in field and "value" in field:
-            value = field["value"]
-            if isinstance(value, str) and len(value) > 24 and _HEXISH.fullmatch(value):
-                value = value[:12] + "..."  # a hash, an id: enough to tell them apart
-            elif isinstance(value, str) and len(value) > 80:
-                value = value[:77] + "..."
-            if value is not None and isinstance(value, str | int | float | bool):
-                out.append(f"{name}={value}")
+    for name, value in register_values(state).items():
+        if isinstance(value, str) and len(value) > 24 and _HEXISH.fullmatch(value):
+            value = value[:12] + "..."  # a hash, an id: enough to tell them apart
+        elif isinstance(value, str) and len(value) > 80:
+            value = value[:77] + "..."
+        if value is not None and isinstance(value, str | int | float | bool):
+            out.append(f"{name}={value}")
     return " ".join(out)
 
 
