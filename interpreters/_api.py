@@ -7,8 +7,9 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from interpreters._durable import config_for, guard_journal
 from interpreters._live import AgentBackend, Answer, LiveInterpreter
+from interpreters._loading import config_for
+from interpreters._resume import guard_journal
 from interpreters.journal import Journal, RunRecord, open_journal
 from interpreters.models._base import Model
 from interpreters.runtime._clock import Clock
@@ -81,7 +82,7 @@ async def arun(
             code=[name] if state is None else [name, program_name(type(state))],
         ),
     )
-    return await interp.run(
+    return await interp.arun(
         program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {})
     )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,78 +150,36 @@ async def aresume(
     record = journal.run(run_id)
     config = json.loads(record.config_json or "{}")
     state_type = state_type or declared_state(program, config)
-    named_again(
-        record,
-        config,
-        {
-            "program": program,
-            "tools": tools,
-            "model": model,
-            "workspace": workspace,
-            "state_type": state_type,
-        },
-    )
+    given = {"program": program, "tools": tools, "model": model, "workspace": workspace}
+    named_again(record, config, {**given, "state_type": state_type})
     program = program_of(record, config, program, accept_changed_code)
     call_args = json.loads(record.args_json)
     model = model if model is not None else config.get("model")
-    tool_list: list[ToolLike]
-    if tools is not None:
-        tool_list = list(tools)
-    elif config.get("tools") is None:
-        raise OpdslError(
-            f"run {run_id} was given tools that cannot be imported by name; pass tools= to resume it"
-        )
-    else:
-        check_code(run_id, config, config["tools"], accept=accept_changed_code)
-        tool_list = load_tools(config["tools"])
+    tool_list = _tools_of(record, config, tools, accept_changed_code)
     entries = journal.entries(run_id)
     state = initial_state(record, config, state_type, accept_changed_code)
-    answers: dict[str, str] = {}
     if from_checkpoint is not None:
         if answer is not None:
             raise OpdslError(
                 "answer a run in place (without --from); a fork starts from a checkpoint"
             )
-        cp = find_checkpoint(entries, from_checkpoint)
-        target_id = new_run_id()
-        prefix = fork_prefix(entries, cp, target_id)
-        new_record = RunRecord(
-            run_id=target_id,
-            program=record.program,
-            config_json=record.config_json,
-            parent_run=run_id,
-            fork_checkpoint=from_checkpoint,
-        )
-        log = ReplayLog(
-            {e.address: e for e in prefix}, restore_at=cp.address, content=journal.content
-        )
-        run_record = new_record
-        on_created: list[Entry] | None = prefix
+        target = _fork(journal, record, entries, from_checkpoint)
     else:
-        if not can_resume(record.status):
-            raise OpdslError(
-                f"run {run_id} already completed; replay it to check it, or fork it with --from CHECKPOINT"
-            )
-        if answer is not None:
-            answers = {question_to_answer(run_id, entries, answer_at): answer}
-        target_id = run_id
-        log = ReplayLog({e.address: e for e in entries}, content=journal.content)
-        run_record = record
-        on_created = None
+        target = _in_place(journal, record, entries, answer, answer_at)
     handlers = LiveHandlers(
         model=resolve_model(model),
         tools=ToolRegistry(tool_list),
         agents=agents,
         seed=config.get("seed"),
         workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
-        answers=answers,
+        answers=target.answers,
     )
     guard_journal(handlers.workspace, journal)
     return await execute(
         program,
         tuple(call_args.get("args", [])),
         call_args.get("kwargs", {}),
-        run_id=target_id,
+        run_id=target.record.run_id,
         services=Services(
             handlers=handlers,
             clock=clock or SystemClock(),
@@ -228,10 +187,73 @@ async def aresume(
             journal=journal,
         ),
         state=state,
-        log=log,
-        record=run_record,
-        entries=on_created or (),
+        log=target.log,
+        record=target.record,
+        entries=target.entries,
     )
+
+
+def _tools_of(
+    record: RunRecord, config: Mapping[str, Any], tools: Iterable[ToolLike] | None, accept: bool
+) -> list[ToolLike]:
+    """The tools a resumed run is given: those passed, else those its journal names."""
+    if tools is not None:
+        return list(tools)
+    refs = config.get("tools")
+    if refs is None:
+        raise OpdslError(
+            f"run {record.run_id} was given tools that cannot be imported by name; pass tools= "
+            "to resume it"
+        )
+    check_code(record.run_id, config, refs, accept=accept)
+    return load_tools(refs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """The run a resume drives: its record, the record it is fed from, the entries written
+    after it is created (a fork's prefix) and the answers it is given."""
+
+    record: RunRecord
+    log: ReplayLog
+    entries: list[Entry] = field(default_factory=list)
+    answers: dict[str, str] = field(default_factory=dict)
+
+
+def _fork(journal: Journal, record: RunRecord, entries: list[Entry], name: str) -> _Target:
+    """A new run, fed from the parent's entries up to the checkpoint ``name``."""
+    cp = find_checkpoint(entries, name)
+    target_id = new_run_id()
+    prefix = fork_prefix(entries, cp, target_id)
+    forked = RunRecord(
+        run_id=target_id,
+        program=record.program,
+        config_json=record.config_json,
+        parent_run=record.run_id,
+        fork_checkpoint=name,
+    )
+    log = ReplayLog({e.address: e for e in prefix}, restore_at=cp.address, content=journal.content)
+    return _Target(forked, log, prefix)
+
+
+def _in_place(
+    journal: Journal,
+    record: RunRecord,
+    entries: list[Entry],
+    answer: str | None,
+    answer_at: str | None,
+) -> _Target:
+    """The run itself, fed from all its entries (and answered, when it waits)."""
+    if not can_resume(record.status):
+        raise OpdslError(
+            f"run {record.run_id} already completed; replay it to check it, or fork it with "
+            "--from CHECKPOINT"
+        )
+    answers = {}
+    if answer is not None:
+        answers = {question_to_answer(record.run_id, entries, answer_at): answer}
+    log = ReplayLog({e.address: e for e in entries}, content=journal.content)
+    return _Target(record, log, answers=answers)
 
 
 def resume(run_id: str, **kwargs: Any) -> RunResult[Any]:
