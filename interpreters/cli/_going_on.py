@@ -21,7 +21,7 @@ from interpreters.cli._command import (
     Option,
     UsageError,
 )
-from interpreters.cli._inputs import load_tools, state_class, workspace
+from interpreters.cli._inputs import load_tools, model_spec, state_class, workspace
 from interpreters.cli._output import report_outcome, report_result, sinks
 from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal
 
@@ -92,20 +92,20 @@ def _named_code(a: argparse.Namespace) -> dict[str, Any]:
     ``--model``, ``--workspace``), as ``resume``'s keywords. Code named here is imported only
     after the same check as the code the journal names (:func:`check_code`): from the files
     the run started with, unless ``--accept-changed-code``."""
-    from interpreters import load_program, open_journal
+    from interpreters import load_program
     from interpreters._durable import check_code
 
     kwargs: dict[str, Any] = {"db": a.db, "accept_changed_code": a.accept_changed_code}
     refs = [r for r in (a.program, a.state) if r]
     refs += getattr(a, "tools", None) or []
     if refs:
-        record = open_journal(a.db, read_only=True).run(a.run)
-        config = json.loads(record.config_json or "{}")
-        check_code(a.run, config, refs, accept=a.accept_changed_code)
+        check_code(a.run, _config(a), refs, accept=a.accept_changed_code)
     if getattr(a, "workspace", None):
         kwargs["workspace"] = workspace(a.workspace)
     if getattr(a, "model", None):
-        kwargs["model"] = a.model
+        kwargs["model"] = model_spec(a.model)
+    elif hasattr(a, "model"):  # it goes on live with the model the run recorded
+        model_spec(_config(a).get("model") or None)
     if getattr(a, "tools", None):
         kwargs["tools"] = load_tools(a.tools)
     if a.state:
@@ -113,6 +113,18 @@ def _named_code(a: argparse.Namespace) -> dict[str, Any]:
     if a.program:
         kwargs["program"] = load_program(a.program)
     return kwargs
+
+
+def _config(a: argparse.Namespace) -> dict[str, Any]:
+    """The config the run recorded (what it was started with)."""
+    from interpreters import open_journal
+
+    record = open_journal(a.db, read_only=True).run(a.run)
+    try:
+        config = json.loads(record.config_json or "{}")
+    except ValueError:
+        raise UsageError(f"run {a.run}: its recorded config is not JSON") from None
+    return config if isinstance(config, dict) else {}
 
 
 WORKSPACE_AGAIN = Option(

@@ -10,7 +10,15 @@ from typing import Any
 
 from interpreters.cli._command import UsageError
 
-__all__ = ["check_call", "load_tools", "program_args", "state_class", "version", "workspace"]
+__all__ = [
+    "check_call",
+    "load_tools",
+    "model_spec",
+    "program_args",
+    "state_class",
+    "version",
+    "workspace",
+]
 
 
 def program_args(pairs: Sequence[str]) -> dict[str, Any]:
@@ -48,6 +56,21 @@ def load_tools(refs: Sequence[str]) -> list[Any]:
         return load_tools(refs)
     except ProgramNotFound as exc:
         raise UsageError(f"--tools: {exc}") from None
+
+
+def model_spec(spec: str | None) -> str | None:
+    """``spec``, once the model it names can be made: a spec that cannot (an unknown
+    provider, a URL that is not one, a script that cannot be read, a setting out of range)
+    is a :class:`UsageError` saying why, before anything runs."""
+    from interpreters.models._base import resolve_model
+
+    if spec is None:
+        return None
+    try:
+        resolve_model(spec)
+    except ValueError as exc:  # resolve_model's word for a spec it cannot make a model of
+        raise UsageError(str(exc)) from None
+    return spec
 
 
 def state_class(ref: str) -> type[Any]:

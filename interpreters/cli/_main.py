@@ -2,7 +2,8 @@
 
 Wrong input (an unknown run, checkpoint or program, a malformed ``--arg``, a missing or
 corrupt database) prints one line, ``opdsl: error: ...``, and exits with status 2. A run that
-fails exits with 1; a replay that diverges prints its report and exits with 1.
+fails exits with 1; a replay that diverges prints its report and exits with 1. A bug of
+opdsl's own prints its traceback and exits with 70 (``_errors.py`` says whose an error is).
 
 The commands are declared in their groups' modules (:class:`~interpreters.cli._command.Command`
 values); :data:`COMMANDS` is their table, in the order ``opdsl --help`` lists them.
@@ -16,6 +17,7 @@ import sys
 
 from interpreters.cli import _going_on, _project, _reading, _run, _show, _store
 from interpreters.cli._command import Command, OnTemporal, UsageError
+from interpreters.cli._errors import ended_by
 from interpreters.cli._inputs import version
 from interpreters.cli._interrupt import (
     begin,
@@ -103,11 +105,8 @@ def _on_temporal(a: argparse.Namespace) -> bool:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    """Run the command; wrong input is one line and status 2."""
-    from interpreters.journal import JournalError
-    from interpreters.runtime._replay import Divergence
-    from op import NotSerializable, OpdslError
-
+    """Run the command; how an error ends it is :func:`~interpreters.cli._errors.ended_by`'s:
+    wrong input is one line and status 2, a bug of opdsl's a traceback and status 70."""
     if getattr(args, "model_timeout", None) is not None:
         from interpreters.models._remote import seconds_setting
 
@@ -124,25 +123,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             _check_temporal(args, declared)
         code: int = declared.run(args)
         return code
-    except Divergence as exc:
-        print(f"opdsl: {exc}", file=sys.stderr)
-        return 1
-    except (
-        UsageError,
-        OpdslError,
-        JournalError,
-        NotSerializable,
-        ValueError,
-        TypeError,
-        OSError,
-        RecursionError,
-    ) as exc:
-        from interpreters._redact import Redactor
-        from interpreters._shown import visible
-
-        message = Redactor.from_env()(" ".join(str(exc).split()))
-        print(f"opdsl: error: {visible(message, lines=False)}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        return ended_by(exc)
 
 
 def _import_path(command: Command) -> None:

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+from interpreters.cli._command import UsageError
+
 __all__ = ["new_project"]
 
 
@@ -25,7 +27,7 @@ _DIST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", re.ASCII)
 
 
 def _names(path: Path) -> tuple[str, str]:
-    """(distribution name, module name) for a project folder, or ValueError saying the rule."""
+    """(distribution name, module name) for a project folder, or a UsageError saying the rule."""
     dist = path.name
     module = re.sub(r"[-.]", "_", dist).lower()
     if (
@@ -34,7 +36,7 @@ def _names(path: Path) -> tuple[str, str]:
         or not module.isascii()
         or keyword.iskeyword(module)
     ):
-        raise ValueError(f"{dist!r} cannot name a project: {NAME_RULE}")
+        raise UsageError(f"{dist!r} cannot name a project: {NAME_RULE}")
     if module in sys.stdlib_module_names or module in (
         "op",
         "state",
@@ -42,7 +44,7 @@ def _names(path: Path) -> tuple[str, str]:
         "programs",
         "tests",
     ):
-        raise ValueError(f"{dist!r} would shadow the module {module!r}; pick another folder name")
+        raise UsageError(f"{dist!r} would shadow the module {module!r}; pick another folder name")
     return dist, module
 
 
@@ -56,7 +58,7 @@ def new_project(path: str | Path, *, version: str) -> list[Path]:
     the files written. Its cassette is recorded here, by running the program offline."""
     root = Path(path)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise ValueError(f"{root} already exists and is not an empty folder; nothing was written")
+        raise UsageError(f"{root} already exists and is not an empty folder; nothing was written")
     dist, module = _names(root.resolve())
     files = {
         "pyproject.toml": PYPROJECT,

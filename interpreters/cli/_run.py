@@ -15,7 +15,14 @@ from interpreters.cli._command import (
     Option,
     UsageError,
 )
-from interpreters.cli._inputs import check_call, load_tools, program_args, state_class, workspace
+from interpreters.cli._inputs import (
+    check_call,
+    load_tools,
+    model_spec,
+    program_args,
+    state_class,
+    workspace,
+)
 from interpreters.cli._output import report_outcome, report_result, sinks
 
 __all__ = ["RUN_COMMAND", "WORKER", "on_temporal"]
@@ -33,15 +40,16 @@ def run(a: argparse.Namespace) -> int:
     if a.temporal:
         return _run_on_temporal(a, kwargs, state)
     folder = workspace(a.workspace)
+    model = model_spec(a.model)
     if a.dry_run:
         plan = dry_run(
-            program, model=a.model, tools=tools, state=state, kwargs=kwargs, workspace=folder
+            program, model=model, tools=tools, state=state, kwargs=kwargs, workspace=folder
         )
         print(plan.render())
         return 0 if plan.status == "completed" else 1
     result = run_program(
         program,
-        model=a.model,
+        model=model,
         tools=tools,
         state=state,
         db=a.db,
@@ -104,7 +112,7 @@ def worker(a: argparse.Namespace) -> int:
 
     tools = load_tools(a.tools)
     folder = as_workspace(workspace(a.workspace))
-    model = resolve_model(a.model) if a.model else None
+    model = resolve_model(model_spec(a.model))
 
     async def serve() -> int:
         client = await connect(a.temporal)
