@@ -2,7 +2,8 @@
 a list, and the HTTP providers (OpenAI-compatible, Anthropic, Ollama) speak the vendors'
 APIs; ``resolve_model`` turns a spec such as ``openai:gpt-4.1-mini`` into a model, and
 ``redact_spec`` is how a spec is written down or shown (any URL's credentials redacted).
-The HTTP providers (and httpx) load when first asked for."""
+The HTTP providers (and httpx) load when first asked for. What a provider is written with
+is :mod:`interpreters.models.kit`."""
 
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from interpreters.models._base import (
     ModelScriptExhausted,
     ProviderFactory,
     ScriptedModel,
+    model_identity,
     providers,
     redact_spec,
     register_provider,
@@ -20,10 +22,11 @@ from interpreters.models._base import (
 )
 
 if TYPE_CHECKING:
-    from interpreters.models._http import (
-        HttpModel,
+    from interpreters.models._http import HttpModel
+    from interpreters.models._remote import (
         Prices,
         ProviderError,
+        RemoteModel,
         RetryPolicy,
         default_model_spec,
     )
@@ -33,10 +36,11 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "HttpModel": "interpreters.models._http",
-    "Prices": "interpreters.models._http",
-    "ProviderError": "interpreters.models._http",
-    "RetryPolicy": "interpreters.models._http",
-    "default_model_spec": "interpreters.models._http",
+    "Prices": "interpreters.models._remote",
+    "ProviderError": "interpreters.models._remote",
+    "RemoteModel": "interpreters.models._remote",
+    "RetryPolicy": "interpreters.models._remote",
+    "default_model_spec": "interpreters.models._remote",
     "AnthropicModel": "interpreters.models.anthropic",
     "OllamaModel": "interpreters.models.ollama",
     "OpenAIModel": "interpreters.models.openai",
@@ -53,9 +57,11 @@ __all__ = [
     "Prices",
     "ProviderError",
     "ProviderFactory",
+    "RemoteModel",
     "RetryPolicy",
     "ScriptedModel",
     "default_model_spec",
+    "model_identity",
     "providers",
     "redact_spec",
     "register_provider",

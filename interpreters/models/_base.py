@@ -27,13 +27,12 @@ __all__ = [
     "ModelScriptExhausted",
     "ProviderFactory",
     "ScriptedModel",
-    "compatible_parts",
     "example_of",
     "providers",
     "redact_spec",
     "register_provider",
     "resolve_model",
-    "spec_model",
+    "model_identity",
     "strict_schema",
     "tools_template",
 ]
@@ -163,36 +162,23 @@ def redact_spec(spec: str) -> str:
     return _CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", spec)
 
 
-def compatible_parts(rest: str) -> tuple[str, str]:
-    """The model's name and the server's URL in an ``openai-compatible:MODEL@URL`` spec (its
-    part after the provider): the name ends where the URL starts, and the URL may hold
-    ``user:password@`` itself. ``("", rest)`` when there is no URL.
+def model_identity(model: object) -> tuple[str | None, str | None]:
+    """The provider and the model's name a model object declares (its ``provider`` and
+    ``model`` attributes, as every :class:`~interpreters.models.HttpModel` has them), without
+    any credentials: what a trace says of a model call. ``None`` for what it does not declare
+    (a :class:`ScriptedModel` declares neither).
 
     Example:
-        >>> compatible_parts("qwen@3@http://me:pw@gpu-box:8000/v1")
-        ('qwen@3', 'http://me:pw@gpu-box:8000/v1')
+        >>> class Acme:
+        ...     provider, model = "acme", "m1"
+        >>> model_identity(Acme()), model_identity(ScriptedModel(["hi"]))
+        (('acme', 'm1'), (None, None))
     """
-    cut = min((i for i in (rest.find("@http://"), rest.find("@https://")) if i >= 0), default=-1)
-    return (rest[:cut], rest[cut + 1 :]) if cut >= 0 else ("", rest)
-
-
-def spec_model(spec: str) -> tuple[str | None, str]:
-    """The provider and the model's name a spec names, without its options or URL (what a
-    trace says of a model call).
-
-    Example:
-        >>> spec_model("openai-compatible:smol@http://me:pw@gpu-box:8000/v1?max_tokens=9")
-        ('openai-compatible', 'smol')
-        >>> spec_model("ollama:qwen3:8b")
-        ('ollama', 'qwen3:8b')
-    """
-    base, _ = _spec_options(spec)
-    provider, sep, rest = base.partition(":")
-    if not sep:
-        return None, redact_spec(spec)
-    if provider == "openai-compatible":
-        rest = compatible_parts(rest)[0] or rest
-    return provider, redact_spec(rest)
+    provider, name = getattr(model, "provider", None), getattr(model, "model", None)
+    return (
+        provider if isinstance(provider, str) and provider else None,
+        redact_spec(name) if isinstance(name, str) and name else None,
+    )
 
 
 def resolve_model(spec: str | Model | None) -> Model | None:

@@ -66,7 +66,11 @@ __all__ = [
     "Prices",
     "ProviderError",
     "RetryPolicy",
+    "Stream",
     "default_model_spec",
+    "parse_arguments",
+    "sse_events",
+    "stream_json",
 ]
 
 
@@ -107,8 +111,14 @@ def _max_tokens_from_env() -> int:
     return count_setting("OPDSL_MAX_TOKENS", raw) if raw else DEFAULT_MAX_TOKENS
 
 
-def _parse_arguments(raw: Any) -> dict[str, Any]:
-    """Tool-call arguments as an object; text that is not a JSON object is passed on as text."""
+def parse_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments as an object; text that is not a JSON object is kept as text under
+    :data:`~op._values.RAW_ARGUMENTS` (the bound tool answers it with an error the model reads).
+
+    Example:
+        >>> parse_arguments('{"path": "a.py"}'), parse_arguments("not json")
+        ({'path': 'a.py'}, {'__raw__': 'not json'})
+    """
     if isinstance(raw, dict):
         return raw
     if raw is None or raw == "":
@@ -124,8 +134,9 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
 
 
 @dataclass
-class _Stream:
-    """What a streaming answer has delivered so far."""
+class Stream:
+    """What a streaming answer has delivered so far: a provider's :meth:`HttpModel.read_stream`
+    reads the answer's lines through it and hands it each piece of text."""
 
     delivered: bool = False
     text: list[str] = field(default_factory=list)
@@ -294,7 +305,7 @@ class HttpModel(RemoteModel):
         raw = request.params.get("max_tokens")
         return self.max_tokens if raw is None else count_setting("max_tokens", raw)
 
-    async def _http(self, key: str) -> httpx.AsyncClient:
+    async def client(self, key: str) -> httpx.AsyncClient:
         """The client of this loop for run ``key`` (for the odd request; answers go through
         :meth:`_transport`)."""
         return (await self._pool(key))[0]
@@ -367,25 +378,36 @@ class HttpModel(RemoteModel):
             self._redact(f"{head}: {message}"), status=status, retryable=retryable, detail=message
         )
 
-    @abstractmethod
-    def _path(self) -> str: ...
+    # -- what a provider gives: its wire format ------------------------------------------------
 
     @abstractmethod
-    def _headers(self) -> dict[str, str]: ...
+    def path(self) -> str:
+        """The path of the endpoint under ``base_url`` (``/chat/completions``)."""
 
     @abstractmethod
-    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]: ...
+    def headers(self) -> dict[str, str]:
+        """The provider's own headers (its API key's, its version's); opdsl adds the content
+        type, the idempotency key, the user agent and a URL's Basic credentials."""
 
     @abstractmethod
-    def _parse(self, data: Any) -> Response: ...
+    def body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+        """The JSON body of ``request`` in the provider's format (streamed or not)."""
 
     @abstractmethod
-    async def _read_stream(
-        self, response: httpx.Response, call: CallInfo, seen: _Stream
-    ) -> Response: ...
+    def parse(self, data: Any) -> Response:
+        """A whole answer's JSON as a :class:`~op.Response`. A missing or wrong field may
+        raise what it raises (``KeyError``, ``TypeError``, ...): it becomes an error naming
+        the model and the status; :meth:`error` says what is wrong in words."""
+
+    @abstractmethod
+    async def read_stream(self, response: httpx.Response, call: CallInfo, seen: Stream) -> Response:
+        """A streamed answer, read through ``seen`` (:meth:`Stream.lines`, or
+        :func:`sse_events` over it), each piece of text passed to ``seen.token`` (thinking to
+        ``seen.thinking``) as it comes, ``seen.delivered`` set once anything reached the
+        program (a stream is retried only before that); the whole :class:`~op.Response`."""
 
     @staticmethod
-    def _message_of(body: str) -> str:
+    def message_of(body: str) -> str:
         try:
             data = json.loads(body)
         except ValueError:
@@ -407,18 +429,18 @@ class HttpModel(RemoteModel):
             update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
         )
 
-    async def _preflight(self, request: ModelRequest, call: CallInfo) -> None:
+    async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""
 
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
-        await self._preflight(request, call)
+        await self.preflight(request, call)
         stream = bool(request.params.get("stream", self.stream))
-        body = self._body(request, stream)
-        url = self.base_url + self._path()
+        body = self.body(request, stream)
+        url = self.base_url + self.path()
         attempt = 0
         ends = time.monotonic() + self.deadline
         while True:
-            seen = _Stream()
+            seen = Stream()
             try:
                 left = ends - time.monotonic()
                 if left <= 0:
@@ -457,7 +479,7 @@ class HttpModel(RemoteModel):
         return target
 
     def _request_headers(self, call: CallInfo) -> dict[str, str]:
-        headers = {**self._headers(), "content-type": "application/json"}
+        headers = {**self.headers(), "content-type": "application/json"}
         if self._basic is not None:
             headers.setdefault("authorization", self._basic)
         headers.setdefault("idempotency-key", call.idempotency_key)
@@ -488,7 +510,7 @@ class HttpModel(RemoteModel):
         body: dict[str, Any],
         stream: bool,
         call: CallInfo,
-        seen: _Stream,
+        seen: Stream,
     ) -> Response:
         with self._carried(seen):
             request = httpx.Request(
@@ -510,7 +532,7 @@ class HttpModel(RemoteModel):
                         return self._whole(status, await _body(response, self.max_answer_bytes))
                     seen.limit = self.max_answer_bytes
                     with self._shaped(status):
-                        return self._checked(await self._read_stream(response, call, seen))
+                        return self._checked(await self.read_stream(response, call, seen))
                 except AnswerTooLarge:
                     raise self._too_large(status) from None
                 except UnreadableAnswer as exc:
@@ -520,7 +542,7 @@ class HttpModel(RemoteModel):
         return self.error(f"the answer is over {self.max_answer_bytes:,} bytes; refused", status)
 
     @contextlib.contextmanager
-    def _carried(self, seen: _Stream | None = None) -> Iterator[None]:
+    def _carried(self, seen: Stream | None = None) -> Iterator[None]:
         """The transport's failures as errors that name the model: a lost connection or a
         timeout may be tried again, a request that cannot be sent may not."""
         try:
@@ -545,7 +567,7 @@ class HttpModel(RemoteModel):
     def _refusal(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         """The error for an answer with an error status."""
         text = body.decode("utf-8", "replace")
-        err = self.error(self._message_of(text), status, retryable=retryable(status, headers, text))
+        err = self.error(self.message_of(text), status, retryable=retryable(status, headers, text))
         err.headers = headers  # type: ignore[attr-defined]
         return err
 
@@ -556,7 +578,7 @@ class HttpModel(RemoteModel):
                 data = json.loads(raw)
             except ValueError:
                 raise self.error(f"the answer is not JSON: {bytes(raw[:200])!r}", status) from None
-            return self._checked(self._parse(data))
+            return self._checked(self.parse(data))
 
     @contextlib.contextmanager
     def _shaped(self, status: int) -> Iterator[None]:
@@ -595,7 +617,7 @@ async def _answer(
         await response.aclose()
 
 
-async def _sse(response: httpx.Response, seen: _Stream) -> AsyncIterator[tuple[str, str]]:
+async def sse_events(response: httpx.Response, seen: Stream) -> AsyncIterator[tuple[str, str]]:
     """(event, data) pairs of a server-sent-events stream."""
     event, data = "message", list[str]()
     async for line in seen.lines(response):
@@ -617,7 +639,8 @@ def _json_body(body: dict[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _loads(text: str, model: HttpModel) -> Any:
+def stream_json(text: str, model: HttpModel) -> Any:
+    """A line of a stream as JSON, or an error that names ``model`` and quotes the line."""
     try:
         return json.loads(text)
     except ValueError:

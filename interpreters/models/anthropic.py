@@ -8,17 +8,18 @@ from typing import Any, final
 
 import httpx
 
-from interpreters.models._base import CallInfo, register_provider
-from interpreters.models._http import (
-    HttpModel,
-    _loads,
-    _parse_arguments,
-    _sse,
-    _Stream,
-)
 from interpreters.models._usage import anthropic_usage
+from interpreters.models.kit import (
+    RAW_ARGUMENTS,
+    CallInfo,
+    HttpModel,
+    Stream,
+    parse_arguments,
+    register_provider,
+    sse_events,
+    stream_json,
+)
 from op import ModelRequest, Response, ToolCall
-from op._values import RAW_ARGUMENTS
 
 __all__ = ["AnthropicModel"]
 
@@ -47,16 +48,16 @@ class AnthropicModel(HttpModel):
             update={"text": response.text + text, "tool_calls": rest, "stop_reason": stop}
         )
 
-    def _path(self) -> str:
+    def path(self) -> str:
         return "/v1/messages"
 
-    def _headers(self) -> dict[str, str]:
+    def headers(self) -> dict[str, str]:
         headers = {"anthropic-version": "2023-06-01"}
         if self.api_key:
             headers["x-api-key"] = self.api_key
         return headers
 
-    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+    def body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         messages: list[dict[str, Any]] = []
         for m in request.messages:
@@ -118,7 +119,7 @@ class AnthropicModel(HttpModel):
             body["stream"] = True
         return body
 
-    def _parse(self, data: Any) -> Response:
+    def parse(self, data: Any) -> Response:
         if not isinstance(data, dict) or "content" not in data:
             raise self.error("the answer has no content")
         text, calls = [], []
@@ -130,7 +131,7 @@ class AnthropicModel(HttpModel):
                     ToolCall(
                         id=block.get("id", ""),
                         name=block.get("name", ""),
-                        arguments=_parse_arguments(block.get("input")),
+                        arguments=parse_arguments(block.get("input")),
                     )
                 )
         return Response(
@@ -141,17 +142,15 @@ class AnthropicModel(HttpModel):
             model=data.get("model") or self.model,
         )
 
-    async def _read_stream(
-        self, response: httpx.Response, call: CallInfo, seen: _Stream
-    ) -> Response:
+    async def read_stream(self, response: httpx.Response, call: CallInfo, seen: Stream) -> Response:
         blocks: dict[int, dict[str, Any]] = {}
         usage_in: dict[str, Any] = {}
         output_tokens = 0
         stop = None
         model = self.model
         finished = False
-        async for event, data in _sse(response, seen):
-            msg = _loads(data, self)
+        async for event, data in sse_events(response, seen):
+            msg = stream_json(data, self)
             kind = msg.get("type", event)
             if kind == "error":
                 err = msg.get("error") or {}
@@ -203,7 +202,7 @@ class AnthropicModel(HttpModel):
                 text.append(block.get("text", ""))
             elif block.get("type") == "tool_use":
                 raw = block.get("partial") or ""
-                args = _parse_arguments(raw) if raw else _parse_arguments(block.get("input") or {})
+                args = parse_arguments(raw) if raw else parse_arguments(block.get("input") or {})
                 calls.append(
                     ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=args)
                 )

@@ -8,14 +8,16 @@ from typing import Any, final
 
 import httpx
 
-from interpreters.models._base import CallInfo, TextCallWatch, register_provider
-from interpreters.models._http import (
+from interpreters.models.kit import (
+    CallInfo,
     HttpModel,
-    _loads,
-    _parse_arguments,
-    _Stream,
+    Stream,
+    TextCallWatch,
+    parse_arguments,
+    register_provider,
+    stream_json,
 )
-from interpreters.models.openai import _OPENAI_STOP, _openai_tool
+from interpreters.models.openai import OPENAI_STOP_REASONS, openai_tool
 from op import ModelRequest, Response, ToolCall, Usage
 
 __all__ = ["OllamaModel"]
@@ -42,13 +44,13 @@ class OllamaModel(HttpModel):
             self._watch.note(self.spec, request, response, call)
         return response
 
-    def _path(self) -> str:
+    def path(self) -> str:
         return "/api/chat"
 
-    def _headers(self) -> dict[str, str]:
+    def headers(self) -> dict[str, str]:
         return {}
 
-    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+    def body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
         names = {c.id: c.name for m in request.messages for c in m.tool_calls}
         messages = []
         for m in request.messages:
@@ -66,7 +68,7 @@ class OllamaModel(HttpModel):
             "stream": stream,
         }
         if request.tools:
-            body["tools"] = [_openai_tool(t) for t in request.tools]
+            body["tools"] = [openai_tool(t) for t in request.tools]
         if request.output is not None:
             body["format"] = request.output.json_schema  # decoded under the schema's grammar
         options = {
@@ -90,7 +92,7 @@ class OllamaModel(HttpModel):
                 ToolCall(
                     id=c.get("id") or f"call_{start + i}",
                     name=fn.get("name", ""),
-                    arguments=_parse_arguments(fn.get("arguments")),
+                    arguments=parse_arguments(fn.get("arguments")),
                 )
             )
         return out
@@ -100,7 +102,7 @@ class OllamaModel(HttpModel):
         return Response(
             text=text,
             tool_calls=tuple(calls),
-            stop_reason="tool_use" if calls else _OPENAI_STOP.get(reason, reason),
+            stop_reason="tool_use" if calls else OPENAI_STOP_REASONS.get(reason, reason),
             usage=Usage(
                 input_tokens=int(last.get("prompt_eval_count") or 0),
                 output_tokens=int(last.get("eval_count") or 0),
@@ -108,7 +110,7 @@ class OllamaModel(HttpModel):
             model=last.get("model") or self.model,
         )
 
-    def _parse(self, data: Any) -> Response:
+    def parse(self, data: Any) -> Response:
         if not isinstance(data, dict):
             raise self.error("the answer is not an object")
         if "error" in data:
@@ -116,14 +118,12 @@ class OllamaModel(HttpModel):
         message = data.get("message") or {}
         return self._final(message.get("content") or "", self._calls(message, 0), data)
 
-    async def _read_stream(
-        self, response: httpx.Response, call: CallInfo, seen: _Stream
-    ) -> Response:
+    async def read_stream(self, response: httpx.Response, call: CallInfo, seen: Stream) -> Response:
         calls: list[ToolCall] = []
         async for line in seen.lines(response):
             if not line.strip():
                 continue
-            data = _loads(line, self)
+            data = stream_json(line, self)
             if "error" in data:
                 raise self.error(
                     str(data["error"]), response.status_code, retryable=not seen.delivered

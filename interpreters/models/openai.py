@@ -10,33 +10,32 @@ from typing import Any, final
 import anyio
 import httpx
 
-from interpreters.models._base import (
+from interpreters.models.kit import (
     CallInfo,
+    HttpModel,
+    Stream,
     TextCallWatch,
-    compatible_parts,
+    parse_arguments,
     redact_spec,
     register_provider,
+    sse_events,
+    stream_json,
     strict_schema,
     tools_template,
 )
-from interpreters.models._http import (
-    HttpModel,
-    _loads,
-    _parse_arguments,
-    _sse,
-    _Stream,
-)
 from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
 
-__all__ = ["OpenAIModel"]
+__all__ = ["OPENAI_STOP_REASONS", "OpenAIModel", "openai_tool"]
 
 
-_OPENAI_STOP = {
+OPENAI_STOP_REASONS: dict[str, str] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
     "length": "max_tokens",
     "function_call": "tool_use",
 }
+"""OpenAI's ``finish_reason`` names as a :class:`~op.Response`'s ``stop_reason`` (Ollama's
+``done_reason`` uses the same names)."""
 
 
 @final
@@ -64,10 +63,10 @@ class OpenAIModel(HttpModel):
             self._watch.note(self.spec, request, response, call)
         return response
 
-    def _path(self) -> str:
+    def path(self) -> str:
         return "/chat/completions"
 
-    async def _preflight(self, request: ModelRequest, call: CallInfo) -> None:
+    async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         if request.tools and self.provider == "openai-compatible" and self._tools_usable is None:
             self._tools_usable = await self._server_takes_tools(call)
         if request.tools and self._tools_usable is False:
@@ -85,24 +84,24 @@ class OpenAIModel(HttpModel):
         root = self.base_url.removesuffix("/v1")
         try:
             with anyio.fail_after(10):
-                client = await self._http(call.run_id)
-                answer = await client.get(f"{root}/props", headers=self._headers())
+                client = await self.client(call.run_id)
+                answer = await client.get(f"{root}/props", headers=self.headers())
             data = answer.json() if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError, TimeoutError):
             return True
         caps = data.get("chat_template_caps") if isinstance(data, dict) else None
         return not (isinstance(caps, dict) and caps.get("supports_tools") is False)
 
-    def _headers(self) -> dict[str, str]:
+    def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def _body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
+    def body(self, request: ModelRequest, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model or self.model,
             "messages": [_openai_message(m) for m in request.messages],
         }
         if request.tools:
-            body["tools"] = [_openai_tool(t) for t in request.tools]
+            body["tools"] = [openai_tool(t) for t in request.tools]
         output = request.output
         if output is not None and not (output.calls and self.provider == "openai"):
             # OpenAI's structured outputs; llama.cpp makes a grammar of the schema (and with
@@ -128,7 +127,7 @@ class OpenAIModel(HttpModel):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def _parse(self, data: Any) -> Response:
+    def parse(self, data: Any) -> Response:
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices:
             raise self.error("the answer has no choices")
@@ -138,34 +137,32 @@ class OpenAIModel(HttpModel):
             ToolCall(
                 id=c.get("id") or f"call_{i}",
                 name=(c.get("function") or {}).get("name", ""),
-                arguments=_parse_arguments((c.get("function") or {}).get("arguments")),
+                arguments=parse_arguments((c.get("function") or {}).get("arguments")),
             )
             for i, c in enumerate(message.get("tool_calls") or [])
         )
         return Response(
             text=message.get("content") or "",
             tool_calls=calls,
-            stop_reason=_OPENAI_STOP.get(
+            stop_reason=OPENAI_STOP_REASONS.get(
                 choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""
             ),
             usage=_openai_usage(data.get("usage")),
             model=data.get("model") or self.model,
         )
 
-    async def _read_stream(
-        self, response: httpx.Response, call: CallInfo, seen: _Stream
-    ) -> Response:
+    async def read_stream(self, response: httpx.Response, call: CallInfo, seen: Stream) -> Response:
         calls: dict[int, dict[str, Any]] = {}
         finish = None
         usage = Usage()
         model = self.model
         any_choice = False
-        async for _event, data in _sse(response, seen):
+        async for _event, data in sse_events(response, seen):
             if data.strip() == "[DONE]":
                 break
-            chunk = _loads(data, self)
+            chunk = stream_json(data, self)
             if isinstance(chunk, dict) and "error" in chunk:
-                raise self.error(self._message_of(json.dumps(chunk)), retryable=True)
+                raise self.error(self.message_of(json.dumps(chunk)), retryable=True)
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage = _openai_usage(chunk["usage"])
@@ -201,14 +198,14 @@ class OpenAIModel(HttpModel):
             ToolCall(
                 id=c["id"] or f"call_{i}",
                 name=c["name"],
-                arguments=_parse_arguments(c["arguments"]),
+                arguments=parse_arguments(c["arguments"]),
             )
             for i, c in sorted(calls.items())
         )
         return Response(
             text="".join(seen.text),
             tool_calls=tool_calls,
-            stop_reason=_OPENAI_STOP.get(finish or "stop", finish or ""),
+            stop_reason=OPENAI_STOP_REASONS.get(finish or "stop", finish or ""),
             usage=usage,
             model=model,
         )
@@ -231,7 +228,8 @@ def _openai_message(m: Message) -> dict[str, Any]:
     return out
 
 
-def _openai_tool(t: ToolSpec) -> dict[str, Any]:
+def openai_tool(t: ToolSpec) -> dict[str, Any]:
+    """A tool as OpenAI's chat completions offer it (Ollama's native API takes the same)."""
     return {
         "type": "function",
         "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
@@ -255,6 +253,19 @@ def _openai(name: str, spec: str) -> OpenAIModel:
         base_url=os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
         api_key=os.environ.get("OPENAI_API_KEY"),
     )
+
+
+def compatible_parts(rest: str) -> tuple[str, str]:
+    """The model's name and the server's URL in an ``openai-compatible:MODEL@URL`` spec (its
+    part after the provider): the name ends where the URL starts, and the URL may hold
+    ``user:password@`` itself. ``("", rest)`` when there is no URL.
+
+    Example:
+        >>> compatible_parts("qwen@3@http://me:pw@gpu-box:8000/v1")
+        ('qwen@3', 'http://me:pw@gpu-box:8000/v1')
+    """
+    cut = min((i for i in (rest.find("@http://"), rest.find("@https://")) if i >= 0), default=-1)
+    return (rest[:cut], rest[cut + 1 :]) if cut >= 0 else ("", rest)
 
 
 def _compatible(rest: str, spec: str) -> OpenAIModel:

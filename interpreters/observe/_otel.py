@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, final
 
 from interpreters.journal._base import Entry, RunRecord
-from interpreters.models._base import redact_spec, spec_model
+from interpreters.models._base import model_identity, redact_spec, resolve_model
 from interpreters.tools._paths import say_once
 from op import (
     CheckpointSaved,
@@ -58,12 +58,9 @@ def trace_sinks(model: object = None) -> list[Callable[[Event], None]]:
             "(pip install 'opdsl[otel]'): no trace is exported"
         )
         return []
-    return [TraceSink(default_model=_model_name(model))]
-
-
-def _model_name(model: object) -> str | None:
-    spec = model if isinstance(model, str) else getattr(model, "spec", None)
-    return redact_spec(spec) if isinstance(spec, str) else None
+    # the model says which provider and model it is: its spec is never parsed again here
+    provider, name = model_identity(resolve_model(model) if isinstance(model, str) else model)
+    return [TraceSink(provider=provider, model=name)]
 
 
 _OWN: dict[tuple[str, ...], Any] = {}
@@ -108,26 +105,26 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1_000_000_000)
 
 
-def _request_model(asked: object, default: str | None) -> tuple[str | None, str | None]:
-    """(provider, model) of a model call: the provider of the run's model spec, the model the
-    call asked for (``infer(..., model=NAME)``: a name, not a spec) or else the spec's; never
-    a URL's credentials."""
-    provider, name = spec_model(default) if default else (None, None)
-    if isinstance(asked, str) and asked:
-        name = redact_spec(asked)
-    return provider, name
+def _request_model(asked: object, default: str | None) -> str | None:
+    """The model a call asked for (``infer(..., model=NAME)``: a name, not a spec), else the
+    run's model's; never a URL's credentials."""
+    return redact_spec(asked) if isinstance(asked, str) and asked else default
 
 
 @final
 class _Spans:
     """Builds one run's spans from what happened, whether told live or read from a journal."""
 
-    def __init__(self, run_id: str, program: str, default_model: str | None) -> None:
+    def __init__(
+        self, run_id: str, program: str, provider: str | None = None, model: str | None = None
+    ) -> None:
         self.provider = _provider()
         self.tracer = self.provider.get_tracer("opdsl")
         self.run_id = run_id
         self.program = program
-        self.default_model = default_model
+        #: the run's model, as it declares itself (:func:`model_identity`)
+        self.model_provider = provider
+        self.default_model = model
         self.run_span: Any = None
         self.open: dict[str, Any] = {}
 
@@ -159,7 +156,8 @@ class _Spans:
         name = kind
         span_kind = trace.SpanKind.INTERNAL
         if kind == "infer":
-            provider, model = _request_model(effect.get("model"), self.default_model)
+            provider = self.model_provider
+            model = _request_model(effect.get("model"), self.default_model)
             attributes["gen_ai.operation.name"] = "chat"
             if provider:
                 attributes["gen_ai.provider.name"] = provider
@@ -222,13 +220,15 @@ class _Spans:
 class TraceSink:
     """An event sink that exports each run it hears of as a trace."""
 
-    def __init__(self, default_model: str | None = None) -> None:
-        self.default_model = default_model
+    def __init__(self, provider: str | None = None, model: str | None = None) -> None:
+        #: the provider and the model's name of the run's model, as it declares them
+        self.model_provider = provider
+        self.model = model
         self._runs: dict[str, _Spans] = {}
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
-            started = _Spans(event.run_id, event.program, self.default_model)
+            started = _Spans(event.run_id, event.program, self.model_provider, self.model)
             self._runs[event.run_id] = started
             started.run_started(event.at, event.parent_run)
             return
@@ -259,7 +259,7 @@ def export_journal(run: RunRecord, entries: Sequence[Entry]) -> None:
     """Export a recorded run as its trace, with the times the journal recorded."""
     import json
 
-    spans = _Spans(run.run_id, run.program, None)
+    spans = _Spans(run.run_id, run.program)
     spans.run_started(run.created_at, run.parent_run)
     for e in sorted(entries, key=lambda e: e.seq):
         spans.effect_started(e.address, e.kind, json.loads(e.effect_json), e.started_at)

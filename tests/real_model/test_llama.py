@@ -253,7 +253,7 @@ def test_two_tool_calls_in_one_turn_go_round_trip_through_the_shipped_template(
         messages=tuple(Message.model_validate(m) for m in sent["messages"]),
         tools=ToolRegistry([weather]).specs("all"),
     )
-    body = model._body(request, stream=False)
+    body = model.body(request, stream=False)
     counted = Response.model_validate_json(first.result_json).usage.input_tokens
     assert counted == _rendered_tokens(llama, body)
     # whatever the model did next, every tool call it made was run and journaled in order

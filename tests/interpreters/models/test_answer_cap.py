@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from interpreters import MemoryJournal, run
-from interpreters.models import OpenAIModel
+from interpreters.models import OpenAIModel, RetryPolicy
 from interpreters.models._h1 import AnswerTooLarge, Decoded, UnreadableAnswer
-from interpreters.models._http import RetryPolicy
 from op import Op, infer
 from tests.interpreters.models.test_h1 import Conn, RawServer
 

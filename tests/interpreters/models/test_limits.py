@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from interpreters import MemoryJournal, resolve_model, run
-from interpreters.models._http import DEFAULT_MAX_TOKENS, HttpModel
+from interpreters.models._http import HttpModel
+from interpreters.models._remote import DEFAULT_MAX_TOKENS
 from op import Budget, BudgetExhausted, Failure, Op, Response, infer, limit
 from tests.servers import ScriptedServer, openai, status
 
@@ -73,8 +74,8 @@ def test_anthropic_and_ollama_get_the_cap_in_their_own_words(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPDSL_MAX_TOKENS", "55")
-    body = _http("anthropic:claude-x")._body
-    ollama = _http("ollama:qwen3:8b")._body
+    body = _http("anthropic:claude-x").body
+    ollama = _http("ollama:qwen3:8b").body
     from op import Message, ModelRequest
 
     request = ModelRequest(messages=(Message.user("hi"),))

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from interpreters import open_journal, resolve_model
-from interpreters.models import redact_spec
-from interpreters.models._base import spec_model
+from interpreters.models import model_identity, redact_spec
 from tests.servers import ScriptedServer, openai, status
 
 OPDSL = str(Path(sys.executable).with_name("opdsl"))
@@ -54,7 +53,7 @@ def write(topic: str) -> Op[str]:
 )
 def test_redact_spec_takes_out_any_urls_credentials(spec: str, shown: str) -> None:
     assert redact_spec(spec) == shown
-    assert SECRET not in spec_model(spec)[1]
+    assert SECRET not in str(model_identity(resolve_model(spec)))
 
 
 def test_wrong_specs_are_one_line_that_names_the_spec_without_its_password() -> None:

@@ -19,8 +19,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from interpreters import ScriptedModel, replay, resume, run
+from interpreters.models.kit import CallInfo
 from op import (
     Budget,
+    ModelRequest,
     Op,
     Response,
     ToolResult,
@@ -168,6 +170,23 @@ def test_the_model_spec_names_the_provider_and_model(receiver: Receiver, tmp_pat
     chat = receiver.by_name()["chat smol"]
     assert chat["attrs"]["gen_ai.provider.name"] == "openai-compatible"
     assert chat["attrs"]["gen_ai.request.model"] == "smol"
+
+
+def test_a_model_object_names_its_provider_and_model_itself(receiver: Receiver) -> None:
+    class Acme:
+        """A model of a provider of the program's own: no spec to read a name from."""
+
+        provider, model = "acme", "rocket-1"
+
+        async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+            return Response(text="boom", model=self.model)
+
+    def ask() -> Op[str]:
+        return (yield from infer("hi")).text
+
+    assert run(ask, model=Acme()).value == "boom"
+    chat = receiver.by_name()["chat rocket-1"]
+    assert chat["attrs"]["gen_ai.provider.name"] == "acme"
 
 
 def test_a_model_urls_credentials_never_reach_a_span(receiver: Receiver, tmp_path: Path) -> None:
