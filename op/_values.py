@@ -72,13 +72,50 @@ class ToolCall(_Value):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+def _text_says_error(role: object, content: object) -> bool:
+    """How a tool message said it reported a failure before ``Message.is_error`` existed: its
+    text began ``error: `` (what :meth:`Message.tool_result` writes for a failed tool)."""
+    return role == "tool" and isinstance(content, str) and content.startswith("error: ")
+
+
 class Message(_Value):
-    """One message of a conversation with a model."""
+    """One message of a conversation with a model.
+
+    ``is_error``: a tool message that reports a failed call (providers that can say so tell
+    the model, as Anthropic's ``tool_result`` does). A message written without it (by a
+    journal from before it, say) reads it from its text, as those journals meant it: a tool
+    message whose text begins ``error: ``; and it is left out of the canonical form wherever
+    it is what the text says, so such a message is the same bytes as in those journals.
+
+    Example:
+        >>> Message.tool_result(ToolCall(id="c1", name="t"), ToolResult.failure("boom")).is_error
+        True
+        >>> from state import canonical_json
+        >>> canonical_json(Message(role="tool", content="error: boom", is_error=True))
+        '{"content":"error: boom","role":"tool","tool_call_id":null,"tool_calls":[]}'
+    """
 
     role: Literal["user", "assistant", "system", "tool"]
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    is_error: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _error_from_old_text(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "is_error" not in data
+            and _text_says_error(data.get("role"), data.get("content"))
+        ):
+            return {**data, "is_error": True}
+        return data
+
+    def __canonical_implied__(self) -> dict[str, Any]:
+        """Fields the canonical form leaves out while they hold these values (what a message
+        without them reads as)."""
+        return {"is_error": _text_says_error(self.role, self.content)}
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -92,7 +129,7 @@ class Message(_Value):
     def tool_result(cls, call: ToolCall, result: ToolResult) -> Message:
         """The message that answers ``call`` with ``result``."""
         text = result.output if result.ok else f"error: {result.error}"
-        return cls(role="tool", content=text, tool_call_id=call.id)
+        return cls(role="tool", content=text, tool_call_id=call.id, is_error=not result.ok)
 
 
 class Response(_Value):

@@ -60,6 +60,18 @@ def _omitted(cls: type[BaseModel]) -> tuple[str, ...]:
     return names
 
 
+_IMPLIED: dict[type, Callable[[Any], dict[str, Any]] | None] = {}
+
+
+def _implied(cls: type[BaseModel]) -> Callable[[Any], dict[str, Any]] | None:
+    """A value type's ``__canonical_implied__``: the fields it leaves out of its canonical form
+    while they hold what a value without them reads as (a field added after journals held
+    the type, whose value older values imply), so the same value is still the same bytes."""
+    if cls not in _IMPLIED:
+        _IMPLIED[cls] = getattr(cls, "__canonical_implied__", None)
+    return _IMPLIED[cls]
+
+
 def _dataclass_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
@@ -107,6 +119,11 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         for name in _omitted(cls):
             if getattr(value, name) is None:
                 del out[name]
+        implied = _implied(cls)
+        if implied is not None:
+            for name, shown in implied(value).items():
+                if out.get(name) == shown:
+                    del out[name]
         return out
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = getattr(value, "kind", None)

@@ -69,7 +69,7 @@ class AnthropicModel(HttpModel):
                     "tool_use_id": m.tool_call_id or "",
                     "content": m.content,
                 }
-                if m.content.startswith("error: "):
+                if m.is_error:
                     block["is_error"] = True
                 if (
                     messages

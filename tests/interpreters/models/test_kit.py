@@ -1,4 +1,5 @@
-"""The provider kit: a provider is written with ``interpreters.models.kit`` alone."""
+"""The provider kit: a provider is written with ``interpreters.models.kit`` alone; a failed tool
+call is told to the model from ``Message.is_error``, a real field, not read back from text."""
 
 from __future__ import annotations
 
@@ -6,10 +7,46 @@ import json
 from typing import Any
 
 from interpreters import MemoryJournal, run
-from interpreters.models import model_identity, resolve_model
+from interpreters.models import AnthropicModel, model_identity, resolve_model
 from interpreters.models.kit import CallInfo, HttpModel, Stream, parse_arguments, stream_json
-from op import ModelRequest, Op, Response, ToolCall, infer
+from op import Message, ModelRequest, Op, Response, ToolCall, ToolResult, infer
+from state import canonical_json
 from tests.servers import Reply, Request, ScriptedServer
+
+CALL = ToolCall(id="toolu_1", name="run_tests")
+
+
+def _tool_results(messages: list[Message]) -> list[dict[str, Any]]:
+    model = AnthropicModel("claude-x", base_url="http://127.0.0.1:9")
+    body = model.body(ModelRequest(messages=(Message.user("go"), *messages)), stream=False)
+    return [b for m in body["messages"] for b in m["content"] if isinstance(b, dict)]
+
+
+def test_anthropic_tells_a_failed_call_from_is_error_not_from_the_text() -> None:
+    failed = Message.tool_result(CALL, ToolResult.failure("2 tests failed"))
+    said = Message(role="tool", content="the suite did not start", tool_call_id="t2", is_error=True)
+    quoted = Message(
+        role="tool", content="error: is what the log says", tool_call_id="t3", is_error=False
+    )
+    blocks = _tool_results([failed, said, quoted])
+    assert [b.get("is_error", False) for b in blocks] == [True, True, False]
+
+
+def test_is_error_is_left_out_of_the_canonical_form_where_the_text_says_it() -> None:
+    failed = Message.tool_result(CALL, ToolResult.failure("boom"))
+    # the bytes a 0.3.0 journal holds for this message: no is_error key
+    old = '{"content":"error: boom","role":"tool","tool_call_id":"toolu_1","tool_calls":[]}'
+    assert failed.is_error and canonical_json(failed) == old
+    assert Message.model_validate(json.loads(old)) == failed
+    ok = Message.tool_result(CALL, ToolResult(output="3 passed"))
+    assert not ok.is_error and "is_error" not in canonical_json(ok)
+    for said in (
+        Message(role="tool", content="no prefix", is_error=True),
+        Message(role="tool", content="error: quoted", is_error=False),
+    ):
+        text = canonical_json(said)
+        assert '"is_error"' in text
+        assert Message.model_validate(json.loads(text)) == said
 
 
 class Lines(HttpModel):
