@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, final
+from typing import Any, ClassVar, Literal, Protocol, final, runtime_checkable
 
 from interpreters.agents._bridge import ToolHost
 from interpreters.runtime._frame import Call
@@ -49,7 +49,17 @@ from op import (
     Usage,
 )
 
-__all__ = ["AgentError", "CliBackend", "backends", "register_backend"]
+__all__ = [
+    "AgentError",
+    "Backend",
+    "CliBackend",
+    "Refused",
+    "Session",
+    "Turn",
+    "backends",
+    "check_init",
+    "register_backend",
+]
 
 MAX_LINE = 1 << 20
 MAX_REASON = 2000
@@ -67,8 +77,16 @@ class AgentError(ModelError):
 
 
 @dataclass
-class _Turn:
-    """What a turn has produced so far, and the contract's bookkeeping."""
+class Turn:
+    """One turn of an agent CLI: what it has produced so far, and the contract's bookkeeping.
+
+    A backend's :meth:`CliBackend.handle` reads each JSON line into it: ``text`` (the final
+    answer), ``session_id``, ``usage_by_id`` or ``usage_total`` and ``cost``, ``finished``
+    once the final event came (``error`` when it says the turn failed); ``init_seen`` once
+    the CLI's first line (its ``init``) was checked. Its methods emit the events of the turn
+    contract as they keep it: :meth:`open_turn` / :meth:`close_turn`, :meth:`tool_start` /
+    :meth:`tool_end` (paired by id, a repeated start ignored), :meth:`close_all`.
+    """
 
     call: Call
     backend: str
@@ -83,6 +101,8 @@ class _Turn:
     session_id: str | None = None
     finished: bool = False
     error: str | None = None
+    #: the CLI's init line was seen and checked (a line before it fails the turn closed)
+    init_seen: bool = False
     #: the tools opdsl serves this turn (their own names), when it serves any: the CLI must
     #: offer exactly these and nothing else
     served: frozenset[str] | None = None
@@ -154,7 +174,7 @@ class Session:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
-    #: the tools opdsl serves the CLI this turn (see :class:`_Turn.served`)
+    #: the tools opdsl serves the CLI this turn (see :class:`Turn.served`)
     served: frozenset[str] | None = None
     #: what the CLI reads on its standard input (:meth:`CliBackend.stdin`)
     stdin: bytes | None = None
@@ -169,6 +189,9 @@ class CliBackend(ABC):
     command: ClassVar[str]
     #: whether the backend can be given opdsl's bound tools (``agent(..., tools=[...])``)
     serves_tools: ClassVar[bool] = False
+    #: whether its turns say what they cost: one that does not (Codex) cannot be run under a
+    #: ``usd`` budget, which is refused before it starts rather than kept as if it cost nothing
+    reports_cost: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -258,11 +281,13 @@ class CliBackend(ABC):
     homes: ClassVar[tuple[str, ...]] = ("HOME",)
 
     @abstractmethod
-    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
-        """Take one JSON line; raise :class:`_Refused` to fail closed."""
+    def handle(self, line: dict[str, Any], turn: Turn, effect: Agent) -> None:
+        """Take one JSON line of the CLI's output into ``turn``; raise :class:`Refused` to
+        fail closed (an init that breaks the rules the turn was started with, a line before
+        the init)."""
 
     def _record(
-        self, turn: _Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None
+        self, turn: Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None
     ) -> TurnRecord:
         tools = tuple(turn.tools.values())
         return TurnRecord(
@@ -284,7 +309,7 @@ class CliBackend(ABC):
         exe = self.find()
         if effect.options.get("probe"):
             return await self.probe(exe)
-        turn = _Turn(call=call, backend=self.name)
+        turn = Turn(call=call, backend=self.name)
         turn.emit(AgentStart(**turn.base(), backend=self.name, model=effect.options.get("model")))
         started = time.monotonic()
         kind: Kind | None = None
@@ -402,7 +427,7 @@ def _lifeline(argv: list[str], private: str | None) -> Iterator[tuple[list[str],
 class _Reader:
     """Reads a CLI's JSON lines as they come; says when to stop and why."""
 
-    def __init__(self, backend: CliBackend, turn: _Turn, effect: Agent) -> None:
+    def __init__(self, backend: CliBackend, turn: Turn, effect: Agent) -> None:
         self.backend = backend
         self.turn = turn
         self.effect = effect
@@ -443,32 +468,36 @@ class _Reader:
             return "crash", f"a malformed line: {text[:200]}"
         try:
             self.backend.handle(line, self.turn, self.effect)
-        except _Refused as exc:
+        except Refused as exc:
             return "refused", str(exc)
         return None
 
 
-class _Refused(Exception):
-    """The agent's init broke the rules it was started with."""
+class Refused(Exception):
+    """Raised by :meth:`CliBackend.handle`: the agent broke the rules it was started with (its
+    init named another model, a tool or MCP server that was not allowed, or it acted before
+    its init). The process is killed and the turn fails as ``refused``."""
 
 
-def _check_init(
+def check_init(
     backend: str, effect: Agent, model: str | None, tools: list[str], mcp: list[Any]
 ) -> None:
+    """Check an init line against what the effect allowed (``model``, ``allowed_tools``,
+    ``mcp_servers``): :class:`Refused` naming the first thing that breaks them."""
     want = effect.options.get("model")
     if want and model and not (model == want or model.startswith(want)):
-        raise _Refused(f"{backend} reported model {model!r}, not the {want!r} asked for")
+        raise Refused(f"{backend} reported model {model!r}, not the {want!r} asked for")
     allowed = effect.options.get("allowed_tools")
     if allowed is not None:
         names = {str(a).split("(", 1)[0] for a in allowed}
         extra = [t for t in tools if t not in names]
         if extra:
-            raise _Refused(f"{backend} offers tools that were not allowed: {', '.join(extra)}")
+            raise Refused(f"{backend} offers tools that were not allowed: {', '.join(extra)}")
     allowed_mcp = set(effect.options.get("mcp_servers", []))
     for server in mcp:
         name = server.get("name") if isinstance(server, dict) else str(server)
         if name not in allowed_mcp:
-            raise _Refused(f"{backend} connected MCP server {name!r}, which was not allowed")
+            raise Refused(f"{backend} connected MCP server {name!r}, which was not allowed")
 
 
 _REGISTRY: dict[str, Callable[[], Any]] = {}
@@ -480,8 +509,27 @@ _BUILTIN = {
 }
 
 
+@runtime_checkable
+class Backend(Protocol):
+    """What performs ``agent(name, ...)``: an async callable from the effect and the call to
+    the turn's :class:`~op.TurnRecord` (raising :class:`AgentError` with the partial record
+    when the turn fails), which keeps the turn contract and declares what it can do.
+    :class:`CliBackend` is one for a CLI that prints JSON lines."""
+
+    name: ClassVar[str]
+    #: it can be given opdsl's bound tools (``agent(..., tools=[...])``)
+    serves_tools: ClassVar[bool]
+    #: its records say what a turn cost (else a ``usd`` budget cannot be kept for it)
+    reports_cost: ClassVar[bool]
+
+    async def __call__(
+        self, effect: Agent, call: Call, tools: ToolHost | None = None
+    ) -> TurnRecord: ...
+
+
 def register_backend(name: str, factory: Callable[[], Any]) -> None:
-    """Add a backend: ``factory()`` returns an async callable ``(Agent, Call) -> TurnRecord``."""
+    """Add a backend: ``factory()`` returns a :class:`Backend` (an async callable
+    ``(Agent, Call) -> TurnRecord`` that declares ``serves_tools`` and ``reports_cost``)."""
     _REGISTRY[name] = factory
 
 

@@ -35,15 +35,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, final
 
-from interpreters.agents._base import (
+from interpreters.agents._bridge import SERVER, mcp_problem, serve_tools
+from interpreters.agents.kit import (
     CliBackend,
+    Refused,
     Session,
-    _check_init,
-    _Refused,
-    _Turn,
+    ToolHost,
+    Turn,
+    check_init,
     register_backend,
 )
-from interpreters.agents._bridge import SERVER, ToolHost, mcp_problem, serve_tools
 from interpreters.models._usage import anthropic_usage
 from op import Agent, ModelError
 
@@ -163,19 +164,19 @@ class ClaudeCodeBackend(CliBackend):
             argv += ["--permission-mode", str(o["permission_mode"])]
         return [*argv, *self.extra_args]
 
-    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+    def handle(self, line: dict[str, Any], turn: Turn, effect: Agent) -> None:
         kind = line.get("type")
-        if not turn.session_id and kind != "system" and "init_seen" not in turn.__dict__:
-            raise _Refused("claude-code acted before its init line")
+        if not turn.session_id and kind != "system" and not turn.init_seen:
+            raise Refused("claude-code acted before its init line")
         if kind == "system" and line.get("subtype") == "init":
-            turn.__dict__["init_seen"] = True
+            turn.init_seen = True
             turn.session_id = line.get("session_id")
             tools = [str(t) for t in line.get("tools") or []]
             servers = line.get("mcp_servers") or []
             if turn.served is not None:
                 _check_served(turn.served, tools, servers)
                 tools, servers = [], []  # checked: exactly opdsl's
-            _check_init(self.name, effect, line.get("model"), tools, servers)
+            check_init(self.name, effect, line.get("model"), tools, servers)
         elif kind == "assistant":
             message = line.get("message") or {}
             turn.open_turn()
@@ -222,23 +223,23 @@ class ClaudeCodeBackend(CliBackend):
 def _check_served(served: frozenset[str], offered: list[str], servers: list[Any]) -> None:
     """The init of a turn with opdsl's tools: exactly those, from the one server, connected."""
     if served and not servers:
-        raise _Refused("claude-code started without opdsl's MCP server")
+        raise Refused("claude-code started without opdsl's MCP server")
     for server in servers:
         name = server.get("name") if isinstance(server, dict) else str(server)
         status = server.get("status") if isinstance(server, dict) else None
         if name != SERVER:
-            raise _Refused(f"claude-code connected MCP server {name!r}, which was not allowed")
+            raise Refused(f"claude-code connected MCP server {name!r}, which was not allowed")
         if status != "connected":
-            raise _Refused(
+            raise Refused(
                 f"opdsl's MCP server is {status!r}, not connected, as claude-code starts: its "
                 "tools would be missing from the first request"
             )
     extra = sorted(t for t in offered if not t.startswith(PREFIX) or t[len(PREFIX) :] not in served)
     if extra:
-        raise _Refused(f"claude-code offers tools that opdsl does not serve: {', '.join(extra)}")
+        raise Refused(f"claude-code offers tools that opdsl does not serve: {', '.join(extra)}")
     missing = sorted(served - {t[len(PREFIX) :] for t in offered})
     if missing:
-        raise _Refused(f"claude-code does not offer opdsl's tools {', '.join(missing)}")
+        raise Refused(f"claude-code does not offer opdsl's tools {', '.join(missing)}")
 
 
 def _text_of(content: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from interpreters.agents._base import CliBackend, _Refused, _Turn, register_backend
+from interpreters.agents.kit import CliBackend, Refused, Turn, register_backend
 from interpreters.tools._sandbox import sandbox_problem
 from op import Agent, Usage
 
@@ -23,6 +23,7 @@ class CodexBackend(CliBackend):
 
     name = "codex"
     command = "codex"
+    reports_cost = False  # its stream carries tokens, never money
     homes = ("HOME", "CODEX_HOME")
 
     def confined_by_default(self) -> bool:
@@ -46,14 +47,14 @@ class CodexBackend(CliBackend):
     def stdin(self, effect: Agent) -> bytes:
         return effect.prompt.encode("utf-8", "replace")
 
-    def handle(self, line: dict[str, Any], turn: _Turn, effect: Agent) -> None:
+    def handle(self, line: dict[str, Any], turn: Turn, effect: Agent) -> None:
         kind = line.get("type")
         if kind == "thread.started":
-            turn.__dict__["init_seen"] = True
+            turn.init_seen = True
             turn.session_id = line.get("thread_id")
             return
-        if "init_seen" not in turn.__dict__:
-            raise _Refused("codex acted before thread.started")
+        if not turn.init_seen:
+            raise Refused("codex acted before thread.started")
         if kind == "turn.started":
             turn.open_turn()
         elif kind in ("item.started", "item.completed"):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import final
 
-from interpreters.agents._base import _Turn, register_backend
-from interpreters.runtime._frame import Call
+from interpreters.agents.kit import CallInfo, ToolHost, Turn, register_backend
 from op import Agent, AgentEnd, AgentStart, TurnRecord
 
 __all__ = ["NoopBackend"]
@@ -16,9 +15,13 @@ class NoopBackend:
     """Does nothing and says so: for wiring programs up before an agent is chosen."""
 
     name = "noop"
+    serves_tools = False
+    reports_cost = True  # it spends nothing
 
-    async def __call__(self, effect: Agent, call: Call) -> TurnRecord:
-        turn = _Turn(call=call, backend=self.name)
+    async def __call__(
+        self, effect: Agent, call: CallInfo, tools: ToolHost | None = None
+    ) -> TurnRecord:
+        turn = Turn(call=call, backend=self.name)
         turn.emit(AgentStart(**turn.base(), backend=self.name))
         turn.emit(AgentEnd(**turn.base(), backend=self.name, status="completed"))
         return TurnRecord(backend=self.name, text="", exit_code=0)
