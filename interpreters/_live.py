@@ -115,9 +115,10 @@ class LiveHandlers(RunHandlers):
 
     def unpriced(self, effect: Infer | Agent) -> str | None:
         if isinstance(effect, Agent):
-            if effect.backend == "codex":
-                return "the codex backend reports no cost, so a usd budget cannot be kept for it"
-            return None
+            # a capability the backend declares (``reports_cost``), not known here by name
+            if getattr(self.agents.get(effect.backend), "reports_cost", True):
+                return None
+            return f"the {effect.backend} backend reports no cost, so a usd budget cannot be kept for it"
         model = self.model
         if not isinstance(model, HttpModel):
             return None  # a scripted or custom model: its answers say their cost, if they know it
