@@ -36,7 +36,21 @@ def program_args(pairs: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"--arg {name}: the JSON value is nested too deeply") from None
         except ValueError:
             out[name] = raw  # not JSON: the text itself
+        _journaled_depth(name, out[name])
     return out
+
+
+def _journaled_depth(name: str, value: object) -> None:
+    """A value nested deeper than the journal writes is refused here, naming the argument
+    (a value the journal cannot hold otherwise, such as NaN, is refused as the run starts)."""
+    from state import NotSerializable, canonical_json
+
+    try:
+        canonical_json(value)
+    except RecursionError:
+        raise UsageError(f"--arg {name}: the JSON value is nested too deeply") from None
+    except NotSerializable:
+        pass
 
 
 def check_call(program: Callable[..., Any], ref: str, kwargs: dict[str, Any]) -> None:

@@ -104,3 +104,24 @@ def test_a_recorded_model_that_cannot_be_made_again_is_the_users_error_going_on(
     code, err = _opdsl(capsys, "answer", done.run_id, "me", "--db", db, "--quiet")
     assert code == USAGE and "cannot read" in err and len(err.strip().splitlines()) == 1, err
     assert open_journal(db, read_only=True).run(done.run_id).status == "waiting"  # untouched
+
+
+@pytest.mark.parametrize("depth", [500, 100_000])
+def test_an_argument_nested_deeper_than_a_journal_writes_is_the_users_error(
+    depth: int, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    deep = "[" * depth + "]" * depth
+    code, err = _opdsl(
+        capsys,
+        "run",
+        "tests.fixtures.durable_programs:chat",
+        "--arg",
+        f"topic={deep}",
+        "--db",
+        str(tmp_path / "runs.db"),
+        "--quiet",
+    )
+    assert (code, err) == (
+        USAGE,
+        "opdsl: error: --arg topic: the JSON value is nested too deeply\n",
+    )
