@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
 import functools
 import json
 import os
@@ -99,8 +100,19 @@ async def _closed_at_loop_end(client: httpx.AsyncClient) -> AsyncGenerator[None,
             await client.aclose()
 
 
+MODEL_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "opdsl_model_timeout", default=None
+)
+"""Seconds a whole model call may take, for the models made in this context (``opdsl run
+--model-timeout`` sets it for its command); None: ``$OPDSL_MODEL_TIMEOUT``, else 600."""
+
+
 def _timeout_from_env() -> float:
-    """``$OPDSL_MODEL_TIMEOUT`` (seconds a whole model call may take), else 600."""
+    """:data:`MODEL_TIMEOUT`, else ``$OPDSL_MODEL_TIMEOUT`` (seconds a whole model call may
+    take), else 600."""
+    given = MODEL_TIMEOUT.get()
+    if given is not None:
+        return given
     raw = os.environ.get("OPDSL_MODEL_TIMEOUT")
     return seconds_setting("OPDSL_MODEL_TIMEOUT", raw) if raw else 600.0
 
