@@ -21,7 +21,7 @@ from interpreters.cli._command import (
     Option,
     UsageError,
 )
-from interpreters.cli._inputs import load_tools, model_spec, state_class, workspace
+from interpreters.cli._inputs import load_tools, model_spec, models_timed, state_class, workspace
 from interpreters.cli._output import report_outcome, report_result, sinks
 from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal
 
@@ -41,10 +41,11 @@ def resume(a: argparse.Namespace) -> int:
         return on_temporal(
             a, lambda client: fork(client, a.run, a.from_checkpoint, task_queue=a.task_queue)
         )
-    kwargs = _named_code(a)
-    return report_result(
-        resume_run(a.run, from_checkpoint=a.from_checkpoint, on_event=sinks(a), **kwargs)
-    )
+    with models_timed(a.model_timeout):
+        kwargs = _named_code(a)
+        return report_result(
+            resume_run(a.run, from_checkpoint=a.from_checkpoint, on_event=sinks(a), **kwargs)
+        )
 
 
 def replay(a: argparse.Namespace) -> int:

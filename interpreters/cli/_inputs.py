@@ -3,8 +3,9 @@ state class, a workspace folder. A bad one is a :class:`UsageError` that names i
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ __all__ = [
     "check_call",
     "load_tools",
     "model_spec",
+    "models_timed",
     "program_args",
     "state_class",
     "version",
@@ -85,6 +87,29 @@ def model_spec(spec: str | None) -> str | None:
     except ValueError as exc:  # resolve_model's word for a spec it cannot make a model of
         raise UsageError(str(exc)) from None
     return spec
+
+
+@contextlib.contextmanager
+def models_timed(raw: str | None) -> Iterator[None]:
+    """``--model-timeout SECONDS``: every model made within takes at most that long a call
+    (retries included), passed to the models as a value of this command's context, never
+    through the process's environment. A bad number is a :class:`UsageError` naming it."""
+    if raw is None:
+        yield
+        return
+    from interpreters.models._remote import seconds_setting
+
+    try:
+        seconds = seconds_setting("--model-timeout", raw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    from interpreters.models._http import MODEL_TIMEOUT
+
+    token = MODEL_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        MODEL_TIMEOUT.reset(token)
 
 
 def state_class(ref: str) -> type[Any]:

@@ -107,15 +107,6 @@ def _on_temporal(a: argparse.Namespace) -> bool:
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command; how an error ends it is :func:`~interpreters.cli._errors.ended_by`'s:
     wrong input is one line and status 2, a bug of opdsl's a traceback and status 70."""
-    if getattr(args, "model_timeout", None) is not None:
-        from interpreters.models._remote import seconds_setting
-
-        try:
-            seconds_setting("--model-timeout", args.model_timeout)
-        except ValueError as exc:
-            print(f"opdsl: error: {exc}", file=sys.stderr)
-            return 2
-        os.environ["OPDSL_MODEL_TIMEOUT"] = args.model_timeout
     declared: Command = args.declared
     _import_path(declared)
     try:

@@ -19,6 +19,7 @@ from interpreters.cli._inputs import (
     check_call,
     load_tools,
     model_spec,
+    models_timed,
     program_args,
     state_class,
     workspace,
@@ -29,6 +30,11 @@ __all__ = ["RUN_COMMAND", "WORKER", "on_temporal"]
 
 
 def run(a: argparse.Namespace) -> int:
+    with models_timed(a.model_timeout):
+        return _run(a)
+
+
+def _run(a: argparse.Namespace) -> int:
     from interpreters import dry_run, load_program
     from interpreters import run as run_program
 
