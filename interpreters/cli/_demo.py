@@ -108,30 +108,8 @@ def demo(console: Console | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="opdsl-demo-"))
     repo = _sample(workdir)
     db = str(workdir / "runs.db")
-    config = CoderConfig(task="Make the failing test pass.", repo=str(repo))
     sink = ConsoleSink(console, show_tokens=False)
-
-    def step(text: str) -> None:
-        console.print(f"\n[bold]{text}[/]")
-
-    step(f"1. The Coder works on {repo} (a copy of the bundled sample; its test fails)")
-    try:
-        run(
-            coder,
-            config,
-            model=demo_model(),
-            state=CodeState(),
-            db=db,
-            on_event=[sink, _Crash()],
-            run_id="demo",
-        )
-    except KeyboardInterrupt:
-        console.print(
-            "[red]   ✗ the process stopped in the middle of the work, as a crash would[/]"
-        )
-
-    step("2. Resume it in place: the journal replays what was done; the work goes on live")
-    resumed = resume("demo", db=db, program=coder, model=demo_model(), on_event=sink)
+    resumed = _crash_then_resume(console, repo, db, sink)
     result: Any = resumed.value
     console.print(
         f"   result: ok={result.ok}, commit {result.commit[:12] if result.commit else None}, files {result.files}"
@@ -140,15 +118,16 @@ def demo(console: Console | None = None) -> int:
         console.print(f"[red]   ✗ the Coder did not finish: {result.phase}: {result.reason}[/]")
         return 1
 
-    step("3. Replay it from the journal alone: same value, same state, nothing performed")
+    _step(console, "3. Replay it from the journal alone: same value, same state, nothing performed")
     again = replay("demo", db=db, program=coder)
     same = again.value == result and (again.state.canonical() if again.state else None) == (
         resumed.state.canonical() if resumed.state else None
     )
     console.print(f"   {'identical' if same else 'DIFFERENT'}: the run is deterministic")
 
-    step(
-        "4. Fork it from the checkpoint 'before-verify' (after rewinding the repository one commit)"
+    _step(
+        console,
+        "4. Fork it from the checkpoint 'before-verify' (after rewinding the repository one commit)",
     )
     _git(repo, "reset", "-q", "--hard", "HEAD~1")
     fork = resume(
@@ -163,22 +142,53 @@ def demo(console: Console | None = None) -> int:
     console.print(
         f"   fork {fork.run_id}: ok={forked.ok}; the files came back from the checkpoint's snapshot"
     )
+    _where_to_look(console, repo, db, fork.run_id)
+    return 0 if (result.ok and forked.ok and same) else 1
 
+
+def _step(console: Console, text: str) -> None:
+    console.print(f"\n[bold]{text}[/]")
+
+
+def _crash_then_resume(console: Console, repo: Path, db: str, sink: ConsoleSink) -> Any:
+    """Steps 1 and 2: the Coder works until the crash stops it, then goes on in place."""
+    config = CoderConfig(task="Make the failing test pass.", repo=str(repo))
+    _step(console, f"1. The Coder works on {repo} (a copy of the bundled sample; its test fails)")
+    try:
+        run(
+            coder,
+            config,
+            model=demo_model(),
+            state=CodeState(),
+            db=db,
+            on_event=[sink, _Crash()],
+            run_id="demo",
+        )
+    except KeyboardInterrupt:
+        console.print(
+            "[red]   ✗ the process stopped in the middle of the work, as a crash would[/]"
+        )
+    _step(
+        console, "2. Resume it in place: the journal replays what was done; the work goes on live"
+    )
+    return resume("demo", db=db, program=coder, model=demo_model(), on_event=sink)
+
+
+def _where_to_look(console: Console, repo: Path, db: str, fork_id: str) -> None:
     tests = subprocess.run(
         ["git", "log", "--oneline", "-3"], cwd=repo, capture_output=True, text=True
     ).stdout
-    step("Where to look")
+    _step(console, "Where to look")
     console.print(f"   the repository:   {repo}")
     console.print(
         "   its history:      " + "\n                     ".join(tests.strip().splitlines())
     )
     console.print(f"   the timelines:    opdsl show demo --db {db}")
-    console.print(f"                     opdsl show {fork.run_id} --db {db}")
+    console.print(f"                     opdsl show {fork_id} --db {db}")
     console.print(f"   the checkpoints:  opdsl checkpoints demo --db {db}")
     console.print(f"   the report:       opdsl report demo --db {db}   (then open demo.html)")
-    console.print(f"   the fork's part:  opdsl diff demo {fork.run_id} --db {db}")
+    console.print(f"   the fork's part:  opdsl diff demo {fork_id} --db {db}")
     console.print(
         "   a real model:     opdsl run programs.coder:coder --arg repo=PATH --arg task='...' "
         "--model openai:gpt-4.1-mini (or anthropic:..., ollama:qwen3:8b)"
     )
-    return 0 if (result.ok and forked.ok and same) else 1
