@@ -17,15 +17,21 @@ from rich.text import Text
 
 from interpreters._shown import visible
 from op import (
+    Agent,
+    Ask,
     CheckpointSaved,
     ConflictDetected,
     EffectFinished,
     EffectStarted,
     Emitted,
     Event,
+    Infer,
+    Limit,
     RunFinished,
     RunStarted,
+    Timeout,
     TokenDelta,
+    Tool,
     Usage,
     canonical_json,
 )
@@ -70,8 +76,9 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-_WAITS = frozenset({"infer", "tool", "agent", "ask"})
-_SCOPES = frozenset({"limit", "timeout"})
+# the effects a run waits on (shown with a spinner), and the scopes whose budget is shown
+_WAITS = frozenset(t.kind for t in (Infer, Tool, Agent, Ask))
+_SCOPES = frozenset(t.kind for t in (Limit, Timeout))
 
 
 @dataclass
@@ -190,9 +197,9 @@ class ConsoleSink:
     def _charge(self, address: str, kind: str, usage: Usage | None) -> None:
         for scope_address, scope in self._scopes.items():
             if address.startswith(scope_address + "."):
-                if kind in ("infer", "agent"):
+                if kind in (Infer.kind, Agent.kind):
                     scope.model_calls += 1
-                elif kind == "tool":
+                elif kind == Tool.kind:
                     scope.tool_calls += 1
                 if usage is not None:
                     scope.tokens += usage.total_tokens
@@ -249,7 +256,7 @@ class ConsoleSink:
                 elif event.kind in _SCOPES:
                     effect = event.effect if isinstance(event.effect, dict) else {}
                     budget = dict(effect.get("budget") or {})
-                    if event.kind == "timeout":
+                    if event.kind == Timeout.kind:
                         budget = {"seconds": effect.get("seconds")}
                     self._scopes[event.address] = _ScopeView(event.kind, budget, time.monotonic())
             case EffectFinished():

@@ -16,9 +16,11 @@ from typing import Any
 from interpreters.journal._base import Entry, Journal, RunRecord
 from interpreters.journal._content import Reader
 from op import (
+    Checkpoint,
     CheckpointSaved,
     EffectFinished,
     EffectStarted,
+    Emit,
     Emitted,
     Event,
     RunFinished,
@@ -44,11 +46,11 @@ def _finished(e: Entry) -> list[Event]:
     effect = effect if isinstance(effect, dict) else {}  # a journal made by hand: shown as is
     at = e.finished_at or e.started_at
     if e.status == "completed":
-        if e.kind == "checkpoint":
+        if e.kind == Checkpoint.kind:
             out.append(
                 CheckpointSaved(run_id=e.run_id, at=at, address=e.address, name=_name(effect))
             )
-        elif e.kind == "emit":
+        elif e.kind == Emit.kind:
             out.append(
                 Emitted(
                     run_id=e.run_id,

@@ -22,18 +22,21 @@ from interpreters.journal._base import Entry, RunRecord
 from interpreters.models._base import model_identity, redact_spec, resolve_model
 from interpreters.tools._paths import say_once
 from op import (
+    Agent,
+    Checkpoint,
     CheckpointSaved,
     EffectFinished,
     EffectStarted,
+    Emit,
     Event,
+    Infer,
     RunFinished,
     RunStarted,
+    Tool,
     Usage,
 )
 
 __all__ = ["TraceSink", "export_journal", "trace_sinks", "tracing_wanted"]
-
-_SCOPES = frozenset({"limit", "timeout", "par"})
 
 
 def tracing_wanted() -> bool:
@@ -155,7 +158,7 @@ class _Spans:
         }
         name = kind
         span_kind = trace.SpanKind.INTERNAL
-        if kind == "infer":
+        if kind == Infer.kind:
             provider = self.model_provider
             model = _request_model(effect.get("model"), self.default_model)
             attributes["gen_ai.operation.name"] = "chat"
@@ -168,15 +171,15 @@ class _Spans:
                 attributes["gen_ai.request.max_tokens"] = params["max_tokens"]
             name = f"chat {model}" if model else "chat"
             span_kind = trace.SpanKind.CLIENT
-        elif kind == "tool":
+        elif kind == Tool.kind:
             attributes["gen_ai.operation.name"] = "execute_tool"
             attributes["gen_ai.tool.name"] = str(effect.get("name"))
             name = f"execute_tool {effect.get('name')}"
-        elif kind == "agent":
+        elif kind == Agent.kind:
             attributes["gen_ai.operation.name"] = "invoke_agent"
             attributes["gen_ai.agent.name"] = str(effect.get("backend"))
             name = f"invoke_agent {effect.get('backend')}"
-        elif kind in ("checkpoint", "emit"):
+        elif kind in (Checkpoint.kind, Emit.kind):
             attributes[f"opdsl.{kind}"] = str(effect.get("name"))
             name = f"{kind} {effect.get('name')}"
         parent = trace.set_span_in_context(self._parent(address))
