@@ -36,7 +36,8 @@ class WorkspaceSnapshot:
         {'workspace': '/src/app', 'tree': '4b825dc6'}
     """
 
-    workspace: str
+    workspace: str | None
+    """The workspace's root (None in a world that did not say it)."""
     tree: str
 
     def to_json(self) -> dict[str, Any]:
@@ -51,7 +52,7 @@ class WorkspaceSnapshot:
         tree, root = world.get("tree"), world.get("workspace")
         if not isinstance(tree, str) or not tree:
             return None
-        return cls(workspace=root if isinstance(root, str) else "", tree=tree)
+        return cls(workspace=root if isinstance(root, str) else None, tree=tree)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

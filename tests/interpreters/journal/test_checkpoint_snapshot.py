@@ -68,3 +68,8 @@ def test_what_is_not_a_snapshot_is_refused_naming_why_and_read_as_none(
 @pytest.mark.parametrize("world", [None, [2], "text", {"tree": ""}, {"tree": 5}, {"other": 1}])
 def test_a_world_that_is_not_a_workspace_snapshot_keeps_no_files(world: object) -> None:
     assert CheckpointSnapshot(world=world).files is None
+
+
+def test_a_workspace_snapshot_without_its_root_keeps_its_tree() -> None:
+    snap = CheckpointSnapshot(world={"tree": "abc"})
+    assert snap.files == WorkspaceSnapshot(workspace=None, tree="abc")
