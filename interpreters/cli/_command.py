@@ -35,9 +35,11 @@ class UsageError(Exception):
     """Bad command-line input: one line on stderr, status 2."""
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True, init=False, eq=False)
 class Option:
-    """One argument of a command, as :meth:`argparse.ArgumentParser.add_argument` takes it.
+    """One argument of a command, as :meth:`argparse.ArgumentParser.add_argument` takes it
+    (one value, named where commands share it; compared by identity: its settings may hold
+    a list).
 
     Example:
         >>> Option("--json", action="store_true").flags
