@@ -42,7 +42,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, assert_never, final
+from typing import Any, NoReturn, assert_never, final
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -54,14 +54,19 @@ with workflow.unsafe.imports_passed_through():
     from interpreters.journal._content import Packer, lookup, unpack_result
     from interpreters.journal._memory import MemoryJournal
     from interpreters.runtime._clock import AsyncioDeadline, Clock, asyncio_deadline
-    from interpreters.runtime._driver import execute
+    from interpreters.runtime._driver import RunResult, execute
     from interpreters.runtime._events import EventBus
     from interpreters.runtime._frame import Call, RunHandlers
     from interpreters.runtime._replay import ReplayLog, decode_error, decode_result
     from interpreters.runtime._schedule import AsyncioScheduler
     from interpreters.runtime._services import Services
     from interpreters.temporal._carry import carry
-    from interpreters.temporal._input import check_arguments, checked_input, refused
+    from interpreters.temporal._input import (
+        CheckedInput,
+        check_arguments,
+        checked_input,
+        refused,
+    )
     from interpreters.temporal._store import NO_STORE_HINT as _NO_STORE
     from interpreters.temporal._store import TemporalLimit
     from interpreters.temporal._store import size_text as _size
@@ -364,6 +369,33 @@ def _state(inp: RunInput) -> CRDTModel | None:
         raise refused(f"state_json is not a {inp.state_type}: {first}") from None
 
 
+def _decoded(raw: RawValue) -> CheckedInput:
+    """The run's input, decoded here, not by the SDK: input it cannot decode fails the
+    workflow (with the reason) instead of its task, which would be retried for ever."""
+    try:
+        value = workflow.payload_converter().from_payload(raw.payload)
+    except Exception as exc:  # the converter says why in the error's cause
+        why = exc.__cause__ or exc
+        raise refused(f"a run's input cannot be decoded: {type(why).__name__}: {why}") from None
+    return checked_input(value, workflow.info().workflow_id)
+
+
+async def _admit(inp: RunInput) -> Admission:
+    """A worker's admission of the run (its program and state type), or the run fails."""
+    try:
+        admission: Admission = await workflow.execute_local_activity(
+            ACTIVITY["admit"],
+            AdmitRequest(program=inp.program, state_type=inp.state_type),
+            result_type=Admission,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+    except ActivityError as exc:
+        raise ApplicationError(
+            f"run {inp.run_id}: {exc.cause or exc}", non_retryable=True
+        ) from None
+    return admission
+
+
 @workflow.defn(name=WORKFLOW, sandboxed=True)
 class OpdslRun:
     """Drives one opdsl run; its workflow id is the run id."""
@@ -377,48 +409,14 @@ class OpdslRun:
 
     @workflow.run
     async def run(self, raw: RawValue) -> RunOutcome:
-        # the input is decoded here, not by the SDK: input it cannot decode fails the workflow
-        # (with the reason) instead of its task, which would be retried for ever
-        try:
-            value = workflow.payload_converter().from_payload(raw.payload)
-        except Exception as exc:  # the converter says why in the error's cause
-            why = exc.__cause__ or exc
-            raise refused(f"a run's input cannot be decoded: {type(why).__name__}: {why}") from None
-        checked = checked_input(value, workflow.info().workflow_id)
+        checked = _decoded(raw)
         inp = checked.inp
         self._run_id = inp.run_id
-        try:
-            admission = await workflow.execute_local_activity(
-                ACTIVITY["admit"],
-                AdmitRequest(program=inp.program, state_type=inp.state_type),
-                result_type=Admission,
-                start_to_close_timeout=timedelta(seconds=30),
-            )
-        except ActivityError as exc:
-            raise ApplicationError(
-                f"run {inp.run_id}: {exc.cause or exc}", non_retryable=True
-            ) from None
+        admission = await _admit(inp)
         program = _load_program(inp.program)
         check_arguments(program, checked.args, checked.kwargs, inp.program)
         state = _state(inp)
-        log = None
-        record = RunRecord(
-            run_id=inp.run_id,
-            program=inp.program,
-            parent_run=inp.parent_run,
-            fork_checkpoint=inp.fork_checkpoint,
-            config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
-        )
-        if checked.carried is not None:
-            record, entries = checked.carried.run, checked.carried.entries
-            self._journal.put_content(checked.carried.pieces)
-            self._journal.create_run(record)
-            self._journal.add_entries(entries)
-            log = ReplayLog(
-                {e.address: e for e in entries},
-                restore_at=inp.restore_at,
-                content=self._journal.content,
-            )
+        record, log = self._opened(checked)
         # a run admitted by a worker with a content store sends effects packed (one begun by an
         # opdsl before, whose admission says nothing of a store, replays as it ran: whole)
         by_reference = admission.stored
@@ -444,27 +442,63 @@ class OpdslRun:
         except EngineFault as fault:
             raise fault.cause from None
         except _ContinueAsNew:
-            going = carry(self._journal, inp.run_id, redact=False)
-            workflow.continue_as_new(
-                RunInput(
-                    run_id=inp.run_id,
-                    program=inp.program,
-                    args_json=inp.args_json,
-                    state_json=inp.state_json,
-                    state_type=inp.state_type,
-                    seed=inp.seed,
-                    record=going.text,
-                    pieces=going.pieces,
-                    history_limit=inp.history_limit,
-                    history_bytes=inp.history_bytes,
-                    generation=inp.generation + 1,
-                )
-            )
+            self._continue_as_new(inp)
         error = result.error
         if error is not None and type(error).__module__.startswith("temporalio"):
             # the sandbox refused what the program did: a defect of the program under
             # Temporal, retried once a fixed worker is deployed
             raise error
+        outcome = self._outcome(inp, result)
+        if result.status == "failed":
+            raise ApplicationError(result.describe(), outcome, type="RunFailed", non_retryable=True)
+        return outcome
+
+    def _opened(self, checked: CheckedInput) -> tuple[RunRecord, ReplayLog | None]:
+        """The run's record, and the record it is fed from: the journal carried from the
+        workflow's run before (written into this one's journal), else none."""
+        inp = checked.inp
+        if checked.carried is None:
+            record = RunRecord(
+                run_id=inp.run_id,
+                program=inp.program,
+                parent_run=inp.parent_run,
+                fork_checkpoint=inp.fork_checkpoint,
+                config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
+            )
+            return record, None
+        record, entries = checked.carried.run, checked.carried.entries
+        self._journal.put_content(checked.carried.pieces)
+        self._journal.create_run(record)
+        self._journal.add_entries(entries)
+        log = ReplayLog(
+            {e.address: e for e in entries},
+            restore_at=inp.restore_at,
+            content=self._journal.content,
+        )
+        return record, log
+
+    def _continue_as_new(self, inp: RunInput) -> NoReturn:
+        going = carry(self._journal, inp.run_id, redact=False)
+        workflow.continue_as_new(
+            RunInput(
+                run_id=inp.run_id,
+                program=inp.program,
+                args_json=inp.args_json,
+                state_json=inp.state_json,
+                state_type=inp.state_type,
+                seed=inp.seed,
+                record=going.text,
+                pieces=going.pieces,
+                history_limit=inp.history_limit,
+                history_bytes=inp.history_bytes,
+                generation=inp.generation + 1,
+            )
+        )
+
+    def _outcome(self, inp: RunInput, result: RunResult[Any]) -> RunOutcome:
+        """How the run ended, with its journal (left out, saying why, where it would not fit
+        in the outcome)."""
+        error = result.error
         ended = self._journal.run(inp.run_id)
         carried: Carried | None = carry(self._journal, inp.run_id)
         said = None if error is None else f"{type(error).__name__}: {error}"
@@ -477,7 +511,7 @@ class OpdslRun:
                     f"the run's journal ({_size(size)}) is not kept: it is over Temporal's "
                     f"payload limit of {_size(self._limit)} (limit.blobSize.error); " + _NO_STORE
                 )
-        outcome = RunOutcome(
+        return RunOutcome(
             run_id=inp.run_id,
             program=inp.program,
             status=result.status,
@@ -488,9 +522,6 @@ class OpdslRun:
             journal=None if carried is None else carried.text,
             pieces={} if carried is None else carried.pieces,
         )
-        if result.status == "failed":
-            raise ApplicationError(result.describe(), outcome, type="RunFailed", non_retryable=True)
-        return outcome
 
     async def wait_for_answer(self, address: str, question: str) -> str:
         self._waiting[address] = question
