@@ -44,7 +44,9 @@ from state import canonical_json, dump_jsonable, to_jsonable
 
 __all__ = [
     "COMPRESS_MIN",
+    "DICTIONARY",
     "PIECE_MIN",
+    "SHORT_MIN",
     "ContentError",
     "Packed",
     "Packer",
@@ -79,48 +81,84 @@ class ContentError(ValueError):
 
 
 COMPRESS_MIN: Final = 512
-"""A piece this long or longer is kept compressed (zlib, as git keeps its objects) when that
-makes it smaller: tool results, files and long answers. Its name stays the hash of its text."""
+"""A text this long or longer is kept compressed with zlib's whole window (as git keeps its
+objects) when that makes it smaller: tool results, files and long answers."""
+
+SHORT_MIN: Final = 64
+"""A text this long or longer (and shorter than :data:`COMPRESS_MIN`) is kept compressed with
+:data:`DICTIONARY` when that makes it smaller: an entry's effect and result, a chain node."""
+
+DICTIONARY: Final = (
+    b'{"error":{"message":"","type":""},"ok":false,"output":null}'
+    b'{"args":{},"kind":"tool","name":"'
+    b'{"kind":"agent","backend":"","prompt":"'
+    b'"stop_reason":"tool_use","text":"'
+    b'{"content":"","role":"user","tool_call_id":null,"tool_calls":[]}'
+    b'{"content":"","role":"system","tool_call_id":null,"tool_calls":[]}'
+    b'{"kind":"infer","messages":{"$chain":"'
+    b'","n":'
+    b'},"model":null,"output":null,"params":{},"tools":["'
+    b'{"cached_tokens":0,"cost_usd":null,"input_tokens":0,"output_tokens":0}'
+    b'{"model":"","stop_reason":"end_turn","text":"","tool_calls":[{"arguments":{'
+    b'},"id":"call_'
+    b'","name":"'
+    b'"}],"usage":{"cached_tokens":0,"cost_usd":null,"input_tokens":0,"output_tokens":0}}'
+    b'{"content":"","role":"assistant","tool_call_id":null,"tool_calls":[{"arguments":{"'
+    b'{"content":{"$ref":"'
+    b'"},"role":"tool","tool_call_id":"call_'
+    b'","tool_calls":[]}]'
+    b'{"error":null,"ok":true,"output":{"$ref":"'
+    b'"}}'
+)
+"""What opdsl's short texts are made of (the keys and common values of its effects, results
+and messages), zlib's preset dictionary for them. Part of the format: a stream made with it
+names it by its Adler-32, and a reader that lacks it refuses the stream, never misreads it."""
 
 _COMPRESSED_MAX: Final = 64 * 2**20
-"""The longest piece kept compressed (a longer one is kept as text): a compressed piece that
+"""The longest text kept compressed (a longer one is kept as text): a compressed text that
 would unpack to more is refused unread (a handed file's compression bomb)."""
 
 
 def stored_body(body: str) -> str | bytes:
-    """A piece as a journal keeps it: its text, or (long enough, and smaller so) its UTF-8
-    compressed with zlib; bytes always mean compressed. :func:`kept_body` undoes it."""
-    if not COMPRESS_MIN <= len(body) <= _COMPRESSED_MAX:
+    """A text (a piece, an entry's effect or result) as a journal keeps it: itself, or (long
+    enough, and smaller so) its UTF-8 compressed with zlib, short texts with
+    :data:`DICTIONARY`; bytes always mean compressed. :func:`kept_body` undoes it."""
+    size = len(body)
+    if size < SHORT_MIN or size > _COMPRESSED_MAX:
         return body
     raw = body.encode("utf-8", "surrogatepass")
-    packed = zlib.compress(raw, 6)
+    if size < COMPRESS_MIN:  # a 1 KB window: quick to set up, and the dictionary fits
+        short = zlib.compressobj(6, zlib.DEFLATED, 10, 2, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+        packed = short.compress(raw) + short.flush()
+    else:
+        packed = zlib.compress(raw, 6)
     return packed if len(packed) < len(raw) else body
 
 
-def kept_body(kept: object, name: str) -> str:
-    """The text of a piece as a journal kept it (:func:`stored_body`); ContentError naming the
-    piece for anything else, a compressed text that is corrupt or one that unpacks to more than
-    any piece kept compressed."""
+def kept_body(kept: object, what: str) -> str:
+    """The text as a journal kept it (:func:`stored_body`); ContentError naming ``what`` (``piece
+    HASH``, ``its effect``) for anything else, a compressed text that is corrupt, cut short, not
+    UTF-8 or one that unpacks to more than any text is kept compressed."""
     if isinstance(kept, str):
         return kept
     if not isinstance(kept, bytes):
-        raise ContentError(f"piece {name[:64]} is a {type(kept).__name__}, not a text")
-    unpack = zlib.decompressobj()
+        raise ContentError(f"{what} is a {type(kept).__name__}, not a text")
+    unpack = zlib.decompressobj(zdict=DICTIONARY)
     try:
         raw = unpack.decompress(kept, _COMPRESSED_MAX + 1)
     except zlib.error as exc:
-        raise ContentError(f"piece {name[:64]} is not a compressed text: {exc}") from None
+        raise ContentError(f"{what} is not a compressed text: {exc}") from None
     if len(raw) > _COMPRESSED_MAX or unpack.unconsumed_tail:
         raise ContentError(
-            f"piece {name[:64]} unpacks to more than {_COMPRESSED_MAX // 2**20} MiB, more than "
-            "any piece is kept compressed"
+            f"{what} unpacks to more than {_COMPRESSED_MAX // 2**20} MiB, more than "
+            "any text is kept compressed"
         )
     if not unpack.eof:
-        raise ContentError(f"piece {name[:64]} is a compressed text that was cut short")
+        raise ContentError(f"{what} is a compressed text that was cut short")
     try:
         return raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
-        raise ContentError(f"piece {name[:64]} does not unpack to UTF-8 text: {exc}") from None
+        raise ContentError(f"{what} does not unpack to UTF-8 text: {exc}") from None
 
 
 def piece_key(name: str) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import final
 
 from interpreters.journal._base import (
@@ -14,7 +15,60 @@ from interpreters.journal._base import (
     RunStatus,
 )
 from interpreters.journal._content import kept_body, stored_body
-from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd, EntryStatus
+
+
+def _stored(text: str | None) -> str | bytes | None:
+    return None if text is None else stored_body(text)
+
+
+def _text(kept: str | bytes | None, what: str) -> str | None:
+    return None if kept is None else kept_body(kept, what)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """An entry as the journal holds it: its texts kept compressed when long enough (as the
+    SQLite journal keeps its results and pieces), so a long run costs what it adds."""
+
+    seq: int
+    kind: str
+    effect: str | bytes
+    started_at: float
+    status: EntryStatus = "started"
+    result: str | bytes | None = None
+    error: str | bytes | None = None
+    usage: str | bytes | None = None
+    finished_at: float | None = None
+
+    @classmethod
+    def of(cls, e: Entry) -> _Kept:
+        return cls(
+            e.seq,
+            e.kind,
+            stored_body(e.effect_json),
+            e.started_at,
+            e.status,
+            _stored(e.result_json),
+            _stored(e.error_json),
+            _stored(e.usage_json),
+            e.finished_at,
+        )
+
+    def entry(self, run_id: str, address: str) -> Entry:
+        return Entry(
+            run_id=run_id,
+            seq=self.seq,
+            address=address,
+            kind=self.kind,
+            effect_json=kept_body(self.effect, "its effect"),
+            status=self.status,
+            result_json=_text(self.result, "its result"),
+            error_json=_text(self.error, "its error"),
+            usage_json=_text(self.usage, "its usage"),
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
 
 
 @final
@@ -23,7 +77,7 @@ class MemoryJournal(Journal):
 
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
-        self._entries: dict[str, dict[str, Entry]] = {}
+        self._entries: dict[str, dict[str, _Kept]] = {}
         self._locks: set[str] = set()
         self._content: dict[str, str | bytes] = {}
 
@@ -58,7 +112,7 @@ class MemoryJournal(Journal):
             }
         )
 
-    def _run_entries(self, run_id: str) -> dict[str, Entry]:
+    def _run_entries(self, run_id: str) -> dict[str, _Kept]:
         try:
             return self._entries[run_id]
         except KeyError:
@@ -72,14 +126,7 @@ class MemoryJournal(Journal):
                 f"run {run_id}: address {address} is already {old.status}; entries are append-only"
             )
         seq = old.seq if old is not None else len(entries)
-        entries[address] = Entry(
-            run_id=run_id,
-            seq=seq,
-            address=address,
-            kind=kind,
-            effect_json=effect_json,
-            started_at=at,
-        )
+        entries[address] = _Kept(seq, kind, stored_body(effect_json), at)
 
     def finish(
         self,
@@ -98,14 +145,14 @@ class MemoryJournal(Journal):
             state = "missing" if old is None else old.status
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is {state}")
         old.status = status
-        old.result_json = result_json
-        old.error_json = error_json
-        old.usage_json = usage_json
+        old.result = _stored(result_json)
+        old.error = _stored(error_json)
+        old.usage = _stored(usage_json)
         old.finished_at = at
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         for e in entries:
-            self._run_entries(e.run_id)[e.address] = e.replace()
+            self._run_entries(e.run_id)[e.address] = _Kept.of(e)
 
     def put_content(self, pieces: Mapping[str, str]) -> None:
         found = self._content
@@ -115,7 +162,7 @@ class MemoryJournal(Journal):
 
     def content(self, hashes: Iterable[str]) -> dict[str, str]:
         found = self._content
-        return {h: kept_body(found[h], h) for h in hashes if h in found}
+        return {h: kept_body(found[h], f"piece {h}") for h in hashes if h in found}
 
     def content_hashes(self) -> set[str]:
         return set(self._content)
@@ -137,9 +184,8 @@ class MemoryJournal(Journal):
         return list(self._runs.values())
 
     def entries(self, run_id: str) -> list[Entry]:
-        return [
-            e.replace() for e in sorted(self._run_entries(run_id).values(), key=lambda e: e.seq)
-        ]
+        kept = sorted(self._run_entries(run_id).items(), key=lambda item: item[1].seq)
+        return [e.entry(run_id, address) for address, e in kept]
 
     def delete_run(self, run_id: str) -> None:
         self.run(run_id)

@@ -97,6 +97,25 @@ CREATE TABLE IF NOT EXISTS locks (
 """
 _RUN_COLS = list(RunRecord.model_fields)
 _TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _SCHEMA))
+_TEXT_COLS = frozenset({"result_json", "error_json", "usage_json"})
+"""An entry's texts kept as :func:`stored_body` keeps them (compressed when long enough); its
+effect stays canonical JSON, for anyone who reads the file with SQLite's own tools."""
+
+
+_COLS = tuple(_ENTRY_COLS)
+
+
+def _kept(text: str | None) -> str | bytes | None:
+    return None if text is None else stored_body(text)
+
+
+def _text_of(column: str, kept: Any) -> Any:
+    """A column as read (anything but a text's bytes as it is: the row's check judges it)."""
+    if isinstance(kept, bytes) and column in _TEXT_COLS:
+        return kept_body(kept, f"its {column.removesuffix('_json')}")
+    return kept
+
+
 _PAGE_SIZE = 8192
 """The page size of a new journal: pieces of content of a few KB waste less of each page (a
 4 KB page holds two 1.3 KB rows and leaves a third of itself empty)."""
@@ -605,7 +624,7 @@ class SqliteJournal(Journal):
         changed = self._write_entry(
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
             f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
-            (status, result_json, error_json, usage_json, at, run_id, address),
+            (status, _kept(result_json), _kept(error_json), _kept(usage_json), at, run_id, address),
         )
         if changed == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
@@ -613,7 +632,10 @@ class SqliteJournal(Journal):
     def add_entries(self, entries: Iterable[Entry]) -> None:
         self._commit()
         self._runs_known.clear()
-        rows = [tuple(getattr(e, c) for c in _ENTRY_COLS) for e in entries]
+        rows = [
+            tuple(_kept(v) if c in _TEXT_COLS else v for c, v in e.as_dict().items())
+            for e in entries
+        ]
         sql = f"INSERT INTO entries ({', '.join(_ENTRY_COLS)}) VALUES ({', '.join('?' * len(_ENTRY_COLS))})"
         try:
             with self._mutex:
@@ -658,7 +680,7 @@ class SqliteJournal(Journal):
             for key, kept in rows:
                 h = key.hex() if isinstance(key, bytes) else str(key)
                 try:
-                    body = kept_body(kept, h)
+                    body = kept_body(kept, f"piece {h}")
                 except ContentError as exc:
                     raise JournalError(f"journal {self.path}: {exc}") from None
                 # a file someone hands us may have changed a piece under its name: what is
@@ -701,12 +723,21 @@ class SqliteJournal(Journal):
         rows = self._exec(
             f"SELECT {', '.join(_ENTRY_COLS)} FROM entries WHERE run_id=? ORDER BY seq", (run_id,)
         ).fetchall()
-        out = [Entry(*r) for r in rows]
-        for e in out:
+        out = []
+        for r in rows:
+            if bytes in map(type, r):  # texts kept compressed
+                try:
+                    r = tuple(_text_of(c, v) for c, v in zip(_COLS, r, strict=True))
+                except ContentError as exc:
+                    raise JournalError(
+                        f"journal {self.path}: entry {r[2]} of run {run_id}: {exc}"
+                    ) from None
+            e = Entry(*r)
             if e.status not in _STATUSES or not isinstance(e.effect_json, str):
                 raise JournalError(
                     f"journal {self.path}: entry {e.address} of run {run_id} is malformed"
                 )
+            out.append(e)
         return out
 
     def delete_run(self, run_id: str) -> None:

@@ -31,7 +31,9 @@ from interpreters import (
 from interpreters.journal import JournalError, drop_unreferenced
 from interpreters.journal._content import (
     COMPRESS_MIN,
+    DICTIONARY,
     PIECE_MIN,
+    SHORT_MIN,
     Packer,
     digest,
     lookup,
@@ -430,6 +432,9 @@ def test_a_piece_changed_in_the_file_is_refused_not_fed_to_the_program(
         replay(done.run_id, db=str(db))
 
 
+_FDICT = 0x20  # the bit of a zlib stream's second byte that says it needs a dictionary
+
+
 def _pieces_as_kept(db: Path) -> dict[str, str | bytes]:
     """The content table as the file holds it (read through the journal's own SQLite)."""
     journal = SqliteJournal(db, read_only=True)
@@ -438,27 +443,37 @@ def _pieces_as_kept(db: Path) -> dict[str, str | bytes]:
     return {key.hex(): body for key, body in rows}
 
 
-def test_long_pieces_are_kept_compressed_and_named_by_their_text(tmp_path: Path) -> None:
+def test_texts_are_kept_compressed_and_pieces_named_by_their_text(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
     kept = _pieces_as_kept(db)
-    long = {h: b for h, b in kept.items() if isinstance(b, bytes)}
-    assert len(long) == 3  # the three tool results (1,000 characters each)
-    assert all(len(b) < COMPRESS_MIN for b in long.values())
-    assert all(
-        isinstance(b, str) and len(b) < COMPRESS_MIN for h, b in kept.items() if h not in long
-    )
     journal = SqliteJournal(db, read_only=True)
-    texts = journal.content(long)
-    assert all(digest(texts[h]) == h and "lorem ipsum" in texts[h] for h in long)
+    texts = journal.content(kept)
+    assert all(digest(texts[h]) == h for h in kept)  # named by the text, however kept
+    for h, body in kept.items():
+        if len(texts[h]) >= COMPRESS_MIN:  # the three tool results: zlib's whole window
+            assert isinstance(body, bytes) and not body[1] & _FDICT and len(body) < 200
+        elif len(texts[h]) >= SHORT_MIN:  # chain nodes: a stream that names the dictionary
+            assert isinstance(body, bytes) and body[1] & _FDICT and len(body) < len(texts[h])
+            assert zlib.decompressobj(zdict=DICTIONARY).decompress(body) == texts[h].encode()
+        else:
+            assert isinstance(body, str)
+    # an entry's result too (its effect stays canonical JSON, for SQLite's own tools)
+    rows = journal._db.execute("SELECT kind, effect_json, result_json FROM entries").fetchall()
+    assert {type(result) for kind, _, result in rows if kind == "infer"} == {bytes}
+    assert {type(effect) for _, effect, _ in rows} == {str}
+    entries = journal.entries(done.run_id)
+    assert all(isinstance(e.effect_json, str) for e in entries)
     assert journal._db.pragma("page_size") == 8192  # a new file's
     journal.close()
     assert replay(done.run_id, db=str(db)).value == done.value
     # the in-memory journal keeps them the same way, and gives back the same texts
     memory = MemoryJournal()
     memory.put_content(texts)
-    assert all(isinstance(b, bytes) for b in memory._content.values())
+    assert {type(b) for b in memory._content.values()} == {type(b) for b in kept.values()}
     assert memory.content(texts) == texts
+    again = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=memory)
+    assert [e.effect_json for e in memory.entries(again.run_id)] == [e.effect_json for e in entries]
 
 
 def test_a_0_3_0_file_keeps_its_page_size_when_upgraded(tmp_path: Path) -> None:
@@ -502,3 +517,22 @@ def test_a_hostile_compressed_piece_is_refused_naming_it(
     assert len(journal.content(others)) == len(others)
     assert journal.content(["not a hash", "ab" * 40]) == {}
     journal.close()
+
+
+def test_an_entry_whose_kept_result_is_hostile_is_refused_naming_it(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
+    journal = SqliteJournal(db)
+    (address,) = journal._db.execute(
+        "SELECT address FROM entries WHERE kind='infer' ORDER BY seq LIMIT 1 OFFSET 1"
+    ).fetchone()
+    journal._db.execute(
+        "UPDATE entries SET result_json=? WHERE address=?",
+        (zlib.compress(b"x" * (64 * 2**20 + 1)), address),
+    )
+    journal.close()
+    error = f"entry {address} of run {done.run_id}: its result unpacks to more than 64 MiB"
+    with pytest.raises(JournalError, match=error):
+        SqliteJournal(db, read_only=True).entries(done.run_id)
+    with pytest.raises(JournalError, match=error):
+        replay(done.run_id, db=str(db))
