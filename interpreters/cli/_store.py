@@ -61,8 +61,19 @@ def _named(record: Any) -> str:
 
 
 def gc(a: argparse.Namespace) -> int:
-    """Remove the runs by the rules of :mod:`interpreters._gc`, a line for each."""
+    """Remove the runs by the rules of :mod:`interpreters._gc`, a line for each; with
+    ``--temporal``, the content store's pieces no history on the server names."""
     from typing import assert_never
+
+    if a.temporal:
+        return _gc_on_temporal(a)
+    if not a.runs:
+        raise UsageError(
+            "gc: name the runs to remove (or --temporal HOST:PORT to collect the content "
+            "store of the runs there)"
+        )
+    if a.grace is not None:
+        raise UsageError("gc: --grace is for --temporal (a journal's gc removes at once)")
 
     from interpreters import open_journal
     from interpreters._gc import ContentDropped, Removed, SnapshotsLeft, remove_runs
@@ -89,6 +100,33 @@ def gc(a: argparse.Namespace) -> int:
     return 1 if left else 0
 
 
+def _gc_on_temporal(a: argparse.Namespace) -> int:
+    """Collect the content store that ``OPDSL_TEMPORAL_CONTENT`` names: the runs on Temporal
+    are removed by the namespace's retention, never by opdsl."""
+    import asyncio
+
+    from interpreters.temporal import collect_garbage, connect
+
+    if a.runs:
+        raise UsageError(
+            "gc --temporal collects the content store and removes no run (Temporal removes "
+            "a closed run's history when its retention passes); name no run"
+        )
+    grace = 3600.0 if a.grace is None else a.grace
+    if grace < 0:
+        raise UsageError(f"gc: --grace must be 0 or more seconds, not {grace:g}")
+
+    async def go() -> tuple[int, int]:
+        return await collect_garbage(await connect(a.temporal), grace_seconds=grace)
+
+    kept, removed = asyncio.run(go())
+    print(
+        f"removed {removed} piece(s) of content no run on {a.temporal} names; kept {kept} "
+        f"(those stored in the last {grace:g} s among them)"
+    )
+    return 0
+
+
 EXPORT = Command(
     name="export",
     help="write a run as JSONL",
@@ -108,5 +146,14 @@ GC = Command(
     name="gc",
     help="remove finished runs and their workspace snapshots",
     run=gc,
-    options=(Option("runs", nargs="+"),),
+    temporal=OnTemporal.READS,
+    options=(
+        Option("runs", nargs="*"),
+        Option(
+            "--grace",
+            type=float,
+            metavar="SECONDS",
+            help="with --temporal: keep what was stored this recently (default: 3600)",
+        ),
+    ),
 )

@@ -113,3 +113,26 @@ def test_one_run_that_cannot_be_cleaned_never_stops_the_others(tmp_path: Path) -
     done = opdsl(here, "gc", stuck)
     assert done.returncode == 0, done.stderr
     assert _refs(first) == []
+
+
+def test_gc_says_what_is_wrong_with_its_arguments(tmp_path: Path) -> None:
+    for args, said in [
+        ((), "gc: name the runs to remove (or --temporal HOST:PORT"),
+        (
+            ("--temporal", "127.0.0.1:1", "r1"),
+            "gc --temporal collects the content store and removes no run",
+        ),
+        (("r1", "--grace", "5"), "gc: --grace is for --temporal"),
+        (
+            ("--temporal", "127.0.0.1:1", "--grace", "-1"),
+            "--grace must be 0 or more seconds, not -1",
+        ),
+        (
+            ("--temporal", "127.0.0.1:1", "--grace", "soon"),
+            "argument --grace: invalid float value: 'soon'",
+        ),
+    ]:
+        done = opdsl(tmp_path, "gc", *args)
+        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no journal was made

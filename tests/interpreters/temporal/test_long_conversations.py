@@ -429,6 +429,19 @@ def test_the_store_and_the_codec_keep_each_piece_once_and_refuse_what_is_wrong(
     assert asyncio.run(fresh.decode(encoded, [EffectCall, EffectCall])) == [call, big]
 
 
+def _opdsl_gc(target: str, content: Path) -> str:
+    """``opdsl gc --temporal`` in a process of its own, with the tests' content store."""
+    done = subprocess.run(
+        [sys.executable, "-m", "interpreters", "gc", "--temporal", target, "--grace", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPDSL_TEMPORAL_CONTENT": str(content)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_content_no_history_names_is_collected_and_what_one_names_is_kept(
     temporal: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -456,6 +469,11 @@ def test_content_no_history_names_is_collected_and_what_one_names_is_kept(
             # nothing goes while a history names it, nor what was stored within the grace
             assert await collect_garbage(client) == (len(both), 0)
             assert await collect_garbage(client, grace_seconds=0) == (len(both), 0)
+            said = await asyncio.to_thread(_opdsl_gc, temporal.target, content)
+            assert said == (
+                f"removed 0 piece(s) of content no run on {temporal.target} names; "
+                f"kept {len(both)} (those stored in the last 0 s among them)\n"
+            )
             # as once Temporal has removed run A's history (its retention passed): Temporal's
             # dev server takes half a minute to delete a run, so the runs kept are named
             gone = f'{KEPT} AND WorkflowId != "gc-a"'
