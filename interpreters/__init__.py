@@ -16,224 +16,315 @@ import warnings
 # package costs, and the ``opdsl`` command loads it before it can catch a Ctrl-C
 TYPE_CHECKING = False
 
-if TYPE_CHECKING:
-    from interpreters._api import arun, run
-    from interpreters._durable import (
-        Plan,
-        ProgramNotFound,
-        aanswer,
-        adry_run,
-        areplay,
-        aresume,
-        dry_run,
-        load_program,
-        replay,
-        resume,
+if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _MOVED
+    from interpreters._api import (
+        arun as arun,
     )
-    from interpreters._live import AgentBackend, LiveHandlers, LiveInterpreter
-    from interpreters._sinks import ConsoleSink, JsonlSink
+    from interpreters._api import (
+        run as run,
+    )
+    from interpreters._durable import (
+        Plan as Plan,
+    )
+    from interpreters._durable import (
+        ProgramNotFound as ProgramNotFound,
+    )
+    from interpreters._durable import (
+        aanswer as aanswer,
+    )
+    from interpreters._durable import (
+        adry_run as adry_run,
+    )
+    from interpreters._durable import (
+        areplay as areplay,
+    )
+    from interpreters._durable import (
+        aresume as aresume,
+    )
+    from interpreters._durable import (
+        dry_run as dry_run,
+    )
+    from interpreters._durable import (
+        load_program as load_program,
+    )
+    from interpreters._durable import (
+        replay as replay,
+    )
+    from interpreters._durable import (
+        resume as resume,
+    )
+    from interpreters._live import (
+        LiveHandlers as LiveHandlers,
+    )
+    from interpreters._live import (
+        LiveInterpreter as LiveInterpreter,
+    )
+    from interpreters._sinks import (
+        ConsoleSink as ConsoleSink,
+    )
+    from interpreters._sinks import (
+        JsonlSink as JsonlSink,
+    )
     from interpreters.agents import (
-        AgentError,
-        ClaudeCodeBackend,
-        CliBackend,
-        CodexBackend,
-        NoopBackend,
-        backends,
-        register_backend,
+        AgentError as AgentError,
+    )
+    from interpreters.agents import (
+        ClaudeCodeBackend as ClaudeCodeBackend,
+    )
+    from interpreters.agents import (
+        CodexBackend as CodexBackend,
+    )
+    from interpreters.agents import (
+        NoopBackend as NoopBackend,
     )
     from interpreters.journal import (
-        Entry,
-        Journal,
-        JournalError,
-        MemoryJournal,
-        RunLocked,
-        RunRecord,
-        SqliteJournal,
-        check_integrity,
-        export_run,
-        import_run,
-        open_journal,
+        Entry as Entry,
+    )
+    from interpreters.journal import (
+        Journal as Journal,
+    )
+    from interpreters.journal import (
+        JournalError as JournalError,
+    )
+    from interpreters.journal import (
+        MemoryJournal as MemoryJournal,
+    )
+    from interpreters.journal import (
+        RunLocked as RunLocked,
+    )
+    from interpreters.journal import (
+        RunRecord as RunRecord,
+    )
+    from interpreters.journal import (
+        SqliteJournal as SqliteJournal,
+    )
+    from interpreters.journal import (
+        check_integrity as check_integrity,
+    )
+    from interpreters.journal import (
+        export_run as export_run,
+    )
+    from interpreters.journal import (
+        import_run as import_run,
+    )
+    from interpreters.journal import (
+        open_journal as open_journal,
     )
     from interpreters.models._base import (
-        CallInfo,
-        Model,
-        ModelScriptExhausted,
-        ScriptedModel,
-        register_provider,
-        resolve_model,
+        CallInfo as CallInfo,
     )
-    from interpreters.runtime._clock import Clock, SystemClock, VirtualClock
-    from interpreters.runtime._driver import Driver, RunResult, execute, new_run_id, program_name
-    from interpreters.runtime._events import EventBus, Sink
-    from interpreters.runtime._frame import Call, Handlers, RecordedEffect, WaitingForAnswer
-    from interpreters.runtime._replay import Divergence, ReplayedError
+    from interpreters.models._base import (
+        ModelScriptExhausted as ModelScriptExhausted,
+    )
+    from interpreters.models._base import (
+        ScriptedModel as ScriptedModel,
+    )
+    from interpreters.models._base import (
+        resolve_model as resolve_model,
+    )
+    from interpreters.runtime._clock import (
+        Clock as Clock,
+    )
+    from interpreters.runtime._clock import (
+        SystemClock as SystemClock,
+    )
+    from interpreters.runtime._clock import (
+        VirtualClock as VirtualClock,
+    )
+    from interpreters.runtime._driver import (
+        RunResult as RunResult,
+    )
+    from interpreters.runtime._events import (
+        Sink as Sink,
+    )
+    from interpreters.runtime._replay import (
+        Divergence as Divergence,
+    )
+    from interpreters.runtime._replay import (
+        ReplayedError as ReplayedError,
+    )
     from interpreters.testing._scripted import (
-        ANY,
-        Expect,
-        ScriptedInterpreter,
-        ScriptMismatch,
-        expect,
+        ANY as ANY,
     )
-    from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, quick, read_only
+    from interpreters.testing._scripted import (
+        Expect as Expect,
+    )
+    from interpreters.testing._scripted import (
+        ScriptedInterpreter as ScriptedInterpreter,
+    )
+    from interpreters.testing._scripted import (
+        ScriptMismatch as ScriptMismatch,
+    )
+    from interpreters.testing._scripted import (
+        expect as expect,
+    )
+    from interpreters.tools._bound import (
+        BoundTool as BoundTool,
+    )
     from interpreters.tools._bound import BoundTool as Tool  # noqa: F401 - the name before 0.3.0
-    from interpreters.tools._workspace import Workspace, WorkspaceError
+    from interpreters.tools._bound import (
+        ToolLike as ToolLike,
+    )
+    from interpreters.tools._bound import (
+        ToolRegistry as ToolRegistry,
+    )
+    from interpreters.tools._bound import (
+        quick as quick,
+    )
+    from interpreters.tools._bound import (
+        read_only as read_only,
+    )
+    from interpreters.tools._workspace import (
+        Workspace as Workspace,
+    )
+    from interpreters.tools._workspace import (
+        WorkspaceError as WorkspaceError,
+    )
 
 
 _WHERE: dict[str, str] = {
-    "ANY": "interpreters.testing._scripted",
-    "AgentBackend": "interpreters._live",
+    "aanswer": "interpreters._durable",
+    "adry_run": "interpreters._durable",
     "AgentError": "interpreters.agents",
-    "Call": "interpreters.runtime._frame",
+    "ANY": "interpreters.testing._scripted",
+    "areplay": "interpreters._durable",
+    "aresume": "interpreters._durable",
+    "arun": "interpreters._api",
+    "BoundTool": "interpreters.tools._bound",
     "CallInfo": "interpreters.models._base",
+    "check_integrity": "interpreters.journal",
     "ClaudeCodeBackend": "interpreters.agents",
-    "CliBackend": "interpreters.agents",
     "Clock": "interpreters.runtime._clock",
     "CodexBackend": "interpreters.agents",
     "ConsoleSink": "interpreters._sinks",
     "Divergence": "interpreters.runtime._replay",
-    "Driver": "interpreters.runtime._driver",
+    "dry_run": "interpreters._durable",
     "Entry": "interpreters.journal",
-    "EventBus": "interpreters.runtime._events",
     "Expect": "interpreters.testing._scripted",
-    "Handlers": "interpreters.runtime._frame",
+    "expect": "interpreters.testing._scripted",
+    "export_run": "interpreters.journal",
+    "import_run": "interpreters.journal",
     "Journal": "interpreters.journal",
     "JournalError": "interpreters.journal",
     "JsonlSink": "interpreters._sinks",
     "LiveHandlers": "interpreters._live",
     "LiveInterpreter": "interpreters._live",
+    "load_program": "interpreters._durable",
     "MemoryJournal": "interpreters.journal",
-    "Model": "interpreters.models._base",
     "ModelScriptExhausted": "interpreters.models._base",
     "NoopBackend": "interpreters.agents",
+    "open_journal": "interpreters.journal",
     "Plan": "interpreters._durable",
     "ProgramNotFound": "interpreters._durable",
-    "RecordedEffect": "interpreters.runtime._frame",
-    "ReplayedError": "interpreters.runtime._replay",
-    "RunLocked": "interpreters.journal",
-    "RunRecord": "interpreters.journal",
-    "RunResult": "interpreters.runtime._driver",
-    "ScriptMismatch": "interpreters.testing._scripted",
-    "ScriptedInterpreter": "interpreters.testing._scripted",
-    "ScriptedModel": "interpreters.models._base",
-    "Sink": "interpreters.runtime._events",
-    "SqliteJournal": "interpreters.journal",
-    "SystemClock": "interpreters.runtime._clock",
-    "BoundTool": "interpreters.tools._bound",
-    "ToolLike": "interpreters.tools._bound",
-    "ToolRegistry": "interpreters.tools._bound",
-    "VirtualClock": "interpreters.runtime._clock",
-    "WaitingForAnswer": "interpreters.runtime._frame",
-    "Workspace": "interpreters.tools._workspace",
-    "WorkspaceError": "interpreters.tools._workspace",
-    "aanswer": "interpreters._durable",
-    "adry_run": "interpreters._durable",
-    "areplay": "interpreters._durable",
-    "aresume": "interpreters._durable",
-    "arun": "interpreters._api",
-    "backends": "interpreters.agents",
-    "check_integrity": "interpreters.journal",
-    "dry_run": "interpreters._durable",
-    "execute": "interpreters.runtime._driver",
-    "expect": "interpreters.testing._scripted",
-    "export_run": "interpreters.journal",
-    "import_run": "interpreters.journal",
-    "load_program": "interpreters._durable",
-    "new_run_id": "interpreters.runtime._driver",
-    "open_journal": "interpreters.journal",
-    "program_name": "interpreters.runtime._driver",
-    "register_provider": "interpreters.models._base",
-    "read_only": "interpreters.tools._bound",
     "quick": "interpreters.tools._bound",
-    "register_backend": "interpreters.agents",
+    "read_only": "interpreters.tools._bound",
     "replay": "interpreters._durable",
+    "ReplayedError": "interpreters.runtime._replay",
     "resolve_model": "interpreters.models._base",
     "resume": "interpreters._durable",
     "run": "interpreters._api",
+    "RunLocked": "interpreters.journal",
+    "RunRecord": "interpreters.journal",
+    "RunResult": "interpreters.runtime._driver",
+    "ScriptedInterpreter": "interpreters.testing._scripted",
+    "ScriptedModel": "interpreters.models._base",
+    "ScriptMismatch": "interpreters.testing._scripted",
+    "Sink": "interpreters.runtime._events",
+    "SqliteJournal": "interpreters.journal",
+    "SystemClock": "interpreters.runtime._clock",
+    "ToolLike": "interpreters.tools._bound",
+    "ToolRegistry": "interpreters.tools._bound",
+    "VirtualClock": "interpreters.runtime._clock",
+    "Workspace": "interpreters.tools._workspace",
+    "WorkspaceError": "interpreters.tools._workspace",
 }
-"""Where each public name lives: a name is imported when first used, so `from interpreters
-import ScriptedInterpreter` loads no HTTP, git, SQLite or console library."""
+"""The public names, each with the module it lives in: the one list ``__all__``, ``dir()`` and
+the lazy imports are made from. A name is imported when first used, so ``from interpreters
+import run`` loads no HTTP, git or console library."""
 
-__all__ = [
-    "ANY",
-    "AgentBackend",
-    "AgentError",
-    "BoundTool",
-    "Call",
-    "CallInfo",
-    "ClaudeCodeBackend",
-    "CliBackend",
-    "Clock",
-    "CodexBackend",
-    "ConsoleSink",
-    "Divergence",
-    "Driver",
-    "Entry",
-    "EventBus",
-    "Expect",
-    "Handlers",
-    "Journal",
-    "JournalError",
-    "JsonlSink",
-    "LiveHandlers",
-    "LiveInterpreter",
-    "MemoryJournal",
-    "Model",
-    "ModelScriptExhausted",
-    "NoopBackend",
-    "Plan",
-    "ProgramNotFound",
-    "RecordedEffect",
-    "ReplayedError",
-    "RunLocked",
-    "RunRecord",
-    "RunResult",
-    "ScriptMismatch",
-    "ScriptedInterpreter",
-    "ScriptedModel",
-    "Sink",
-    "SqliteJournal",
-    "SystemClock",
-    "ToolLike",
-    "ToolRegistry",
-    "VirtualClock",
-    "WaitingForAnswer",
-    "Workspace",
-    "WorkspaceError",
-    "aanswer",
-    "adry_run",
-    "areplay",
-    "aresume",
-    "arun",
-    "backends",
-    "check_integrity",
-    "dry_run",
-    "execute",
-    "expect",
-    "export_run",
-    "import_run",
-    "load_program",
-    "new_run_id",
-    "open_journal",
-    "program_name",
-    "quick",
-    "read_only",
-    "register_backend",
-    "register_provider",
-    "replay",
-    "resolve_model",
-    "resume",
-    "run",
-]
+_MOVED: dict[str, tuple[str, str]] = {
+    "AgentBackend": ("interpreters.agents.kit", "Backend"),
+    "backends": ("interpreters.agents.kit", "backends"),
+    "Call": ("interpreters.models.kit", "CallInfo"),
+    "CliBackend": ("interpreters.agents.kit", "CliBackend"),
+    "Driver": ("interpreters.runtime", "Driver"),
+    "EventBus": ("interpreters.runtime", "EventBus"),
+    "execute": ("interpreters.runtime", "execute"),
+    "Handlers": ("interpreters.runtime", "Handlers"),
+    "Model": ("interpreters.models.kit", "Model"),
+    "new_run_id": ("interpreters.runtime", "new_run_id"),
+    "program_name": ("interpreters.runtime", "program_name"),
+    "RecordedEffect": ("op.effects", "LeafEffect"),
+    "register_backend": ("interpreters.agents.kit", "register_backend"),
+    "register_provider": ("interpreters.models.kit", "register_provider"),
+    "WaitingForAnswer": ("interpreters.runtime", "WaitingForAnswer"),
+    "Tool": ("interpreters", "BoundTool"),
+}
+"""Names that were here and moved to the room they belong to (plug-in kits, the engine's
+internals) or were renamed: old name -> (where it lives now, its name there). Each still
+works until 0.5.0, with a DeprecationWarning that says where it went."""
+
+if TYPE_CHECKING:  # the names that moved, as they were typed, until they go
+    from interpreters._live import (
+        AgentBackend as AgentBackend,
+    )
+    from interpreters.agents import (
+        CliBackend as CliBackend,
+    )
+    from interpreters.agents import (
+        backends as backends,
+    )
+    from interpreters.agents import (
+        register_backend as register_backend,
+    )
+    from interpreters.models._base import (
+        Model as Model,
+    )
+    from interpreters.models._base import (
+        register_provider as register_provider,
+    )
+    from interpreters.runtime._driver import (
+        Driver as Driver,
+    )
+    from interpreters.runtime._driver import (
+        execute as execute,
+    )
+    from interpreters.runtime._driver import (
+        new_run_id as new_run_id,
+    )
+    from interpreters.runtime._driver import (
+        program_name as program_name,
+    )
+    from interpreters.runtime._events import (
+        EventBus as EventBus,
+    )
+    from interpreters.runtime._frame import (
+        Call as Call,
+    )
+    from interpreters.runtime._frame import (
+        Handlers as Handlers,
+    )
+    from interpreters.runtime._frame import (
+        RecordedEffect as RecordedEffect,
+    )
+    from interpreters.runtime._frame import (
+        WaitingForAnswer as WaitingForAnswer,
+    )
+
+__all__ = sorted(_WHERE)  # pyright: ignore[reportUnsupportedDunderAll] - made from the one list
 
 
 def __getattr__(name: str) -> object:
-    if name == "Tool":
+    moved = _MOVED.get(name)
+    if moved is not None:
+        where, new = moved
         warnings.warn(
-            "interpreters.Tool is now interpreters.BoundTool (op.Tool is the effect)",
+            f"interpreters.{name} is deprecated: use {where}.{new} "
+            "(the old name goes in opdsl 0.5.0)",
             DeprecationWarning,
             stacklevel=2,
         )
-        name = "BoundTool"
+        return getattr(importlib.import_module(where), new)
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'interpreters' has no attribute {name!r}")
@@ -243,4 +334,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return __all__

@@ -16,25 +16,19 @@ from rich.table import Table
 from rich.text import Text
 
 from interpreters._shown import visible
-from op import (
-    Agent,
-    Ask,
+from op import Agent, Ask, Infer, Limit, Timeout, Tool, Usage
+from op.events import (
     CheckpointSaved,
     ConflictDetected,
     EffectFinished,
     EffectStarted,
     Emitted,
     Event,
-    Infer,
-    Limit,
     RunFinished,
     RunStarted,
-    Timeout,
     TokenDelta,
-    Tool,
-    Usage,
-    canonical_json,
 )
+from state import canonical_json
 
 __all__ = ["ConsoleSink", "JsonlSink"]
 

@@ -8,26 +8,31 @@ A program is a generator function returning ``Op[T]``::
         yield from checkpoint("start")
         reply = yield from infer(task, tools="all")
         return reply.text
+
+What a program is written with is here: the effects (their constructors and classes), the
+values they take and give, the state operations, ``program`` and the errors a program may
+catch. What an interpreter or a sink is written against lives in :mod:`op.effects` (the
+unions, the kind sets, ``ModelRequest``) and :mod:`op.events`.
 """
 
-from returns.result import Failure, Result, Success
+import importlib as _importlib
+import warnings as _warnings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from returns.result import (
+    Failure,
+    Result,
+    Success,
+)
 
 from op._effects import (
-    EFFECT_TYPES,
-    LEAF_KINDS,
-    LEAF_TYPES,
-    SCOPE_KINDS,
-    STATE_KINDS,
     Agent,
-    AnyEffect,
     Ask,
     Checkpoint,
-    Effect,
     Emit,
     Get,
     Infer,
     InvalidOutput,
-    LeafEffect,
     Limit,
     Merge,
     Now,
@@ -64,37 +69,24 @@ from op._errors import (
     Fatal,
     MergeConflict,
     ModelError,
-    NotAnEffect,
-    NotAProgram,
-    NotSerializable,
     OpdslError,
     RunFailed,
     RunNotFinished,
 )
-from op._events import (
-    AgentEnd,
-    AgentStart,
-    CheckpointSaved,
-    ConflictDetected,
-    EffectFinished,
-    EffectStarted,
-    Emitted,
-    Event,
-    RunFinished,
-    RunStarted,
-    TokenDelta,
-    ToolEnd,
-    ToolStart,
-    TurnEnd,
-    TurnStart,
+from op._program import (
+    WorkspaceOf,
+    default_state,
+    program,
+    workspace_of,
 )
-from op._program import WorkspaceOf, default_state, program, workspace_of
-from op._text_calls import TextCalls, text_calls
+from op._text_calls import (
+    TextCalls,
+    text_calls,
+)
 from op._values import (
     Budget,
     BudgetExhausted,
     Message,
-    ModelRequest,
     Output,
     Response,
     Spent,
@@ -106,23 +98,138 @@ from op._values import (
     Usage,
     usage_of,
 )
-from state import Add, Append, Assign, At, Dec, Inc, Remove, canonical_json
+from state import (
+    Add,
+    Append,
+    Assign,
+    At,
+    Dec,
+    Inc,
+    Remove,
+)
+
+_MOVED: dict[str, str] = {
+    "AnyEffect": "op.effects",
+    "EFFECT_TYPES": "op.effects",
+    "Effect": "op.effects",
+    "LEAF_KINDS": "op.effects",
+    "LEAF_TYPES": "op.effects",
+    "LeafEffect": "op.effects",
+    "ModelRequest": "op.effects",
+    "NotAProgram": "op.effects",
+    "NotAnEffect": "op.effects",
+    "NotSerializable": "op.effects",
+    "SCOPE_KINDS": "op.effects",
+    "STATE_KINDS": "op.effects",
+    "AgentEnd": "op.events",
+    "AgentStart": "op.events",
+    "CheckpointSaved": "op.events",
+    "ConflictDetected": "op.events",
+    "EffectFinished": "op.events",
+    "EffectStarted": "op.events",
+    "Emitted": "op.events",
+    "Event": "op.events",
+    "RunFinished": "op.events",
+    "RunStarted": "op.events",
+    "TokenDelta": "op.events",
+    "ToolEnd": "op.events",
+    "ToolStart": "op.events",
+    "TurnEnd": "op.events",
+    "TurnStart": "op.events",
+    "canonical_json": "state",
+}
+"""Names that were here and live in their room now: old name -> the module it is in. Each
+still works until opdsl 0.5.0, with a DeprecationWarning that says where it went."""
+
+if _TYPE_CHECKING:  # the names that moved, as they were typed, until they go
+    from op.effects import (
+        EFFECT_TYPES as EFFECT_TYPES,
+    )
+    from op.effects import (
+        LEAF_KINDS as LEAF_KINDS,
+    )
+    from op.effects import (
+        LEAF_TYPES as LEAF_TYPES,
+    )
+    from op.effects import (
+        SCOPE_KINDS as SCOPE_KINDS,
+    )
+    from op.effects import (
+        STATE_KINDS as STATE_KINDS,
+    )
+    from op.effects import (
+        AnyEffect as AnyEffect,
+    )
+    from op.effects import (
+        Effect as Effect,
+    )
+    from op.effects import (
+        LeafEffect as LeafEffect,
+    )
+    from op.effects import (
+        ModelRequest as ModelRequest,
+    )
+    from op.effects import (
+        NotAnEffect as NotAnEffect,
+    )
+    from op.effects import (
+        NotAProgram as NotAProgram,
+    )
+    from op.effects import (
+        NotSerializable as NotSerializable,
+    )
+    from op.events import (
+        AgentEnd as AgentEnd,
+    )
+    from op.events import (
+        AgentStart as AgentStart,
+    )
+    from op.events import (
+        CheckpointSaved as CheckpointSaved,
+    )
+    from op.events import (
+        ConflictDetected as ConflictDetected,
+    )
+    from op.events import (
+        EffectFinished as EffectFinished,
+    )
+    from op.events import (
+        EffectStarted as EffectStarted,
+    )
+    from op.events import (
+        Emitted as Emitted,
+    )
+    from op.events import (
+        Event as Event,
+    )
+    from op.events import (
+        RunFinished as RunFinished,
+    )
+    from op.events import (
+        RunStarted as RunStarted,
+    )
+    from op.events import (
+        TokenDelta as TokenDelta,
+    )
+    from op.events import (
+        ToolEnd as ToolEnd,
+    )
+    from op.events import (
+        ToolStart as ToolStart,
+    )
+    from op.events import (
+        TurnEnd as TurnEnd,
+    )
+    from op.events import (
+        TurnStart as TurnStart,
+    )
+    from state import (
+        canonical_json as canonical_json,
+    )
 
 __all__ = [
-    "WorkspaceOf",
-    "default_state",
-    "program",
-    "workspace_of",
-    "EFFECT_TYPES",
-    "LEAF_KINDS",
-    "LEAF_TYPES",
-    "SCOPE_KINDS",
-    "STATE_KINDS",
-    "AgentEnd",
-    "AgentStart",
     "Add",
     "Agent",
-    "AnyEffect",
     "Append",
     "Ask",
     "Assign",
@@ -130,36 +237,24 @@ __all__ = [
     "Budget",
     "BudgetExhausted",
     "Checkpoint",
-    "CheckpointSaved",
-    "ConflictDetected",
     "Dec",
     "DuplicateTool",
-    "Effect",
-    "EffectFinished",
-    "EffectStarted",
     "Emit",
-    "Emitted",
-    "Event",
     "Failure",
+    "Fatal",
     "Get",
     "Inc",
     "Infer",
     "InvalidOutput",
-    "LeafEffect",
     "Limit",
     "Merge",
     "MergeConflict",
     "Message",
     "ModelError",
-    "ModelRequest",
-    "NotAProgram",
-    "NotAnEffect",
-    "Fatal",
-    "NotSerializable",
-    "Output",
     "Now",
     "Op",
     "OpdslError",
+    "Output",
     "Par",
     "Put",
     "Random",
@@ -167,32 +262,26 @@ __all__ = [
     "Response",
     "Result",
     "RunFailed",
-    "RunFinished",
     "RunNotFinished",
-    "RunStarted",
     "Sleep",
     "Spent",
     "Success",
     "TextCalls",
     "TimedOut",
     "Timeout",
-    "TokenDelta",
     "Tool",
     "ToolCall",
-    "ToolEnd",
     "ToolResult",
     "ToolSpec",
-    "ToolStart",
-    "TurnEnd",
     "TurnRecord",
-    "TurnStart",
     "Update",
     "Usage",
     "Uuid",
+    "WorkspaceOf",
     "agent",
     "ask",
-    "canonical_json",
     "checkpoint",
+    "default_state",
     "emit",
     "get",
     "infer",
@@ -201,6 +290,7 @@ __all__ = [
     "now",
     "par",
     "parse_output",
+    "program",
     "put",
     "random",
     "sleep",
@@ -210,4 +300,22 @@ __all__ = [
     "update",
     "usage_of",
     "uuid",
+    "workspace_of",
 ]
+"""What a program author needs (the linter holds it to the imports above)."""
+
+
+def __getattr__(name: str) -> object:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module 'op' has no attribute {name!r}")
+    _warnings.warn(
+        f"op.{name} is deprecated: import it from {where} (the old name goes in opdsl 0.5.0)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(_importlib.import_module(where), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

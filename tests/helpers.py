@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TypeVar
 
-from op import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
+from op.events import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
 
 E = TypeVar("E")
 

@@ -36,18 +36,8 @@ from interpreters.agents._bridge import ToolHost
 from interpreters.runtime._frame import Call
 from interpreters.tools._process import run_process
 from interpreters.tools._sandbox import SiblingsVisible, bwrap_argv, sandbox_problem
-from op import (
-    Agent,
-    AgentEnd,
-    AgentStart,
-    ModelError,
-    ToolEnd,
-    ToolStart,
-    TurnEnd,
-    TurnRecord,
-    TurnStart,
-    Usage,
-)
+from op import Agent, ModelError, TurnRecord, Usage
+from op.events import AgentEnd, AgentStart, ToolEnd, ToolStart, TurnEnd, TurnStart
 
 __all__ = [
     "AgentError",

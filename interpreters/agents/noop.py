@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import final
 
 from interpreters.agents.kit import CallInfo, ToolHost, Turn, register_backend
-from op import Agent, AgentEnd, AgentStart, TurnRecord
+from op import Agent, TurnRecord
+from op.events import AgentEnd, AgentStart
 
 __all__ = ["NoopBackend"]
 

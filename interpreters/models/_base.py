@@ -16,7 +16,9 @@ from typing import Any, Protocol, TypeAlias, final, runtime_checkable
 
 from interpreters._redact import REDACTED
 from interpreters.runtime._frame import Call
-from op import Emitted, ModelError, ModelRequest, Response, ToolSpec, text_calls
+from op import ModelError, Response, ToolSpec, text_calls
+from op.effects import ModelRequest
+from op.events import Emitted
 
 __all__ = [
     "TOOLS_TEMPLATE",

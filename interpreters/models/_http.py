@@ -59,8 +59,9 @@ from interpreters.models._remote import (
     retryable,
     seconds_setting,
 )
-from op import ModelRequest, Response
+from op import Response
 from op._values import RAW_ARGUMENTS
+from op.effects import ModelRequest
 
 __all__ = [
     "HttpModel",

@@ -17,7 +17,8 @@ from importlib import resources
 from typing import Any
 
 from interpreters.runtime._frame import Call
-from op import ModelError, ModelRequest, Response, Usage
+from op import ModelError, Response, Usage
+from op.effects import ModelRequest
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

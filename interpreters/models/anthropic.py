@@ -19,7 +19,8 @@ from interpreters.models.kit import (
     sse_events,
     stream_json,
 )
-from op import ModelRequest, Response, ToolCall
+from op import Response, ToolCall
+from op.effects import ModelRequest
 
 __all__ = ["AnthropicModel"]
 

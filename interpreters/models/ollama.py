@@ -18,7 +18,8 @@ from interpreters.models.kit import (
     stream_json,
 )
 from interpreters.models.openai import OPENAI_STOP_REASONS, openai_tool
-from op import ModelRequest, Response, ToolCall, Usage
+from op import Response, ToolCall, Usage
+from op.effects import ModelRequest
 
 __all__ = ["OllamaModel"]
 

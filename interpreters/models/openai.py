@@ -23,7 +23,8 @@ from interpreters.models.kit import (
     strict_schema,
     tools_template,
 )
-from op import Message, ModelRequest, Response, ToolCall, ToolSpec, Usage
+from op import Message, Response, ToolCall, ToolSpec, Usage
+from op.effects import ModelRequest
 
 __all__ = ["OPENAI_STOP_REASONS", "OpenAIModel", "openai_tool"]
 

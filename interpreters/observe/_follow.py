@@ -15,17 +15,15 @@ from typing import Any
 
 from interpreters.journal._base import Entry, Journal, RunRecord
 from interpreters.journal._content import Reader
-from op import (
-    Checkpoint,
+from op import Checkpoint, Emit, Usage
+from op.events import (
     CheckpointSaved,
     EffectFinished,
     EffectStarted,
-    Emit,
     Emitted,
     Event,
     RunFinished,
     RunStarted,
-    Usage,
 )
 
 __all__ = ["WriterGone", "follow"]

@@ -21,20 +21,8 @@ from typing import Any, final
 from interpreters.journal._base import Entry, RunRecord
 from interpreters.models._base import model_identity, redact_spec, resolve_model
 from interpreters.tools._paths import say_once
-from op import (
-    Agent,
-    Checkpoint,
-    CheckpointSaved,
-    EffectFinished,
-    EffectStarted,
-    Emit,
-    Event,
-    Infer,
-    RunFinished,
-    RunStarted,
-    Tool,
-    Usage,
-)
+from op import Agent, Checkpoint, Emit, Infer, Tool, Usage
+from op.events import CheckpointSaved, EffectFinished, EffectStarted, Event, RunFinished, RunStarted
 
 __all__ = ["TraceSink", "export_journal", "trace_sinks", "tracing_wanted"]
 

@@ -27,9 +27,11 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from interpreters.runtime._frame import Call as CallInfo  # the driver's Call, by its public name
-from op import DuplicateTool, Fatal, NotSerializable, ToolResult, ToolSpec, canonical_json
+from op import DuplicateTool, Fatal, ToolResult, ToolSpec
 from op._marker import Marker
 from op._values import RAW_ARGUMENTS
+from op.effects import NotSerializable
+from state import canonical_json
 
 __all__ = [
     "BoundTool",

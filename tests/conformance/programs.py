@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from interpreters import Call, CallInfo, ScriptedModel, ToolLike, read_only
+from interpreters import CallInfo, ScriptedModel, ToolLike, read_only
+from interpreters.models.kit import CallInfo as Call
 from op import (
     Add,
     Agent,
@@ -16,7 +17,6 @@ from op import (
     Inc,
     Message,
     ModelError,
-    ModelRequest,
     Op,
     Remove,
     Response,
@@ -41,6 +41,7 @@ from op import (
     update,
     uuid,
 )
+from op.effects import ModelRequest
 from programs.loop import tool_loop
 from state import CRDTModel, GCounter, GSet, Log, LWWRegister, ORSet, Stamp
 

@@ -12,7 +12,8 @@ import pytest
 
 from interpreters import MemoryJournal, ScriptedModel, resume, run
 from interpreters.cli._main import main
-from op import Budget, ModelRequest, Response, ToolCall, Usage
+from op import Budget, Response, ToolCall, Usage
+from op.effects import ModelRequest
 from programs.coder import CoderConfig, CodeState, coder
 from tests.helpers import sample_repo, sh
 from tests.servers import ScriptedServer, openai
@@ -247,7 +248,7 @@ class _StopAt:
         self.fired = False
 
     def __call__(self, event: Any) -> None:
-        from op import EffectFinished, EffectStarted
+        from op.events import EffectFinished, EffectStarted
 
         if (
             isinstance(event, EffectFinished)

@@ -20,21 +20,20 @@ from interpreters.models.openai import OpenAIModel
 from op import (
     Budget,
     BudgetExhausted,
-    Event,
     Failure,
     Message,
     ModelError,
-    ModelRequest,
     Op,
     Response,
     TimedOut,
-    TokenDelta,
     ToolCall,
     ToolResult,
     infer,
     limit,
     timeout,
 )
+from op.effects import ModelRequest
+from op.events import Event, TokenDelta
 from programs.coder import CoderConfig, CodeState, coder
 from programs.loop import tool_loop
 from tests.helpers import sample_repo

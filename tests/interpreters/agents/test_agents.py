@@ -10,21 +10,11 @@ from typing import Any
 
 import pytest
 
-from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, register_backend, replay, run
+from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, replay, run
+from interpreters.agents.kit import register_backend
 from interpreters.tools._sandbox import sandbox_problem
-from op import (
-    AgentEnd,
-    AgentStart,
-    Budget,
-    Op,
-    ToolEnd,
-    ToolStart,
-    TurnEnd,
-    TurnRecord,
-    TurnStart,
-    agent,
-    limit,
-)
+from op import Budget, Op, TurnRecord, agent, limit
+from op.events import AgentEnd, AgentStart, ToolEnd, ToolStart, TurnEnd, TurnStart
 from tests.helpers import Recorder
 
 FAKES = Path(__file__).resolve().parents[2] / "fixtures" / "fake_cli"

@@ -22,7 +22,8 @@ import pytest
 
 from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, run
 from interpreters.agents import _bridge
-from op import Op, ToolEnd, TurnRecord, agent
+from op import Op, TurnRecord, agent
+from op.events import ToolEnd
 from tests.helpers import Recorder
 from tests.servers import ScriptedServer, anthropic, hang
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from interpreters import AgentError, ClaudeCodeBackend, MemoryJournal, run
-from op import AgentEnd, Op, ToolEnd, TurnRecord, agent
+from op import Op, TurnRecord, agent
+from op.events import AgentEnd, ToolEnd
 from tests.helpers import Recorder
 from tests.servers import ScriptedServer, anthropic
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from interpreters import AgentError, CodexBackend, MemoryJournal, run
-from op import Op, ToolEnd, TurnRecord, agent
+from op import Op, TurnRecord, agent
+from op.events import ToolEnd
 from tests.helpers import Recorder
 from tests.servers import ScriptedServer, responses
 

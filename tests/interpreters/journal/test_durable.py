@@ -430,7 +430,7 @@ def test_dry_run_runs_read_only_tools_and_records_the_rest() -> None:
 
 
 def test_events_of_the_replayed_prefix_are_not_sent_again(tmp_path: Path) -> None:
-    from op import EffectStarted, Emitted
+    from op.events import EffectStarted, Emitted
     from tests.helpers import Recorder
 
     out = tmp_path / "out.txt"

@@ -9,7 +9,8 @@ from typing import Any
 from interpreters import MemoryJournal, run
 from interpreters.models import AnthropicModel, model_identity, resolve_model
 from interpreters.models.kit import CallInfo, HttpModel, Stream, parse_arguments, stream_json
-from op import Message, ModelRequest, Op, Response, ToolCall, ToolResult, infer
+from op import Message, Op, Response, ToolCall, ToolResult, infer
+from op.effects import ModelRequest
 from state import canonical_json
 from tests.servers import Reply, Request, ScriptedServer
 

@@ -76,7 +76,8 @@ def test_anthropic_and_ollama_get_the_cap_in_their_own_words(
     monkeypatch.setenv("OPDSL_MAX_TOKENS", "55")
     body = _http("anthropic:claude-x").body
     ollama = _http("ollama:qwen3:8b").body
-    from op import Message, ModelRequest
+    from op import Message
+    from op.effects import ModelRequest
 
     request = ModelRequest(messages=(Message.user("hi"),))
     assert body(request, False)["max_tokens"] == 55

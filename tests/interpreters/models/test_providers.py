@@ -21,12 +21,12 @@ from op import (
     Op,
     Response,
     TimedOut,
-    TokenDelta,
     Usage,
     infer,
     limit,
     timeout,
 )
+from op.events import TokenDelta
 from programs.loop import tool_loop
 from tests.fixtures.model_programs import TOOLS, summarize
 from tests.helpers import Recorder

@@ -15,18 +15,10 @@ from rich.console import Console
 from interpreters import ConsoleSink, MemoryJournal, replay, run
 from interpreters.models import AnthropicModel, OllamaModel, OpenAIModel
 from interpreters.models._base import tools_template
-from op import (
-    Emitted,
-    Event,
-    Infer,
-    InvalidOutput,
-    Message,
-    Op,
-    Response,
-    canonical_json,
-    infer,
-)
+from op import Infer, InvalidOutput, Message, Op, Response, infer
+from op.events import Emitted, Event
 from programs.loop import tool_loop
+from state import canonical_json
 from tests.servers import Answer, ScriptedServer, anthropic, ollama, openai
 
 KEY = "sk-secret-test-key-123456"

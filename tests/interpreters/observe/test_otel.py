@@ -20,19 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from interpreters import ScriptedModel, replay, resume, run
 from interpreters.models.kit import CallInfo
-from op import (
-    Budget,
-    ModelRequest,
-    Op,
-    Response,
-    ToolResult,
-    Usage,
-    checkpoint,
-    infer,
-    limit,
-    par,
-    tool,
-)
+from op import Budget, Op, Response, ToolResult, Usage, checkpoint, infer, limit, par, tool
+from op.effects import ModelRequest
 
 
 class Receiver:

@@ -20,7 +20,6 @@ from interpreters.observe import report_data
 from op import (
     Add,
     Budget,
-    ModelRequest,
     Op,
     Response,
     ToolResult,
@@ -35,6 +34,7 @@ from op import (
     tool,
     update,
 )
+from op.effects import ModelRequest
 from state import CRDTModel, GSet
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -10,7 +10,7 @@ import pytest
 from interpreters.journal._base import Entry, RunRecord
 from interpreters.observe import _report as report
 from interpreters.observe import report_data
-from op import LEAF_KINDS, SCOPE_KINDS
+from op.effects import LEAF_KINDS, SCOPE_KINDS
 
 
 def _entries(scope_kind: str) -> list[Entry]:

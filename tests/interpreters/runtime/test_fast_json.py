@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from interpreters.runtime import Driver, Services, SystemClock
 from interpreters.runtime._frame import Call, Handlers
-from op import Checkpoint, Emit, LeafEffect, Tool, ToolResult
+from op import Checkpoint, Emit, Tool, ToolResult
+from op.effects import LeafEffect
 from state import NotSerializable, canonical_json, dump_jsonable, to_jsonable
 
 

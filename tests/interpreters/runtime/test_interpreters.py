@@ -30,7 +30,6 @@ from interpreters.temporal._workflow import _load_program as temporal_program
 from op import (
     Budget,
     Emit,
-    LeafEffect,
     Now,
     Op,
     Random,
@@ -44,6 +43,7 @@ from op import (
     tool,
     uuid,
 )
+from op.effects import LeafEffect
 from state import CRDTModel, GCounter
 
 

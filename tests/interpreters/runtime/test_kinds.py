@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from op import EFFECT_TYPES, LEAF_KINDS, SCOPE_KINDS, STATE_KINDS
+from op.effects import EFFECT_TYPES, LEAF_KINDS, SCOPE_KINDS, STATE_KINDS
 
 ROOT = Path(__file__).resolve().parents[3] / "interpreters"
 KINDS = {t.kind for t in EFFECT_TYPES}

@@ -25,23 +25,9 @@ from interpreters.runtime import Driver, EventBus, Services, SystemClock
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._layers import Announced, Charge, Handled, Journaled, Replay
 from interpreters.runtime._replay import ReplayLog
-from op import (
-    Budget,
-    EffectFinished,
-    EffectStarted,
-    Event,
-    Failure,
-    Fatal,
-    LeafEffect,
-    Op,
-    RunFailed,
-    checkpoint,
-    emit,
-    infer,
-    limit,
-    program,
-    tool,
-)
+from op import Budget, Failure, Fatal, Op, RunFailed, checkpoint, emit, infer, limit, program, tool
+from op.effects import LeafEffect
+from op.events import EffectFinished, EffectStarted, Event
 from state import CRDTModel, GCounter
 
 

@@ -18,25 +18,18 @@ from op import (
     Add,
     Budget,
     BudgetExhausted,
-    CheckpointSaved,
-    ConflictDetected,
     DuplicateTool,
-    Emitted,
     Failure,
     Inc,
     MergeConflict,
     Message,
     ModelError,
-    NotAnEffect,
-    NotAProgram,
-    NotSerializable,
     Op,
     Response,
     RunFailed,
     RunNotFinished,
     Success,
     TimedOut,
-    TokenDelta,
     ToolCall,
     ToolResult,
     Usage,
@@ -57,6 +50,8 @@ from op import (
     update,
     uuid,
 )
+from op.effects import NotAnEffect, NotAProgram, NotSerializable
+from op.events import CheckpointSaved, ConflictDetected, Emitted, TokenDelta
 from state import Append, Assign, GCounter, GSet, Log, LWWRegister, Stamp, StateError
 from state import CRDTModel as _Model
 from tests.helpers import Recorder

@@ -27,7 +27,8 @@ from interpreters.journal._status import closing
 from interpreters.runtime import Services, VirtualClock, execute
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._replay import ReplayedError, decode_error, error_json
-from op import LeafEffect, ModelError, Op, emit, infer
+from op import ModelError, Op, emit, infer
+from op.effects import LeafEffect
 from state import StateError
 
 RUNTIME = Path(__file__).resolve().parents[3] / "interpreters" / "runtime"

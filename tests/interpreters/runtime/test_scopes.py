@@ -20,7 +20,6 @@ from op import (
     BudgetExhausted,
     Failure,
     Inc,
-    LeafEffect,
     Op,
     Success,
     TimedOut,
@@ -31,6 +30,7 @@ from op import (
     timeout,
     update,
 )
+from op.effects import LeafEffect
 from state import Add, Assign, CRDTModel, GCounter, GSet, LWWRegister, Stamp
 
 

@@ -63,15 +63,8 @@ def _render(renderable: object) -> str:
 
 
 def test_the_live_area_shows_open_scopes_against_their_budgets_and_what_the_run_waits_on() -> None:
-    from op import (
-        Budget,
-        EffectFinished,
-        EffectStarted,
-        RunFinished,
-        RunStarted,
-        TokenDelta,
-        Usage,
-    )
+    from op import Budget, Usage
+    from op.events import EffectFinished, EffectStarted, RunFinished, RunStarted, TokenDelta
 
     out = io.StringIO()
     sink = ConsoleSink(Console(file=out, width=140, color_system=None), live=False)

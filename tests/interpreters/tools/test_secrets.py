@@ -84,7 +84,8 @@ def test_streamed_tokens_reach_no_sink_with_a_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from interpreters import MemoryJournal, ScriptedModel
-    from op import TokenDelta, infer
+    from op import infer
+    from op.events import TokenDelta
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     seen: list[str] = []

@@ -3,8 +3,10 @@
 # expect-pyright: Argument of type "Ask" cannot be assigned to parameter "arg" of type "Never"
 from typing import Any, assert_never
 
-from interpreters import Call, Handlers
-from op import Agent, Checkpoint, Emit, Infer, LeafEffect, Now, Random, Sleep, Tool, Uuid
+from interpreters.models.kit import CallInfo as Call
+from interpreters.runtime import Handlers
+from op import Agent, Checkpoint, Emit, Infer, Now, Random, Sleep, Tool, Uuid
+from op.effects import LeafEffect
 
 
 class Forgetful(Handlers):
