@@ -26,29 +26,25 @@ from op import (
     Agent,
     Ask,
     Checkpoint,
-    EffectFinished,
-    EffectStarted,
     Emit,
-    Event,
     Infer,
-    LeafEffect,
     Limit,
     Now,
     Par,
     Random,
     Response,
-    RunFinished,
     Sleep,
     Timeout,
     ToolResult,
     TurnRecord,
     Usage,
     Uuid,
-    canonical_json,
     workspace_of,
 )
 from op import Tool as ToolEffect
-from state import CRDTModel
+from op.effects import LeafEffect
+from op.events import EffectFinished, EffectStarted, Event, RunFinished
+from state import CRDTModel, canonical_json
 
 __all__ = [
     "GUESSED_OUTPUT_TOKENS",

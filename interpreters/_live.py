@@ -29,9 +29,7 @@ from op import (
     Checkpoint,
     Emit,
     Infer,
-    LeafEffect,
     ModelError,
-    ModelRequest,
     Now,
     Random,
     Response,
@@ -42,6 +40,7 @@ from op import (
     Usage,
     Uuid,
 )
+from op.effects import LeafEffect, ModelRequest
 from state import CRDTModel
 
 T = TypeVar("T")

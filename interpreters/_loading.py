@@ -24,8 +24,8 @@ from interpreters.journal._base import JournalError, RunRecord
 from interpreters.models._base import Model, redact_spec
 from interpreters.runtime._driver import program_name
 from interpreters.tools._bound import BoundTool, ToolLike
-from op import OpdslError, canonical_json, default_state
-from state import CRDTModel
+from op import OpdslError, default_state
+from state import CRDTModel, canonical_json
 
 __all__ = [
     "CodeChanged",

@@ -19,8 +19,8 @@ from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence, nearest_checkpoint
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
-from op import LeafEffect, canonical_json
-from state import CRDTModel
+from op.effects import LeafEffect
+from state import CRDTModel, canonical_json
 
 __all__ = ["ReplayInterpreter", "areplay", "replay"]
 

@@ -33,7 +33,8 @@ from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
-from op import SCOPE_KINDS, Checkpoint, OpdslError
+from op import Checkpoint, OpdslError
+from op.effects import SCOPE_KINDS
 from state import CRDTModel
 
 __all__ = [

@@ -23,7 +23,9 @@ from interpreters._api import run
 from interpreters._durable import replay, resume
 from interpreters._sinks import ConsoleSink
 from interpreters.models._base import ScriptedModel
-from op import EffectStarted, Event, ModelRequest, Response
+from op import Response
+from op.effects import ModelRequest
+from op.events import EffectStarted, Event
 from programs.coder import CoderConfig, CodeState, coder
 
 __all__ = ["demo", "demo_model"]

@@ -17,7 +17,8 @@ from interpreters._api import run
 from interpreters._sinks import ConsoleSink
 from interpreters.cli._demo import _git, recorded
 from interpreters.models._base import ScriptedModel
-from op import ModelRequest, Response, ToolCall
+from op import Response, ToolCall
+from op.effects import ModelRequest
 from programs.director import TOOLS, director
 
 __all__ = ["director_demo", "director_model"]

@@ -31,7 +31,8 @@ input (2) or a run that failed (1)."""
 def _users() -> tuple[type[BaseException], ...]:
     from interpreters.cli._command import UsageError
     from interpreters.journal import JournalError
-    from op import NotSerializable, OpdslError
+    from op import OpdslError
+    from op.effects import NotSerializable
 
     return (UsageError, OpdslError, JournalError, NotSerializable, OSError)
 

@@ -36,7 +36,7 @@ def console() -> Any:
 def sinks(a: argparse.Namespace) -> list[Any]:
     """The live console (unless --quiet), and a note of which run is going."""
     from interpreters import ConsoleSink
-    from op import RunStarted
+    from op.events import RunStarted
 
     def note(event: Any) -> None:
         if isinstance(event, RunStarted):

@@ -25,7 +25,8 @@ from typing import Any
 from interpreters.journal._base import Entry, RunRecord
 from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import ContentError, Reader
-from op import SCOPE_KINDS, Agent, Ask, Checkpoint, Infer, Limit, Par, Tool, Usage
+from op import Agent, Ask, Checkpoint, Infer, Limit, Par, Tool, Usage
+from op.effects import SCOPE_KINDS
 
 __all__ = ["CSP", "RUN_ID", "render_report", "report_data"]
 

@@ -69,9 +69,7 @@ from interpreters.runtime._schedule import AnyioScheduler
 from interpreters.runtime._scopes import Scoped, bounded, par
 from interpreters.runtime._services import Services
 from op import (
-    EFFECT_TYPES,
     Agent,
-    AnyEffect,
     Ask,
     Checkpoint,
     Emit,
@@ -80,17 +78,12 @@ from op import (
     Infer,
     Limit,
     Merge,
-    NotAnEffect,
-    NotAProgram,
-    NotSerializable,
     Now,
     Par,
     Put,
     Random,
     RunFailed,
-    RunFinished,
     RunNotFinished,
-    RunStarted,
     Sleep,
     Timeout,
     Tool,
@@ -100,6 +93,8 @@ from op import (
     default_state,
 )
 from op._marker import Marker
+from op.effects import EFFECT_TYPES, AnyEffect, NotAnEffect, NotAProgram, NotSerializable
+from op.events import RunFinished, RunStarted
 from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsonable
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import final
 
 from interpreters._shown import visible
 from interpreters.runtime._redact import Redactor
-from op import Event, TokenDelta
+from op.events import Event, TokenDelta
 
 __all__ = ["EventBus", "Sink", "as_sinks"]
 

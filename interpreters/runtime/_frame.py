@@ -17,21 +17,20 @@ from interpreters.runtime._events import EventBus
 from interpreters.runtime._replay import FinishedScope
 from op import (
     Agent,
-    AnyEffect,
     Budget,
     BudgetExhausted,
     Emit,
     Infer,
-    LeafEffect,
     Now,
     Random,
     Sleep,
     Spent,
-    TokenDelta,
     Tool,
     Usage,
     Uuid,
 )
+from op.effects import AnyEffect, LeafEffect
+from op.events import TokenDelta
 from state import CRDTModel, Stamp
 
 __all__ = [

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from op import AnyEffect
+from op.effects import AnyEffect
 
 if TYPE_CHECKING:
     from interpreters.runtime._driver import Driver

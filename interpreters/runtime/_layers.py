@@ -43,20 +43,9 @@ from interpreters.runtime._frame import (
     cut_off,
 )
 from interpreters.runtime._replay import decode_error, decode_result, error_json
-from op import (
-    AnyEffect,
-    Ask,
-    Checkpoint,
-    CheckpointSaved,
-    EffectFinished,
-    EffectStarted,
-    Emit,
-    Emitted,
-    LeafEffect,
-    ToolResult,
-    Usage,
-    usage_of,
-)
+from op import Ask, Checkpoint, Emit, ToolResult, Usage, usage_of
+from op.effects import AnyEffect, LeafEffect
+from op.events import CheckpointSaved, EffectFinished, EffectStarted, Emitted
 from state import canonical_json, to_jsonable
 
 if TYPE_CHECKING:

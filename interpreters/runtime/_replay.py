@@ -25,7 +25,6 @@ from op import (
     Emit,
     Fatal,
     Infer,
-    LeafEffect,
     Limit,
     Now,
     OpdslError,
@@ -39,6 +38,7 @@ from op import (
     TurnRecord,
     Uuid,
 )
+from op.effects import LeafEffect
 from state import canonical_json
 
 __all__ = [

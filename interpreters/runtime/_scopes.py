@@ -30,16 +30,9 @@ from interpreters.runtime._frame import (
     close_quietly,
 )
 from interpreters.runtime._replay import FinishedScope, decode_cut_off, finished_scope
-from op import (
-    BudgetExhausted,
-    ConflictDetected,
-    Limit,
-    MergeConflict,
-    Par,
-    TimedOut,
-    Timeout,
-)
+from op import BudgetExhausted, Limit, MergeConflict, Par, TimedOut, Timeout
 from op._effects import ScopeEffect
+from op.events import ConflictDetected
 from state import CRDTModel, StateError, to_jsonable
 
 if TYPE_CHECKING:

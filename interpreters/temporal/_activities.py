@@ -45,7 +45,8 @@ from interpreters.temporal._store import (
 from interpreters.temporal._types import ACTIVITY, Admission, AdmitRequest, EffectCall, Outcome
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
-from op import Agent, Checkpoint, Fatal, Infer, LeafEffect, Message, Output, Tool, default_state
+from op import Agent, Checkpoint, Fatal, Infer, Message, Output, Tool, default_state
+from op.effects import LeafEffect
 from state import canonical_json, to_jsonable
 
 __all__ = ["Activities", "EffectReader", "effect_from_json"]

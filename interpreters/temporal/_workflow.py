@@ -89,7 +89,6 @@ with workflow.unsafe.imports_passed_through():
         Emit,
         Fatal,
         Infer,
-        LeafEffect,
         Now,
         OpdslError,
         Random,
@@ -97,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
         Tool,
         Uuid,
     )
+    from op.effects import LeafEffect
     from state import CRDTModel, canonical_json, dump_jsonable, to_jsonable
 
 __all__ = ["OpdslRun", "TemporalClock"]

@@ -23,19 +23,9 @@ from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
-from op import (
-    Checkpoint,
-    Emit,
-    Fatal,
-    Infer,
-    LeafEffect,
-    Response,
-    Sleep,
-    Tool,
-    ToolResult,
-    canonical_json,
-)
-from state import CRDTModel
+from op import Checkpoint, Emit, Fatal, Infer, Response, Sleep, Tool, ToolResult
+from op.effects import LeafEffect
+from state import CRDTModel, canonical_json
 
 T = TypeVar("T")
 
