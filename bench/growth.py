@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from interpreters import LiveInterpreter, MemoryJournal, SqliteJournal, run  # noqa: E402
 from interpreters.journal._content import unpack_effect, unpack_result  # noqa: E402
-from op import Message, ModelRequest, Response  # noqa: E402
+from op import Message, Response  # noqa: E402
+from op.effects import ModelRequest  # noqa: E402
 from state import canonical_json  # noqa: E402
 from tests.fixtures.conversation_programs import TOOLS, answer, reader  # noqa: E402
 

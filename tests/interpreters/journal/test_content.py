@@ -440,7 +440,11 @@ def _pieces_as_kept(db: Path) -> dict[str, str | bytes]:
     journal = SqliteJournal(db, read_only=True)
     rows = journal._db.execute("SELECT hash, body FROM content").fetchall()
     journal.close()
-    return {key.hex(): body for key, body in rows}
+    kept: dict[str, str | bytes] = {}
+    for key, body in rows:
+        assert isinstance(key, bytes) and isinstance(body, str | bytes)
+        kept[key.hex()] = body
+    return kept
 
 
 def test_texts_are_kept_compressed_and_pieces_named_by_their_text(tmp_path: Path) -> None:
@@ -523,9 +527,8 @@ def test_an_entry_whose_kept_result_is_hostile_is_refused_naming_it(tmp_path: Pa
     db = tmp_path / "runs.db"
     done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
     journal = SqliteJournal(db)
-    (address,) = journal._db.execute(
-        "SELECT address FROM entries WHERE kind='infer' ORDER BY seq LIMIT 1 OFFSET 1"
-    ).fetchone()
+    infers = [e.address for e in journal.entries(done.run_id) if e.kind == Infer.kind]
+    address = infers[1]
     journal._db.execute(
         "UPDATE entries SET result_json=? WHERE address=?",
         (zlib.compress(b"x" * (64 * 2**20 + 1)), address),
