@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 from interpreters.journal._status import ENTRY_STATUSES, EntryEnd, EntryStatus, RunStatus
-from op import Fatal
+from op import Fatal, Tool
 
 DEFAULT_DB = Path(".opdsl") / "runs.db"
 
@@ -118,7 +118,7 @@ class Entry:
     def tool_failure(self) -> str | None:
         """The error of a tool that failed as a tool (the effect completed; its result is
         ``ok=false``), or None."""
-        if self.kind != "tool" or self.status != "completed" or not self.result_json:
+        if self.kind != Tool.kind or self.status != "completed" or not self.result_json:
             return None
         result = _json_or_none(self.result_json)
         if isinstance(result, dict) and result.get("ok") is False:

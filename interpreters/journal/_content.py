@@ -59,6 +59,7 @@ __all__ = [
     "piece_refs",
     "refs_of",
     "unpack_effect",
+    "unpack_message",
     "unpack_result",
 ]
 
@@ -465,7 +466,9 @@ def _calls(get: Lookup, calls: Any, where: str) -> None:
                 call["arguments"] = _object_of(get, call["arguments"], f"{where}[{i}].arguments")
 
 
-def _message(get: Lookup, data: Any, where: str) -> Any:
+def unpack_message(get: Lookup, data: Any, where: str) -> Any:
+    """A chain node's message (its JSON value) with its pieces put back (``where``: for
+    errors)."""
     if isinstance(data, dict):
         if "content" in data:
             data["content"] = _text_of(get, data["content"], f"{where}.content")
@@ -503,7 +506,7 @@ def _messages(get: Lookup, value: Any, where: str) -> Any:
     if len(nodes) != n:
         raise ContentError(f"{where}: the chain holds {len(nodes)} messages, not {n}")
     nodes.reverse()
-    return [_message(get, m, f"{where}[{i}]") for i, m in enumerate(nodes)]
+    return [unpack_message(get, m, f"{where}[{i}]") for i, m in enumerate(nodes)]
 
 
 def unpack_effect(text: str, get: Lookup) -> str:
@@ -515,9 +518,9 @@ def unpack_effect(text: str, get: Lookup) -> str:
     if not isinstance(data, dict):
         return text
     kind = data.get("kind")
-    if kind == "infer" and isinstance(data.get("messages"), dict):
+    if kind == Infer.kind and isinstance(data.get("messages"), dict):
         data["messages"] = _messages(get, data["messages"], "messages")
-    elif kind == "tool" and isinstance(data.get("args"), str):
+    elif kind == Tool.kind and isinstance(data.get("args"), str):
         data["args"] = _object_of(get, data["args"], "args")
     else:
         return text
@@ -538,9 +541,9 @@ def unpack_result(kind: str, text: str | None, get: Lookup) -> str | None:
     data = json.loads(text)
     if not isinstance(data, dict):
         return text
-    if kind == "tool":
+    if kind == Tool.kind:
         data["output"] = _text_of(get, data.get("output"), "output")
-    elif kind == "infer":
+    elif kind == Infer.kind:
         data["text"] = _text_of(get, data.get("text"), "text")
         _calls(get, data.get("tool_calls"), "tool_calls")
     else:
@@ -552,16 +555,16 @@ def refs_of(kind: str, effect_text: str, result_text: str | None) -> set[str]:
     """The pieces an entry refers to directly (a chain by its head only): only references
     where a packed text puts them, never a string that merely looks like a hash."""
     out: set[str] = set()
-    if kind == "infer" and '"$chain"' in effect_text:
+    if kind == Infer.kind and '"$chain"' in effect_text:
         chain = _loaded(effect_text).get("messages")
         if isinstance(chain, dict) and is_digest(chain.get("$chain")):
             out.add(chain["$chain"])
-    elif kind == "tool" and '"args":"' in effect_text:
+    elif kind == Tool.kind and '"args":"' in effect_text:
         _ref_in(_loaded(effect_text).get("args"), str, out)
     if result_text and len(result_text) >= 40:
-        if kind == "tool" and '"$ref"' in result_text:
+        if kind == Tool.kind and '"$ref"' in result_text:
             _ref_in(_loaded(result_text).get("output"), dict, out)
-        elif kind == "infer":
+        elif kind == Infer.kind:
             data = _loaded(result_text)
             _ref_in(data.get("text"), dict, out)
             _calls_refs(data.get("tool_calls"), out)
@@ -619,7 +622,7 @@ def new_messages(get: Lookup, effect_text: str, seen: set[str]) -> tuple[list[An
     fresh = list(chain_nodes(get, head if is_digest(head) else None, seen.__contains__))
     seen.update(h for h, _ in fresh)
     fresh.reverse()
-    return [_message(get, m, "messages") for _, m in fresh], n if isinstance(n, int) else 0
+    return [unpack_message(get, m, "messages") for _, m in fresh], n if isinstance(n, int) else 0
 
 
 def lookup(
@@ -662,7 +665,7 @@ class Reader:
 
     def effect(self, kind: str, text: str) -> Any:
         """An entry's effect as JSON data (an ``infer``'s messages: the new ones)."""
-        if kind == "infer":
+        if kind == Infer.kind:
             fresh = new_messages(self._get, text, self._seen)
             if fresh is not None:
                 data = json.loads(text)
@@ -675,7 +678,7 @@ class Reader:
 
     def effect_text(self, kind: str, text: str) -> str:
         """:meth:`effect` as canonical JSON text."""
-        if kind == "infer" or len(text) >= 40:
+        if kind == Infer.kind or len(text) >= 40:
             return dump_jsonable(self.effect(kind, text))
         return text
 

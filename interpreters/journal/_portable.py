@@ -18,7 +18,7 @@ from interpreters.journal._base import (
     RunRecord,
 )
 from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
-from op import Usage
+from op import Checkpoint, Emit, Infer, Usage
 from state import canonical_json
 
 # -- portability and checks -------------------------------------------------------------------
@@ -207,7 +207,7 @@ def _reference_problems(entries: list[Entry], pieces: Mapping[str, str]) -> list
         for r in sorted(refs_of(e.kind, e.effect_json, e.result_json)):
             if r not in pieces:
                 return [f"entry {e.address} refers to piece {r}, which the file does not hold"]
-        if e.kind != "infer":
+        if e.kind != Infer.kind:
             continue
         try:
             chain = json.loads(e.effect_json).get("messages")
@@ -275,7 +275,7 @@ def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
             return [f"entry {e.address}'s effect or usage is malformed"]
         if not isinstance(effect, dict):
             return [f"entry {e.address}'s effect is not a JSON object"]
-        if e.kind in ("checkpoint", "emit") and not isinstance(effect.get("name"), str):
+        if e.kind in (Checkpoint.kind, Emit.kind) and not isinstance(effect.get("name"), str):
             return [f"entry {e.address}: the {e.kind}'s name is not text"]
     return []
 

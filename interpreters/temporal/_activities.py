@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from interpreters._live import AgentBackend, LiveHandlers
 from interpreters._loading import ProgramNotFound, load_program
-from interpreters.journal._content import ContentError, Lookup, Packer, _message, lookup
+from interpreters.journal._content import ContentError, Lookup, Packer, lookup, unpack_message
 from interpreters.models._base import Model
 from interpreters.runtime._clock import SystemClock
 from interpreters.runtime._events import EventBus
@@ -59,9 +59,9 @@ def effect_from_json(text: str) -> LeafEffect:
 
 def _effect(data: Any, messages: tuple[Message, ...] | None) -> LeafEffect:
     kind = data.get("kind")
-    if kind == "tool":
+    if kind == Tool.kind:
         return Tool(name=str(data["name"]), args=dict(data.get("args") or {}))
-    if kind == "infer":
+    if kind == Infer.kind:
         tools = data.get("tools")
         if messages is None:
             messages = tuple(Message.model_validate(m) for m in data["messages"])
@@ -73,13 +73,13 @@ def _effect(data: Any, messages: tuple[Message, ...] | None) -> LeafEffect:
             params=dict(data.get("params") or {}),
             output=None if output is None else Output.model_validate(output),
         )
-    if kind == "agent":
+    if kind == Agent.kind:
         return Agent(
             backend=str(data["backend"]),
             prompt=str(data["prompt"]),
             options=dict(data.get("options") or {}),
         )
-    if kind == "checkpoint":
+    if kind == Checkpoint.kind:
         return Checkpoint(name=str(data["name"]))
     raise ApplicationError(f"an activity cannot perform a {kind!r} effect", non_retryable=True)
 
@@ -145,7 +145,7 @@ class EffectReader:
         fresh.reverse()
         start = len(base)
         messages = base + tuple(
-            Message.model_validate(_message(get, m, f"messages[{start + i}]"))
+            Message.model_validate(unpack_message(get, m, f"messages[{start + i}]"))
             for i, m in enumerate(fresh)
         )
         if len(messages) != n:

@@ -40,6 +40,7 @@ from interpreters.journal._base import JournalError
 from interpreters.journal._portable import Exported
 from interpreters.temporal._carry import read_carried
 from interpreters.temporal._types import RunInput
+from op import Checkpoint
 
 __all__ = [
     "HISTORY_BYTES",
@@ -270,7 +271,7 @@ def _carried(inp: RunInput) -> Exported:
             if key.endswith("_json") and isinstance(value, str):
                 _shallow(f"{source}: entry {e.address}'s {key}", value)
     if inp.restore_at is not None and not any(
-        e.address == inp.restore_at and e.kind == "checkpoint" for e in entries
+        e.address == inp.restore_at and e.kind == Checkpoint.kind for e in entries
     ):
         raise refused(f"restore_at {inp.restore_at[:40]!r} is not a checkpoint of {source}")
     return exported
