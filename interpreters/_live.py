@@ -160,50 +160,11 @@ class LiveHandlers(RunHandlers):
                     else await bound.call(effect.args, call)
                 )
             case Infer():
-                try:
-                    specs = self.tools.specs(effect.tools)
-                except KeyError as exc:
-                    raise ModelError(str(exc.args[0])) from None
-                output = effect.output
-                if output is not None and output.calls:
-                    output = output.model_copy(update={"json_schema": calls_schema(specs)})
-                request = ModelRequest(
-                    messages=effect.messages,
-                    model=effect.model,
-                    tools=specs,
-                    params=dict(effect.params),
-                    output=output,
-                )
-                if self.model is None:
-                    return await self._default_model(request, call)
-                return await self.model.complete(request, call)
+                return await self._infer(effect, call)
             case Agent():
-                backend = self.agents.get(effect.backend)
-                if backend is None:
-                    known = ", ".join(sorted(self.agents)) or "none"
-                    raise ModelError(
-                        f"no agent backend {effect.backend!r} is bound (bound: {known})"
-                    )
-                if self.workspace is not None:
-                    # with a workspace, the agent works in it (a relative cwd is inside it)
-                    cwd = self.workspace.root / str(effect.options.get("cwd") or ".")
-                    effect = dataclasses.replace(
-                        effect, options={**effect.options, "cwd": str(cwd)}
-                    )
-                served = effect.options.get("tools")
-                if served is None:
-                    return await backend(effect, call)
-                return await backend(effect, call, self._host(effect, served, call))
+                return await self._agent(effect, call)
             case Checkpoint():
-                if self.workspace is not None:
-                    if self.workspace.repo() is not None:
-                        tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
-                        return {"workspace": str(self.workspace.root), "tree": tree}
-                    say_once(
-                        f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
-                        "checkpoints keep no snapshot of its files, and a fork cannot put them back"
-                    )
-                return None
+                return self._checkpoint(call)
             case Emit() | Now() | Random() | Uuid() | Sleep():
                 return await self.local(effect, call)
             case Ask():
@@ -215,6 +176,54 @@ class LiveHandlers(RunHandlers):
                 return reply
             case _:
                 assert_never(effect)
+
+    async def _infer(self, effect: Infer, call: Call) -> Response:
+        """Ask the model, offering the tools the effect names."""
+        try:
+            specs = self.tools.specs(effect.tools)
+        except KeyError as exc:
+            raise ModelError(str(exc.args[0])) from None
+        output = effect.output
+        if output is not None and output.calls:
+            output = output.model_copy(update={"json_schema": calls_schema(specs)})
+        request = ModelRequest(
+            messages=effect.messages,
+            model=effect.model,
+            tools=specs,
+            params=dict(effect.params),
+            output=output,
+        )
+        if self.model is None:
+            return await self._default_model(request, call)
+        return await self.model.complete(request, call)
+
+    async def _agent(self, effect: Agent, call: Call) -> Any:
+        """A turn of the bound agent backend (in the workspace, when there is one)."""
+        backend = self.agents.get(effect.backend)
+        if backend is None:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ModelError(f"no agent backend {effect.backend!r} is bound (bound: {known})")
+        if self.workspace is not None:
+            # with a workspace, the agent works in it (a relative cwd is inside it)
+            cwd = self.workspace.root / str(effect.options.get("cwd") or ".")
+            effect = dataclasses.replace(effect, options={**effect.options, "cwd": str(cwd)})
+        served = effect.options.get("tools")
+        if served is None:
+            return await backend(effect, call)
+        return await backend(effect, call, self._host(effect, served, call))
+
+    def _checkpoint(self, call: Call) -> dict[str, str] | None:
+        """The world's snapshot a checkpoint journals: the workspace's tree, if it is a repo."""
+        if self.workspace is None:
+            return None
+        if self.workspace.repo() is not None:
+            tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
+            return {"workspace": str(self.workspace.root), "tree": tree}
+        say_once(
+            f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
+            "checkpoints keep no snapshot of its files, and a fork cannot put them back"
+        )
+        return None
 
 
 @final
