@@ -11,6 +11,7 @@ from typing import Any, TypeVar, assert_never, final
 from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
+from interpreters.journal._checkpoint import WorkspaceSnapshot
 from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
 from interpreters.models._remote import ProviderError, RetryPolicy, default_model_spec
 from interpreters.models._remote import RemoteModel as HttpModel  # isinstance loads no httpx
@@ -88,10 +89,10 @@ class LiveHandlers(RunHandlers):
         self.answer = answer
 
     async def restore(self, snapshot: Any) -> None:
-        tree = snapshot.get("tree") if isinstance(snapshot, dict) else None
-        if tree and self.workspace is not None:
-            self.workspace.save_before_restore(str(tree))  # the user's own work is never lost
-            self.workspace.restore(str(tree))
+        files = WorkspaceSnapshot.from_world(snapshot)
+        if files is not None and self.workspace is not None:
+            self.workspace.save_before_restore(files.tree)  # the user's own work is never lost
+            self.workspace.restore(files.tree)
 
     async def _default_model(self, request: ModelRequest, call: Call) -> Response:
         """No model was given: ``$OPDSL_MODEL``, else Ollama's ``qwen3:8b`` on this machine."""
@@ -218,7 +219,7 @@ class LiveHandlers(RunHandlers):
             return None
         if self.workspace.repo() is not None:
             tree = self.workspace.snapshot(f"{call.run_id}/{call.address}")
-            return {"workspace": str(self.workspace.root), "tree": tree}
+            return WorkspaceSnapshot(workspace=str(self.workspace.root), tree=tree).to_json()
         say_once(
             f"opdsl: warning: workspace {self.workspace.root} is not a git repository: "
             "checkpoints keep no snapshot of its files, and a fork cannot put them back"

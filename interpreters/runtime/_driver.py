@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, assert_never, cast, final
 
 from interpreters.journal._base import Entry, Journal, RunRecord
+from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import (
     ContentError,
     Packer,
@@ -431,15 +432,17 @@ class Driver:
             reason=reason,
         )
 
-    def snapshot(self, frame: Frame) -> dict[str, Any]:
-        """What a checkpoint journals besides the world: the frame's state and replica."""
+    def snapshot(self, frame: Frame, world: Any) -> CheckpointSnapshot:
+        """What a checkpoint journals: the frame's state and replica, and the ``world`` its
+        handler kept."""
         state = frame.replica.state
-        return {
-            "state": None if state is None else to_jsonable(state),
-            "state_type": None if state is None else to_jsonable(type(state)),
-            "replica": frame.replica.id,
-            "lamport": frame.replica.lamport,
-        }
+        return CheckpointSnapshot(
+            state=None if state is None else to_jsonable(state),
+            state_type=None if state is None else to_jsonable(type(state)),
+            replica=frame.replica.id,
+            lamport=frame.replica.lamport,
+            world=world,
+        )
 
     # -- state ------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from interpreters.journal._base import Entry, JournalError
+from interpreters.journal._checkpoint import CheckpointSnapshot, SnapshotError
 from interpreters.journal._status import EntryEnd
 from interpreters.runtime._frame import (
     BudgetStop,
@@ -216,9 +217,7 @@ class Journaled(Layer):
             self.failed(address, exc)
             raise
         # a checkpoint's handler returns the world's snapshot: journaled with the state's
-        recorded = (
-            {**d.snapshot(frame), "world": result} if isinstance(effect, Checkpoint) else result
-        )
+        recorded = d.snapshot(frame, result).to_json() if isinstance(effect, Checkpoint) else result
         text = d.recorded_result(recorded, f"the result of {effect.kind}", address)
         self.finish(address, "completed", recorded=text, usage=usage_of(result))
         # grouped: the finish is committed with the next commit, at the latest before this
@@ -392,10 +391,10 @@ class Replay(Layer):
         if entry.status == "completed":
             if isinstance(effect, Checkpoint) and d.log is not None and d.log.restore_at == address:
                 d.last_checkpoint = (effect.name, address)
-                self.restore(frame, address, entry)
-                world = json.loads(entry.result_json or "{}").get("world")
-                if world is not None:
-                    await d.handlers.restore(world)
+                snapshot = self.snapshot_of(address, entry)
+                self.restore(frame, address, snapshot)
+                if snapshot.world is not None:
+                    await d.handlers.restore(snapshot.world)
             return decode_result(effect, d.whole(entry.result_json, effect.kind))
         if entry.status == "failed":
             raise decode_error(entry.error_json)
@@ -404,10 +403,19 @@ class Replay(Layer):
             raise ReplayStop()
         await d.scheduler.wait_forever()
 
-    def restore(self, frame: Frame, address: str, entry: Entry) -> None:
+    def snapshot_of(self, address: str, entry: Entry) -> CheckpointSnapshot:
+        """The snapshot a checkpoint entry recorded; a journal error naming it if it is not
+        one."""
+        try:
+            return CheckpointSnapshot.from_json(json.loads(entry.result_json or "{}"))
+        except (SnapshotError, ValueError) as exc:
+            raise JournalError(
+                f"run {self.driver.run_id}: checkpoint {address} cannot be restored: {exc}"
+            ) from None
+
+    def restore(self, frame: Frame, address: str, snapshot: CheckpointSnapshot) -> None:
         """At a fork's checkpoint: the replayed state must be the recorded snapshot."""
-        snapshot = json.loads(entry.result_json or "{}")
-        recorded = snapshot.get("state")
+        recorded = snapshot.state
         state = frame.replica.state
         same = state.matches(recorded) if state is not None else recorded is None
         if not same:
@@ -419,4 +427,4 @@ class Replay(Layer):
                 canonical_json(recorded),
                 canonical_json(now),
             )
-        frame.replica.lamport = max(frame.replica.lamport, int(snapshot.get("lamport", 0)))
+        frame.replica.lamport = max(frame.replica.lamport, snapshot.lamport)
