@@ -47,8 +47,6 @@ from interpreters._resume import (
     resume,
 )
 
-_fork_prefix = fork_prefix  # its name before 0.4.0 (the Temporal client imports it)
-
 __all__ = [
     "GUESSED_OUTPUT_TOKENS",
     "CodeChanged",

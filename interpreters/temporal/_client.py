@@ -227,13 +227,13 @@ async def fork(
 ) -> WorkflowHandle[Any, RunOutcome]:
     """A new run that replays ``run_id`` up to ``checkpoint`` (``NAME`` or ``NAME#k``) and goes on
     live from there, on Temporal; the parent is untouched."""
-    from interpreters._durable import _fork_prefix, find_checkpoint
+    from interpreters._durable import find_checkpoint, fork_prefix
 
     exported = read_export(await export(client, run_id), source=f"run {run_id}")
     record, entries = exported.run, exported.entries
     cp = find_checkpoint(entries, checkpoint)
     child = new_run_id()
-    prefix = _fork_prefix(entries, cp, child)
+    prefix = fork_prefix(entries, cp, child)
     child_record = record.model_copy(
         update={
             "run_id": child,

@@ -141,7 +141,6 @@ def test_the_old_names_are_still_importable_from_durable() -> None:
     from interpreters import _durable
 
     for name in (
-        "_fork_prefix",
         "aanswer",
         "adry_run",
         "areplay",
