@@ -73,7 +73,7 @@ async def opdsl(
     t0 = time.perf_counter()
 
     async def one(i: int) -> None:
-        statuses.append((await interp.run(chatty, i)).status)
+        statuses.append((await interp.arun(chatty, i)).status)
 
     await asyncio.gather(*(one(i) for i in range(runs)))
     elapsed = time.perf_counter() - t0

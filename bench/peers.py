@@ -110,7 +110,7 @@ def opdsl_concurrent(folder: Path, runs: int) -> float:
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for _ in range(runs):
-                tg.start_soon(interp.run, loop, steps)
+                tg.start_soon(interp.arun, loop, steps)
         return runs * steps / (time.perf_counter() - t0)
 
     return anyio.run(go)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, assert_never, final
+
+import sniffio
 
 from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
@@ -227,6 +230,14 @@ class LiveHandlers(RunHandlers):
         return None
 
 
+def _in_event_loop() -> bool:
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+    return True
+
+
 @final
 class LiveInterpreter:
     """Runs programs for real, journaling every recorded effect.
@@ -292,8 +303,30 @@ class LiveInterpreter:
             record=record,
         )
 
-    run = arun
-    """:meth:`arun` by its older name (awaited, as before)."""
+    def run(
+        self,
+        program: Callable[..., Generator[Any, Any, T]],
+        /,
+        *args: Any,
+        state: CRDTModel | None = None,
+        run_id: str | None = None,
+        **kwargs: Any,
+    ) -> RunResult[T]:
+        """:meth:`arun` from synchronous code, as every interpreter's ``run`` is.
+
+        Before 0.4.0 ``run`` was :meth:`arun`'s name. Called where an event loop runs (the
+        old ``await interpreter.run(...)``), it still gives :meth:`arun`'s awaitable, with a
+        ``DeprecationWarning``, until 0.5.0."""
+        if _in_event_loop():
+            warnings.warn(
+                "await LiveInterpreter.run(...) is deprecated: await arun(...) instead "
+                "(run() is synchronous, as every interpreter's; the old form goes in 0.5.0)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            later = self.arun(program, *args, state=state, run_id=run_id, **kwargs)
+            return later  # type: ignore[return-value]  # the old form, for one release
+        return self.run_sync(program, *args, state=state, run_id=run_id, **kwargs)
 
     def run_sync(
         self,
@@ -304,7 +337,7 @@ class LiveInterpreter:
         backend: str = "asyncio",
         **kwargs: Any,
     ) -> RunResult[T]:
-        """:meth:`arun` from synchronous code."""
+        """:meth:`arun` from synchronous code, on ``backend`` (``asyncio`` or ``trio``)."""
         return blocking(
             functools.partial(self.arun, program, *args, state=state, run_id=run_id, **kwargs),
             backend=backend,

@@ -10,9 +10,9 @@ interpreter            built with                          ``arun`` gives
 ``DryRunInterpreter``  model, tools, workspace             ``Plan`` (nothing performed)
 =====================  ==================================  ==============================
 
-The scripted, replay and dry-run interpreters also have ``run``, the same from synchronous
-code; the live interpreter's synchronous call is ``run_sync`` (its ``run`` is ``arun``'s
-older name, awaited, kept as it was).
+Each also has ``run``, the same from synchronous code (the live interpreter's ``run_sync``
+too, which can pick trio). Before 0.4.0 the live interpreter's ``run`` was ``arun``'s name:
+awaited where an event loop runs, it still works, with a ``DeprecationWarning``, until 0.5.0.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ R_co = TypeVar("R_co", covariant=True)
 
 @runtime_checkable
 class Interpreter(Protocol[R_co]):
-    """Runs a program: ``await interpreter.arun(program, *args, **kwargs)``."""
+    """Runs a program: ``interpreter.run(program, *args, **kwargs)``, or ``await
+    interpreter.arun(...)`` from async code."""
+
+    def run(self, program: Callable[..., Any], /, *args: Any, **kwargs: Any) -> R_co:
+        """Run ``program(*args, **kwargs)`` and say how it went (from synchronous code)."""
+        ...
 
     async def arun(self, program: Callable[..., Any], /, *args: Any, **kwargs: Any) -> R_co:
         """Run ``program(*args, **kwargs)`` and say how it went."""

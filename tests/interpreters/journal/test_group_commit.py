@@ -73,7 +73,7 @@ def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
             for _ in range(runs):
 
                 async def one() -> None:
-                    results.append(await interp.run(_program, steps))
+                    results.append(await interp.arun(_program, steps))
 
                 tg.start_soon(one)
 
@@ -126,7 +126,7 @@ def test_a_commit_that_fails_fails_every_run_that_waits_on_it(
             for _ in range(3):
 
                 async def one() -> None:
-                    results.append(await interp.run(program))
+                    results.append(await interp.arun(program))
 
                 tg.start_soon(one)
 
@@ -190,7 +190,7 @@ def test_by_default_a_run_alone_commits_each_write_and_runs_together_group(
         out: list[list[str]] = []
 
         async def one() -> None:
-            out.append((await interp.run(_program, 4)).value)
+            out.append((await interp.arun(_program, 4)).value)
 
         async with anyio.create_task_group() as tg:
             for _ in range(5):

@@ -87,9 +87,23 @@ def test_every_interpreter_has_the_one_shape() -> None:
     assert [o.value for o in outcomes[:3]] == ["HI", "HI", "HI"]
     plan = outcomes[3]
     assert isinstance(plan, Plan) and plan.would_run == ["shout at 1"]
-    # and the synchronous call of those that have one
-    assert ReplayInterpreter(recorded.run_id, db=journal).run().value == "HI"
+    # and the same from synchronous code, every one
+    again = [i.run(shouting) for i in interpreters[:2]]
+    again.append(ReplayInterpreter(recorded.run_id, db=journal).run())
+    assert [o.value for o in again] == ["HI", "HI", "HI"]
     assert DryRunInterpreter(tools=[shout]).run(shouting).would_run == ["shout at 1"]
+
+
+def test_the_live_interpreters_old_awaited_run_still_works_with_a_warning() -> None:
+    interpreter = LiveInterpreter(tools=[shout])
+
+    async def old_style() -> str:
+        with pytest.warns(DeprecationWarning, match=r"await arun\(\.\.\.\) instead"):
+            result = await interpreter.run(shouting)  # type: ignore[misc]
+        return str(result.value)
+
+    assert asyncio.run(old_style()) == "HI"
+    assert interpreter.run(shouting).value == "HI"  # no loop running: it runs, no warning
 
 
 class _OwnOnly(RunHandlers):
