@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
     from interpreters._api import (
         run as run,
     )
+    from interpreters._dry_run import (
+        DryRunInterpreter as DryRunInterpreter,
+    )
     from interpreters._durable import (
         Plan as Plan,
     )
@@ -58,6 +61,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
     )
     from interpreters._live import (
         LiveInterpreter as LiveInterpreter,
+    )
+    from interpreters._replaying import (
+        ReplayInterpreter as ReplayInterpreter,
     )
     from interpreters._sinks import (
         ConsoleSink as ConsoleSink,
@@ -137,6 +143,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
     from interpreters.runtime._events import (
         Sink as Sink,
     )
+    from interpreters.runtime._interpreter import (
+        Interpreter as Interpreter,
+    )
     from interpreters.runtime._replay import (
         Divergence as Divergence,
     )
@@ -215,11 +224,14 @@ _WHERE: dict[str, str] = {
     "NoopBackend": "interpreters.agents",
     "open_journal": "interpreters.journal",
     "Plan": "interpreters._durable",
+    "DryRunInterpreter": "interpreters._dry_run",
+    "Interpreter": "interpreters.runtime._interpreter",
     "ProgramNotFound": "interpreters._durable",
     "quick": "interpreters.tools._bound",
     "read_only": "interpreters.tools._bound",
     "replay": "interpreters._durable",
     "ReplayedError": "interpreters.runtime._replay",
+    "ReplayInterpreter": "interpreters._replaying",
     "resolve_model": "interpreters.models._base",
     "resume": "interpreters._durable",
     "run": "interpreters._api",
