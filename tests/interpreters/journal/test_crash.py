@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -73,7 +73,7 @@ def test_sigkill_at_every_write_then_resume(tmp_path: Path, grouped: bool) -> No
 
 
 def _kill_at(
-    ask: IO[str], answer: IO[str], tmp_path: Path, n: int, when: str, reference: RunResult
+    ask: IO[str], answer: IO[str], tmp_path: Path, n: int, when: str, reference: RunResult[Any]
 ) -> None:
     """Kill a run at write ``n`` (before or after it), then check that resume finishes it."""
     case = tmp_path / f"{n}-{when}"
