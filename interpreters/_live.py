@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
+import sys
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, assert_never, final
-
-import sniffio
 
 from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
@@ -231,9 +231,18 @@ class LiveHandlers(RunHandlers):
 
 
 def _in_event_loop() -> bool:
+    """Whether this thread is inside a running asyncio or trio loop."""
     try:
-        sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        pass
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
         return False
     return True
 

@@ -71,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         import atexit
         import signal
+        import warnings
+
+        # a Ctrl-C that lands while asyncio.run ends its loop leaves asyncio's own shutdown
+        # coroutine unawaited; Python would print a warning about it after the one line
+        warnings.filterwarnings(
+            "ignore",
+            message="coroutine 'BaseEventLoop.shutdown_default_executor' was never awaited",
+            category=RuntimeWarning,
+        )
 
         # the last exit hook (the first registered): from there on Python itself tears
         # down, puts back the operating system's default for SIGINT, and a Ctrl-C would

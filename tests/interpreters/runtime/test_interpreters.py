@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import trio
 from temporalio.exceptions import ApplicationError
 
 from interpreters import LiveInterpreter, MemoryJournal, ScriptedInterpreter, expect, run
@@ -103,6 +104,7 @@ def test_the_live_interpreters_old_awaited_run_still_works_with_a_warning() -> N
         return str(result.value)
 
     assert asyncio.run(old_style()) == "HI"
+    assert trio.run(old_style) == "HI"  # inside trio's loop the same
     assert interpreter.run(shouting).value == "HI"  # no loop running: it runs, no warning
 
 
