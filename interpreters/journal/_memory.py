@@ -14,7 +14,7 @@ from interpreters.journal._base import (
     RunRecord,
     RunStatus,
 )
-from interpreters.journal._content import kept_body, stored_body
+from interpreters.journal._content import SHORT_MIN, kept_body, stored_body
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd, EntryStatus
 
 
@@ -126,7 +126,9 @@ class MemoryJournal(Journal):
                 f"run {run_id}: address {address} is already {old.status}; entries are append-only"
             )
         seq = old.seq if old is not None else len(entries)
-        entries[address] = _Kept(seq, kind, stored_body(effect_json), at)
+        # a short text (most are) is kept as it is: no call for it
+        effect = effect_json if len(effect_json) < SHORT_MIN else stored_body(effect_json)
+        entries[address] = _Kept(seq, kind, effect, at)
 
     def finish(
         self,
@@ -145,9 +147,13 @@ class MemoryJournal(Journal):
             state = "missing" if old is None else old.status
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is {state}")
         old.status = status
-        old.result = _stored(result_json)
-        old.error = _stored(error_json)
-        old.usage = _stored(usage_json)
+        if result_json is not None and len(result_json) >= SHORT_MIN:
+            old.result = stored_body(result_json)
+        else:
+            old.result = result_json
+        if error_json is not None or usage_json is not None:
+            old.error = _stored(error_json)
+            old.usage = _stored(usage_json)
         old.finished_at = at
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
