@@ -12,8 +12,7 @@ from typing import Any, assert_never, final
 
 from interpreters._live import LiveHandlers, as_workspace
 from interpreters.models._base import Model, ScriptedModel, example_of, resolve_model
-from interpreters.models._remote import Prices
-from interpreters.models._remote import RemoteModel as HttpModel  # isinstance loads no httpx
+from interpreters.models._remote import Prices, RemoteModel
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import execute, new_run_id, program_name
 from interpreters.runtime._events import EventBus
@@ -140,12 +139,12 @@ class DryRunHandlers(RunHandlers):
         self.plan = plan
         self.live = LiveHandlers(model=model, tools=tools, seed=0)
         # the price table is read once, not at every stubbed call
-        self.prices = model.prices if isinstance(model, HttpModel) else Prices()
+        self.prices = model.prices if isinstance(model, RemoteModel) else Prices()
 
     def _stub(self, effect: Infer) -> Response:
         """An estimated answer: input tokens from the prompt, output tokens from ``max_tokens``
         or :data:`GUESSED_OUTPUT_TOKENS`, priced where the model's price is known."""
-        name = effect.model or (self.model.model if isinstance(self.model, HttpModel) else None)
+        name = effect.model or (self.model.model if isinstance(self.model, RemoteModel) else None)
         asked = effect.params.get("max_tokens")
         output = asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
         usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=output)

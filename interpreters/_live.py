@@ -16,8 +16,7 @@ from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
 from interpreters.journal._checkpoint import WorkspaceSnapshot
 from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
-from interpreters.models._remote import ProviderError, RetryPolicy, default_model_spec
-from interpreters.models._remote import RemoteModel as HttpModel  # isinstance loads no httpx
+from interpreters.models._remote import ProviderError, RemoteModel, RetryPolicy, default_model_spec
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
 from interpreters.runtime._driver import RunResult, execute, new_run_id
@@ -102,14 +101,14 @@ class LiveHandlers(RunHandlers):
         spec = default_model_spec()
         model = resolve_model(spec)
         assert model is not None
-        if isinstance(model, HttpModel):
+        if isinstance(model, RemoteModel):
             model.retry = RetryPolicy(max_retries=0)
         try:
             return await model.complete(request, call)
         except ProviderError as exc:
             if exc.status is not None:
                 raise
-            where = f" at {model.base_url}" if isinstance(model, HttpModel) else ""
+            where = f" at {model.base_url}" if isinstance(model, RemoteModel) else ""
             shown = redact_spec(spec)
             raise ModelError(
                 f"no model was given and the default, {shown}{where}, is unreachable; start it, or "
@@ -123,7 +122,7 @@ class LiveHandlers(RunHandlers):
                 return None
             return f"the {effect.backend} backend reports no cost, so a usd budget cannot be kept for it"
         model = self.model
-        if not isinstance(model, HttpModel):
+        if not isinstance(model, RemoteModel):
             return None  # a scripted or custom model: its answers say their cost, if they know it
         name = effect.model or model.model
         if model.prices.cost(name, Usage()) is not None:
