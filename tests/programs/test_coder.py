@@ -294,7 +294,7 @@ def test_end_to_end_over_http_through_opdsl_run(
         out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out.splitlines()[-1])
-    assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha
+    assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha, result
     assert str(git.Repo(repo).head.commit.message).startswith("Fix add() to add")
     tests = subprocess.run(
         ["python", "-m", "pytest", "-q"], cwd=repo, capture_output=True, text=True
