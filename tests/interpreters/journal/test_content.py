@@ -497,11 +497,12 @@ def test_a_0_3_0_file_keeps_its_page_size_when_upgraded(tmp_path: Path) -> None:
         (b"\x78\x9c not zlib at all", "is not a compressed text"),
         (zlib.compress(b"{}" * 400)[:-6], "is a compressed text that was cut short"),
         (zlib.compress(b"\xff\xfe" * 400), "does not unpack to UTF-8 text"),
+        (12345, "does not hold the text its hash names"),  # TEXT affinity: "12345"
     ],
-    ids=["bomb", "corrupt", "cut", "not-utf8"],
+    ids=["bomb", "corrupt", "cut", "not-utf8", "a-number"],
 )
 def test_a_hostile_compressed_piece_is_refused_naming_it(
-    tmp_path: Path, body: bytes, error: str
+    tmp_path: Path, body: bytes | int, error: str
 ) -> None:
     db = tmp_path / "runs.db"
     done = run(reader, 3, model=ReadingModel(3), tools=TOOLS, db=str(db))
