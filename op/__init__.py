@@ -76,6 +76,7 @@ from op._errors import (
 from op._program import (
     WorkspaceOf,
     default_state,
+    failure_of,
     program,
     workspace_of,
 )
@@ -283,6 +284,7 @@ __all__ = [
     "checkpoint",
     "default_state",
     "emit",
+    "failure_of",
     "get",
     "infer",
     "limit",
