@@ -115,6 +115,10 @@ def report_result(result: Any) -> int:
 
         # piped, the value as it is; on a terminal, no control code of it reaches the terminal
         print(visible(shown) if sys.stdout.isatty() else shown)
+        failed = _failure(result.program, value)
+        if failed:
+            print(visible(f"run {result.run_id} completed, but {failed}"), file=sys.stderr)
+            return 1
         print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
         return 0
     from interpreters._redact import Redactor
@@ -127,10 +131,30 @@ def report_result(result: Any) -> int:
     return 1
 
 
+def _failure(program: str, value: Any) -> str | None:
+    """Why a run's result says the run failed (:func:`op.failure_of`), as the end of a line:
+    "its result says it failed: why"; None when it does not. The program's own declaration
+    counts when its module is loaded (the command loaded it to run it)."""
+    from op import failure_of
+
+    module, _, name = program.partition(":")
+    loaded = sys.modules.get(module)
+    fn = getattr(loaded, name, None) if loaded is not None and name else None
+    why = failure_of(fn, value)
+    return None if why is None else f"its result says it failed: {why}"
+
+
 def report_outcome(ended: Any) -> int:
     """How a run on Temporal ended, as :func:`report_result` says it for a local run."""
     if ended.status == "completed":
-        print(json.dumps(json.loads(ended.result_json or "null"), indent=2, ensure_ascii=False))
+        value = json.loads(ended.result_json or "null")
+        print(json.dumps(value, indent=2, ensure_ascii=False))
+        failed = _failure(ended.program, value)
+        if failed:
+            from interpreters._shown import visible
+
+            print(visible(f"run {ended.run_id} completed, but {failed}"), file=sys.stderr)
+            return 1
         return 0
     from interpreters._shown import visible
 
