@@ -237,7 +237,7 @@ class ConsoleSink:
                 self._stop_live()
                 self._waiting.clear()
                 self._scopes.clear()
-                style = "green" if event.status == "completed" else "red"
+                style = {"completed": "green", "waiting": "yellow"}.get(event.status, "red")
                 extra = f": {event.error}" if event.error else ""
                 line((f"■ {event.status}", f"bold {style}"), extra)
             case EffectStarted():
@@ -259,7 +259,11 @@ class ConsoleSink:
                 self._charge(event.address, event.kind, event.usage)
                 if waited is not None and waited.streamed and self.show_tokens:
                     line(("".join(waited.streamed), "dim"))
-                if event.status != "completed":
+                if _waits(event):
+                    # not an error: the run waits, durably, for `opdsl answer`
+                    what = "for an answer" if event.kind == Ask.kind else "on a question inside"
+                    line((f"  {event.address:>8} {event.kind} waiting {what}", "yellow"))
+                elif event.status != "completed":
                     line(
                         (f"  {event.address:>8} {event.kind} {event.status}", "red"),
                         f" {event.error or ''}",
@@ -279,6 +283,15 @@ class ConsoleSink:
                 line((f"  {event.address:>8} • {event.name}", "yellow"), data)
             case ConflictDetected():
                 line((f"  {event.address:>8} conflict", "red"), f" {_short(event.conflicts)}")
+
+
+def _waits(event: EffectFinished) -> bool:
+    """Whether the effect ended only because the run waits for an answer (an open ``ask``, or
+    a scope around one)."""
+    error = event.error or ""
+    return event.status == "unresolved" or (
+        event.status == "cancelled" and error.startswith("WaitingForAnswer:")
+    )
 
 
 def _num(value: float) -> str:
