@@ -63,3 +63,37 @@ def test_a_declared_failed_predicate_and_an_ok_field_make_the_run_exit_1(
     assert (code, json.loads(out)) == (0, ["bug", "bug"]), err
     code, out, err = opdsl(capsys, "run", "tests.fixtures.round2_programs:checked", *base)
     assert code == 1 and "its result says it failed: the check found 2 problems" in err
+
+
+# -- 6. two open questions ----------------------------------------------------------------------
+
+
+def test_two_open_questions_print_the_exact_answer_commands_and_say_waiting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = opdsl(
+        capsys, "run", "tests.fixtures.round2_programs:two_questions", "--db", "runs.db"
+    )
+    assert code == 0, err
+    # the live view says the run waits, in words; nothing reads as an error
+    assert "1.1.1 ask waiting for an answer" in out and "1 par waiting" in out
+    assert "unresolved" not in out and "cancelled" not in out and "WaitingForAnswer" not in out
+    commands = [line.split("#")[0].strip() for line in err.splitlines() if "opdsl answer" in line]
+    assert len(commands) == 2 and all("--at" in c for c in commands), err
+    assert commands[0].endswith("--at 1.1.1 TEXT") and "# Which colour?" in err
+    run_id = commands[0].split()[2]
+    code, out, _ = opdsl(capsys, "show", run_id, "--db", "runs.db")
+    assert [line.split("│")[3].strip() for line in out.splitlines() if "│ 1" in line] == [
+        "waiting"
+    ] * 3
+    # each printed command works as it is (TEXT replaced by the answer)
+    argv = shlex.split(commands[0].replace("TEXT", "red"))[1:]
+    code, out, err = opdsl(capsys, *argv)
+    assert code == 0, err
+    # one question left: the command needs no --at
+    assert f"answer it with: opdsl answer {run_id} --db runs.db TEXT" in err
+    code, out, err = opdsl(capsys, "answer", run_id, "--db", "runs.db", "large", "--quiet")
+    assert (code, json.loads(out)) == (0, ["red", "large"]), err

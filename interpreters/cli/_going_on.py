@@ -44,7 +44,8 @@ def resume(a: argparse.Namespace) -> int:
     with models_timed(a.model_timeout):
         kwargs = _named_code(a)
         return report_result(
-            resume_run(a.run, from_checkpoint=a.from_checkpoint, on_event=sinks(a), **kwargs)
+            resume_run(a.run, from_checkpoint=a.from_checkpoint, on_event=sinks(a), **kwargs),
+            db=a.db,
         )
 
 
@@ -66,7 +67,7 @@ def answer(a: argparse.Namespace) -> int:
         return _answer_on_temporal(a)
     kwargs = _named_code(a)
     return report_result(
-        resume_run(a.run, answer=a.text, answer_at=a.at, on_event=sinks(a), **kwargs)
+        resume_run(a.run, answer=a.text, answer_at=a.at, on_event=sinks(a), **kwargs), db=a.db
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -15,9 +16,11 @@ __all__ = [
     "console",
     "json_object",
     "loads",
+    "open_questions",
     "print_json",
     "report_outcome",
     "report_result",
+    "report_waiting",
     "run_json",
     "sinks",
     "text",
@@ -100,7 +103,7 @@ def run_json(r: Any) -> dict[str, Any]:
     }
 
 
-def report_result(result: Any) -> int:
+def report_result(result: Any, *, db: str | None = None) -> int:
     """How a local run ended: its value on stdout (status 0), or what stopped it on stderr
     (status 1; 0 for a run that waits for an answer, with how to give it)."""
     if result.status == "completed":
@@ -124,11 +127,69 @@ def report_result(result: Any) -> int:
     from interpreters._redact import Redactor
     from interpreters._shown import visible
 
-    print(visible(Redactor.from_env()(result.describe())), file=sys.stderr)
     if result.status == "waiting":
-        print(f"answer it with: opdsl answer {result.run_id} TEXT", file=sys.stderr)
+        asked = open_questions(result.journal, result.run_id) or [
+            (result.address or "", result.question or "")
+        ]
+        report_waiting(result.run_id, result.program, asked, db=db)
         return 0
+    print(visible(Redactor.from_env()(result.describe())), file=sys.stderr)
     return 1
+
+
+def open_questions(journal: Any, run_id: str) -> list[tuple[str, str]]:
+    """(address, question) of each ``ask`` the run waits on, in address order."""
+    from interpreters import open_journal
+    from op import Ask
+
+    try:
+        journal = open_journal(journal, read_only=True)
+        entries = journal.entries(run_id)
+    except Exception:  # the journal is gone or closed: the result's own question is shown
+        return []
+    asked = []
+    for entry in entries:
+        if entry.kind == Ask.kind and entry.status == "started":
+            effect = json_object(journal.whole(entry).effect_json)
+            asked.append((entry.address, str(effect.get("question", ""))))
+    return asked
+
+
+def report_waiting(
+    run_id: str,
+    program: str,
+    asked: list[tuple[str, str]],
+    *,
+    db: str | None = None,
+    temporal: str | None = None,
+) -> None:
+    """A run that waits: each open question, and the exact command that answers it (with
+    ``--at`` when there are several, since ``opdsl answer`` then needs it)."""
+    from interpreters._redact import Redactor
+    from interpreters._shown import visible
+
+    where = "".join(
+        f" {flag} {shlex.quote(value)}"
+        for flag, value in (("--db", db), ("--temporal", temporal))
+        if value
+    )
+    redact = Redactor.from_env()
+    if len(asked) == 1:
+        address, question = asked[0]
+        print(
+            visible(redact(f"run {run_id} of {program} is waiting for an answer to: {question}")),
+            file=sys.stderr,
+        )
+        print(f"answer it with: opdsl answer {run_id}{where} TEXT", file=sys.stderr)
+        return
+    print(
+        f"run {run_id} of {program} is waiting for answers to {len(asked)} questions; "
+        "answer each with:",
+        file=sys.stderr,
+    )
+    for address, question in asked:
+        line = f"  opdsl answer {run_id}{where} --at {address} TEXT    # {question}"
+        print(visible(redact(line)), file=sys.stderr)
 
 
 def _failure(program: str, value: Any) -> str | None:

@@ -65,7 +65,7 @@ def _run(a: argparse.Namespace) -> int:
         tool_refs=a.tools or None,
         workspace=folder,
     )
-    return report_result(result)
+    return report_result(result, db=a.db)
 
 
 def _run_on_temporal(a: argparse.Namespace, kwargs: dict[str, Any], state: Any) -> int:

@@ -110,6 +110,8 @@ def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
     elif e.status == "failed":
         message = str(json_object(e.error_json).get("message", ""))[:80]
         status, why = text(("failed", "red")), text(f"{what} ", (message, "red"))
+    elif _waits(e):
+        status = text(("waiting", "yellow"))
     cells = (
         text(e.address),
         text((e.kind, style)),
@@ -119,6 +121,17 @@ def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
         why,
     )
     return cells, usage
+
+
+def _waits(e: Any) -> bool:
+    """Whether an entry is open only because its run waits for an answer: a question not yet
+    answered, or a scope around one (ended, for now, by the wait)."""
+    from op import Ask
+
+    if e.kind == Ask.kind:
+        return bool(e.status == "started")
+    error = json_object(e.error_json)
+    return e.status == "cancelled" and str(error.get("type", "")).endswith(":WaitingForAnswer")
 
 
 def _what(e: Any) -> str:
