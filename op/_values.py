@@ -32,6 +32,14 @@ class _Value(BaseModel):
 class Usage(_Value):
     """Tokens and money one effect used. ``cost_usd`` is None when the price is unknown.
 
+    ``input_tokens`` counts every token of the prompt, as it is billed: ``cached_tokens`` of
+    them were read from the provider's prompt cache (billed at its cache-read price) and
+    ``cache_write_tokens`` were written to it (Anthropic bills them at its cache-write
+    price). ``price_source``: which price table priced ``cost_usd`` and the date of its price
+    (``genai-prices 0.2.3: anthropic claude-sonnet-4-5``, ``OPDSL_PRICES=prices.json``).
+    Both are left out of the canonical form while unset, so usage without them is the same
+    bytes as in journals from before them.
+
     Example:
         >>> (Usage(input_tokens=3, cost_usd=0.5) + Usage(output_tokens=2)).total_tokens
         5
@@ -41,6 +49,12 @@ class Usage(_Value):
     output_tokens: int = Field(default=0, ge=0)
     cached_tokens: int = Field(default=0, ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    price_source: str | None = Field(default=None, json_schema_extra={"omit_if_none": True})
+
+    def __canonical_implied__(self) -> dict[str, Any]:
+        """Fields the canonical form leaves out while they hold these values."""
+        return {"cache_write_tokens": 0}
 
     @property
     def total_tokens(self) -> int:
@@ -55,6 +69,8 @@ class Usage(_Value):
             output_tokens=self.output_tokens + other.output_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
             cost_usd=cost,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            price_source=self.price_source if self.price_source == other.price_source else None,
         )
 
 
@@ -234,6 +250,13 @@ class Spent(_Value):
     tool_calls: int = 0
     seconds: float = 0.0
     usd_unknown: int = 0
+    #: of ``tokens``, how many prompt tokens were read from a provider's prompt cache (left
+    #: out of the canonical form while 0, as journals before it have it)
+    cached_tokens: int = 0
+
+    def __canonical_implied__(self) -> dict[str, Any]:
+        """Fields the canonical form leaves out while they hold these values."""
+        return {"cached_tokens": 0}
 
 
 class BudgetExhausted(_Value):
