@@ -286,6 +286,15 @@ HANDOFF_FILES = (PLAN_FILE, DRAFT_FILE, VERDICT_FILE)
 drafter, the validator)."""
 
 
+_AUTHOR = re.compile(r"\s*([^<>]+?)\s*<([^<>\s]+@[^<>\s]+)>\s*")
+
+
+def check_author(author: str) -> None:
+    """Refuse a commit identity that is not ``Name <email@host>``, before anything changes."""
+    if not isinstance(author, str) or _AUTHOR.fullmatch(author) is None:
+        raise OpdslError(f"author={author!r} should look like Name <email@host>")
+
+
 def finish_step(summary: str) -> str:
     """Say the step is done (the program then runs its test): what you changed, in a line."""
     return summary
@@ -563,6 +572,7 @@ def _implement(
     guidance: str,
     backend: Backend,
     params: Mapping[str, Any],
+    author: str = AUTHOR,
 ) -> Op[tuple[str, str]]:
     """One attempt at one step by a fresh implementor (a new conversation; on an agent
     backend, a new process): ("passed", commit or note), ("failed", why) or
@@ -598,7 +608,7 @@ def _implement(
         return "failed", f"the step's test changed what it may not: {broken}"
     yield from tool("git_add", {"paths": []})
     commit = yield from tool(
-        "git_commit", {"message": f"step {number}: {step.goal}", "author": AUTHOR}
+        "git_commit", {"message": f"step {number}: {step.goal}", "author": author}
     )
     if not commit.ok:  # reported, never blocking
         yield from emit("commit_failed", {"step": number, "error": commit.error})
@@ -654,6 +664,7 @@ def director(
     implementor: Backend = "model",
     roles: Backend = "model",
     ask_next: bool = False,
+    author: str = AUTHOR,
 ) -> Op[DirectorResult]:
     """Take ``goal`` from a plan the user approves to validated, committed steps.
 
@@ -664,8 +675,10 @@ def director(
     validates. ``model``: the model name the implementor uses (default: the backend's own).
     Both backends are chosen here, once, and recorded in the run's state; an agent backend
     that cannot run is refused before anything changes. ``ask_next``: at DONE, ask the user
-    for the next goal (DONE -> PLAN) until they answer END.
+    for the next goal (DONE -> PLAN) until they answer END. ``author``: who the steps'
+    commits are by (``Name <email>``; unsigned, hooks off, whatever the repository says).
     """
+    check_author(author)
     for name, value in (("implementor", implementor), ("roles", roles)):
         if value not in BACKENDS:
             raise OpdslError(f"{name}={value!r} is not a backend ({', '.join(BACKENDS)})")
@@ -723,11 +736,14 @@ def director(
                 params,
                 max_attempts=max_attempts,
                 max_fixes=max_fixes,
+                author=author,
             )
         except PlanError as defect:
             # the locked plan changed: back to PLAN, saying what happened
             yield from emit("plan_defect", {"error": str(defect)})
-            yield from enter("BUFFER")
+            s = yield from get(DirectorState)
+            if s.fsm.value != "BUFFER":  # met between two steps (progressive): via BUFFER
+                yield from enter("BUFFER")
             yield from enter("PLAN")
             goal = f"{goal}\n\n(The previous plan was abandoned: {defect})"
             continue
@@ -755,6 +771,7 @@ def _steps(
     *,
     max_attempts: int,
     max_fixes: int,
+    author: str,
 ) -> Op[DirectorResult]:
     """From BUFFER: implement the steps, validate, until the validator says PASS (DONE)."""
     implementor, roles = backends
@@ -763,8 +780,10 @@ def _steps(
     while True:
         s = yield from get(DirectorState)
         pointer = s.pointer.value or 1
-        yield from enter("IMPLEMENT")
+        # the plan is checked before the implementor starts: one edited since DRAFT locked
+        # it is a plan defect, and the workflow goes back to PLAN from where it is
         yield from _locked_plan(s.plan_hash.value or "")
+        yield from enter("IMPLEMENT")
         failure, outcome = "", "failed"
         for _ in range(max_attempts):
             yield from _lock(locked, runner=True)  # again: locks live as long as a process
@@ -776,6 +795,7 @@ def _steps(
                 guidance,
                 implementor,
                 implementor_params,
+                author,
             )
             if outcome == "passed":
                 if detail:

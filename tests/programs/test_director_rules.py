@@ -1,0 +1,358 @@
+"""The director's own rules, each shown on a real repository with a scripted director and
+implementor: more than ``max_attempts`` failed attempts go to BUFFER; after ``max_fixes``
+director fixes of one step the workflow halts for the user (``user_guided=true``); direct
+mode validates after every step; a plan edited after it was locked goes BUFFER -> PLAN;
+``blocked()`` goes to BUFFER at once; a FAIL verdict goes to BUFFER; and the commits carry the
+implementor's identity, unsigned, hooks off."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interpreters import MemoryJournal, ScriptedModel, Workspace, run
+from op import Response, ToolCall, Usage
+from programs.director import TOOLS, DirectorResult, DirectorState, director
+from tests.programs.test_director import GREET_V1, GREET_V2, GREET_WRONG, JOURNEY_PLAN, TEST_GREET
+from tests.programs.test_director import _repo as make_repo
+
+Calls = list[tuple[str, dict[str, Any]]]
+
+RIGHT: dict[int, Calls] = {
+    1: [("write_file", {"path": "greet.py", "content": GREET_V1})],
+    2: [("write_file", {"path": "greet.py", "content": GREET_V2})],
+}
+WRONG: Calls = [("write_file", {"path": "greet.py", "content": GREET_WRONG})]
+
+
+class Roles:
+    """The director's roles, scripted. ``implementor(step, attempt)`` gives the calls of one
+    implementor turn (attempt counts from 1 per step, over the whole run) before it calls
+    ``finish_step``, or ``None`` to call ``blocked``; ``verdicts`` the validator's verdict
+    lines in order (``{run}`` filled in), PASS once they run out."""
+
+    def __init__(
+        self,
+        implementor: Callable[[int, int], Calls | None],
+        verdicts: tuple[str, ...] = (),
+    ) -> None:
+        self.implementor = implementor
+        self.verdicts = list(verdicts)
+        self.attempts: dict[int, int] = {}
+        #: each implementor brief, each unblocker request, in order
+        self.briefs: list[str] = []
+        self.revisions: list[str] = []
+
+    def __call__(self, request: Any) -> Response:
+        system = request.messages[0].content
+        last = request.messages[-1]
+        usage = Usage(input_tokens=10, output_tokens=5)
+
+        def calls(pairs: Calls) -> Response:
+            return Response(
+                tool_calls=tuple(
+                    ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(pairs)
+                ),
+                usage=usage,
+            )
+
+        if last.role == "tool" and not system.startswith("You are the implementor"):
+            return Response(text="done", usage=usage)
+        if system.startswith("You are the director of"):
+            return Response(text=json.dumps(JOURNEY_PLAN), usage=usage)
+        if system.startswith("You are the drafter"):
+            return calls(
+                [
+                    ("write_file", {"path": "test_greet.py", "content": TEST_GREET}),
+                    ("write_file", {"path": "handoff/draft.md", "content": "greet.py, tested"}),
+                ]
+            )
+        if system.startswith("You are the implementor"):
+            brief = request.messages[1].content
+            self.briefs.append(brief)
+            step = int(re.match(r"Step (\d+)", brief)[1])  # type: ignore[index]
+            self.attempts[step] = self.attempts.get(step, 0) + 1
+            made = self.implementor(step, self.attempts[step])
+            if made is None:
+                return calls([("blocked", {"reason": f"step {step} cannot be done"})])
+            return calls([*made, ("finish_step", {"summary": f"step {step}"})])
+        if system.startswith("You are the validator"):
+            k = re.search(r"Validation run (\d+)", request.messages[1].content)
+            assert k is not None
+            line = self.verdicts.pop(0) if self.verdicts else "PASS run={run}"
+            verdict = line.format(run=k[1]) + "\n"
+            return calls([("write_file", {"path": "handoff/validate.md", "content": verdict})])
+        if system.startswith("You are the director. A step"):
+            self.revisions.append(request.messages[1].content)
+            step = json.loads(request.messages[1].content.split("\n\n", 1)[0])
+            return Response(text=json.dumps({**step, "goal": step["goal"] + " (revised)"}))
+        raise AssertionError(f"unexpected request: {system[:40]}")
+
+
+def journey(
+    tmp_path: Path,
+    roles: Roles,
+    answers: Callable[[str], str | None] = lambda q: "APPROVE",
+    repo: Path | None = None,
+    **kwargs: Any,
+) -> tuple[Any, MemoryJournal, Path]:
+    """The director on ``repo`` (a fresh one by default); ``answers`` answers every question."""
+    if repo is None:
+        tmp_path.mkdir(exist_ok=True)
+        repo = make_repo(tmp_path)
+    journal = MemoryJournal()
+    result = run(
+        director,
+        "greet people by name",
+        kwargs=kwargs,
+        model=ScriptedModel(roles),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=answers,
+        db=journal,
+    )
+    return result, journal, repo
+
+
+def checkpoints(journal: MemoryJournal, run_id: str) -> list[str]:
+    return [
+        json.loads(e.effect_json)["name"] for e in journal.entries(run_id) if e.kind == "checkpoint"
+    ]
+
+
+def state_of(result: Any) -> DirectorState:
+    assert isinstance(result.state, DirectorState)
+    return result.state
+
+
+def test_more_than_max_attempts_failed_go_to_buffer(tmp_path: Path) -> None:
+    # step 2 is wrong in its first 4 attempts (the default max_attempts), right in its 5th
+    roles = Roles(lambda step, n: RIGHT[step] if step == 1 or n > 4 else WRONG)
+    result, journal, _ = journey(tmp_path, roles)
+    assert result.status == "completed", result.describe()
+    assert roles.attempts == {1: 1, 2: 5}
+    assert checkpoints(journal, result.run_id) == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "implement-step-2",
+        "buffer",  # after the 4th failed attempt, not before
+        "implement-step-2",
+        "validate-run-1",
+        "done",
+    ]
+    # the 4 attempts each brief the next with the last failure; the director revised once
+    assert ["The last attempt failed" in b for b in roles.briefs[1:5]] == [False, True, True, True]
+    assert len(roles.revisions) == 1 and "the step's test failed" in roles.revisions[0]
+    assert "(revised)" in roles.briefs[5]
+    state = state_of(result)
+    assert (state.attempts.value, state.fixes.value, state.user_guided.value) == (0, 0, False)
+    # max_attempts is the program's: 2 failed attempts go to BUFFER when it says 2
+    roles = Roles(lambda step, n: RIGHT[step] if step == 1 or n > 2 else WRONG)
+    result, journal, _ = journey(tmp_path / "two", roles, max_attempts=2)
+    assert result.status == "completed", result.describe()
+    assert checkpoints(journal, result.run_id)[3:6] == [
+        "implement-step-2",
+        "buffer",
+        "implement-step-2",
+    ]
+
+
+def test_after_max_fixes_of_one_step_it_halts_for_the_user(tmp_path: Path) -> None:
+    # step 2 fails every attempt: two rounds end in a director fix each, the third halts
+    roles = Roles(lambda step, n: RIGHT[step] if step == 1 else WRONG)
+    asked: list[str] = []
+
+    def answers(question: str) -> str | None:
+        asked.append(question)
+        return "APPROVE" if len(asked) == 1 else None  # the user is away at the halt
+
+    result, journal, repo = journey(tmp_path, roles, answers, max_attempts=1)
+    assert result.status == "waiting", result.describe()
+    assert result.question is not None
+    assert result.question.startswith("Step 2 (greet(name) greets by name (revised) (revised))")
+    assert "still fails after 2 revisions" in result.question
+    assert len(roles.revisions) == 2 and roles.attempts[2] == 3
+    state = state_of(result)
+    assert state.fsm.value == "BUFFER" and state.user_guided.value is True
+    assert state.fixes.value == 3
+    assert checkpoints(journal, result.run_id)[-6:] == [
+        "implement-step-2",
+        "buffer",
+        "implement-step-2",
+        "buffer",
+        "implement-step-2",
+        "buffer",
+    ]
+
+    # the user's guidance reaches the next implementor, which then gets it right
+    guided = Roles(lambda step, n: RIGHT[step] if step == 1 or n > 3 else WRONG)
+    result, _, _ = journey(
+        tmp_path / "guided",
+        guided,
+        lambda q: "use a default argument" if q.startswith("Step 2") else "APPROVE",
+        max_attempts=1,
+    )
+    assert result.status == "completed", result.describe()
+    assert "Guidance from the user:\nuse a default argument" in guided.briefs[-1]
+    assert state_of(result).user_guided.value is True  # the run says the user had to step in
+
+
+def test_direct_mode_validates_after_every_step(tmp_path: Path) -> None:
+    roles = Roles(lambda step, n: RIGHT[step])
+    result, journal, _ = journey(tmp_path, roles, mode="direct")
+    assert result.status == "completed", result.describe()
+    assert checkpoints(journal, result.run_id) == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "validate-run-1",
+        "buffer",
+        "implement-step-2",
+        "validate-run-2",
+        "done",
+    ]
+    value = result.value
+    assert isinstance(value, DirectorResult) and value.validation_runs == 2
+    assert len(value.commits) == 2
+
+
+def test_a_fail_verdict_goes_to_buffer_and_the_step_is_done_again(tmp_path: Path) -> None:
+    roles = Roles(lambda step, n: RIGHT[step], verdicts=("FAIL step=1 run={run}",))
+    result, journal, _ = journey(tmp_path, roles, mode="direct")
+    assert result.status == "completed", result.describe()
+    assert checkpoints(journal, result.run_id) == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "validate-run-1",
+        "buffer",  # FAIL step=1: back to BUFFER, the director revises step 1
+        "implement-step-1",
+        "validate-run-2",
+        "buffer",
+        "implement-step-2",
+        "validate-run-3",
+        "done",
+    ]
+    assert "The validator failed this step (validation run 1)" in roles.revisions[0]
+    assert roles.attempts == {1: 2, 2: 1}
+    assert "VALIDATE -> BUFFER" in state_of(result).moves.items
+
+
+def test_blocked_goes_to_buffer_without_more_attempts(tmp_path: Path) -> None:
+    roles = Roles(lambda step, n: None if (step, n) == (2, 1) else RIGHT[step])
+    result, journal, _ = journey(tmp_path, roles)
+    assert result.status == "completed", result.describe()
+    assert roles.attempts == {1: 1, 2: 2}  # one blocked attempt, not max_attempts of them
+    assert checkpoints(journal, result.run_id)[3:6] == [
+        "implement-step-2",
+        "buffer",
+        "implement-step-2",
+    ]
+    assert "step 2 cannot be done" in roles.revisions[0]
+
+
+def test_a_plan_edited_after_it_was_locked_goes_back_to_plan(tmp_path: Path) -> None:
+    # step 2 fails; while the workflow waits for the user's guidance, the plan on disk is
+    # edited: the next IMPLEMENT finds it changed and the workflow goes BUFFER -> PLAN
+    roles = Roles(lambda step, n: RIGHT[step] if step == 1 or n > 1 else WRONG)
+    repo = make_repo(tmp_path)
+    questions: list[str] = []
+
+    def answers(question: str) -> str:
+        questions.append(question)
+        if question.startswith("Step 2"):
+            plan = repo / "handoff" / "plan.json"
+            plan.write_text(plan.read_text().replace("greets by name", "waves"))
+            return "try again"
+        return "APPROVE"
+
+    result, journal, _ = journey(tmp_path, roles, answers, repo, max_attempts=1, max_fixes=0)
+    assert result.status == "completed", result.describe()
+    names = checkpoints(journal, result.run_id)
+    assert names[:7] == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "implement-step-2",
+        "buffer",  # the step failed; the user was asked; the plan was edited meanwhile
+        "plan",  # found before the implementor started again: BUFFER -> PLAN
+        "draft",
+    ]
+    moves = state_of(result).moves.items
+    assert list(moves[3:6]) == ["IMPLEMENT -> IMPLEMENT", "IMPLEMENT -> BUFFER", "BUFFER -> PLAN"]
+    assert roles.attempts[2] == 2  # the edited plan's step never went to an implementor
+    defect = [
+        json.loads(e.effect_json)["data"]["error"]
+        for e in journal.entries(result.run_id)
+        if e.kind == "emit" and json.loads(e.effect_json)["name"] == "plan_defect"
+    ]
+    assert defect == [
+        "handoff/plan.json changed after it was locked (its hash is no longer "
+        f"{state_of(result).plan_hash.value[:12]})"  # type: ignore[index]
+    ]
+    # the new plan was asked for again, and the workflow ended DONE on it
+    assert (
+        sum(q.endswith("Answer APPROVE to start, or say what to change.") for q in questions) == 2
+    )
+    assert json.loads((repo / "handoff" / "plan.json").read_text()) == JOURNEY_PLAN
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return out.stdout
+
+
+@pytest.mark.parametrize(
+    ("author", "identity"),
+    [
+        (None, "agent-implementor <agent@localhost>"),
+        ("Robo Coder <robo@example.org>", "Robo Coder <robo@example.org>"),
+    ],
+)
+def test_the_commits_carry_the_implementors_identity_unsigned_hooks_off(
+    tmp_path: Path, author: str | None, identity: str
+) -> None:
+    roles = Roles(lambda step, n: RIGHT[step])
+    repo = make_repo(tmp_path)
+    # a repository that signs every commit and whose hook refuses every commit
+    _git(repo, "config", "commit.gpgsign", "true")
+    _git(repo, "config", "user.signingkey", "NOSUCHKEY")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho refused by the hook >&2\nexit 1\n")
+    hook.chmod(0o755)
+    result = run(
+        director,
+        "greet people by name",
+        kwargs={} if author is None else {"author": author},
+        model=ScriptedModel(roles),
+        tools=TOOLS,
+        workspace=Workspace(repo),
+        answer=lambda q: "APPROVE",
+        db=MemoryJournal(),
+    )
+    assert result.status == "completed", result.describe()
+    log = _git(repo, "log", "--format=%an <%ae>|%cn <%ce>|%G?|%s").splitlines()
+    assert log[:2] == [
+        f"{identity}|{identity}|N|step 2: greet(name) greets by name",
+        f"{identity}|{identity}|N|step 1: greet() returns hello",
+    ]
+    assert log[2].startswith("Dev <d@x>|")  # the user's own commit, untouched
+
+
+def test_an_author_that_is_not_name_and_email_is_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    roles = Roles(lambda step, n: RIGHT[step])
+    result, journal, repo = journey(tmp_path, roles, author="robo")
+    assert result.status == "failed"
+    assert "author='robo' should look like Name <email@host>" in str(result.error)
+    kinds = {e.kind for e in journal.entries(result.run_id)}
+    assert not kinds & {"ask", "infer", "tool"}
+    assert not (repo / "handoff").exists()
