@@ -271,9 +271,12 @@ class BudgetExhausted(_Value):
 
 
 class TimedOut(_Value):
-    """A ``timeout`` scope's deadline passed."""
+    """A ``timeout`` scope's deadline passed. ``cut``: the work it cut off, one line each,
+    saying which kind of tool it was and whether its work can still land (a synchronous
+    tool's thread cannot be stopped; an ``@isolated`` one's process is killed)."""
 
     seconds: float
+    cut: tuple[str, ...] = ()
 
 
 class TurnRecord(_Value):
@@ -289,6 +292,16 @@ class TurnRecord(_Value):
     exit_code: int | None = None
     crashed: bool = False
     crash_reason: str | None = None
+    #: the turn ran out of its ``max_turns``: it ended there, which is not a failure
+    max_turns_exhausted: bool = False
+    #: the backend's cooperative stop ended it at a message boundary, cleanly
+    stopped: bool = False
+    #: what the turn ran against: the CLI's ``cli_version``, the ``model``, the ``endpoint``
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    def __canonical_implied__(self) -> dict[str, Any]:
+        """Fields the canonical form leaves out while unset (journals before them hold none)."""
+        return {"max_turns_exhausted": False, "stopped": False, "environment": {}}
 
 
 def usage_of(value: object) -> Usage | None:
