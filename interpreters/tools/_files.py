@@ -1,7 +1,15 @@
-"""The workspace's file tools: read, write, edit, list, search, delete."""
+"""The workspace's file tools: read, write, edit, list, search, delete.
+
+Two refusals guard a file against a model that writes before it reads (what a small model does):
+``edit_file`` refuses an ``old`` text that is not in the file, or not once, and answers with the
+nearest passages and their line numbers, to copy from; ``write_file`` refuses to shrink a file
+git tracks to under half its size unless ``read_file`` (or ``write_file``) has been given that
+file through this workspace (a run's workspace is its own), and says how to go on.
+"""
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 import re
@@ -9,6 +17,7 @@ import shutil
 import stat
 import time
 from contextlib import suppress
+from functools import cached_property
 from pathlib import Path
 
 import regex
@@ -22,14 +31,33 @@ from interpreters.tools._paths import (
 from interpreters.tools._search import SearchStopped, search_line
 from op import ToolResult
 
-__all__ = ["_Files"]
+__all__ = ["SHRINK", "_Files"]
+
+SHRINK = 0.5
+"""``write_file`` refuses to make a tracked file it has not read smaller than this share of it."""
+
+_NEAREST = 3  # passages an edit whose text was not found is answered with
+_SHOWN = 5  # occurrences an edit whose text occurs more than once is answered with
 
 
 class _Files(_Git):
     # -- file tools -----------------------------------------------------------------------
 
+    @cached_property
+    def read_paths(self) -> set[str]:
+        """The files (relative paths) ``read_file`` gave or ``write_file`` wrote through this
+        workspace: the ones ``write_file`` may shrink."""
+        return set()
+
     def read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
         """Read a text file, or lines start_line..end_line of it (1-based, inclusive)."""
+        result = self._read(path, start_line, end_line)
+        if result.ok:
+            self.read_paths.add(self.relative(self.resolve(path)))
+        return result
+
+    def _read(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
+        """``read_file`` for the tools' own use: what it reads does not count as read."""
         try:
             real = self.resolve(path)
             if real.is_dir():
@@ -71,11 +99,24 @@ class _Files(_Git):
         return ToolResult(output="".join(chosen))
 
     def write_file(self, path: str, content: str) -> ToolResult:
-        """Write a whole file (created with its folders if missing)."""
+        """Write a whole file (created with its folders if missing). To change part of a file,
+        use edit_file."""
         try:
             real = self.resolve(path, write=True)
             if real.is_dir():
                 return _fail(f"{path} is a directory")
+            refused = self._shrinks_unread(real, content)
+            if refused is not None:
+                return _fail(refused)
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        written = self._write(real, content)
+        if written.ok:
+            self.read_paths.add(self.relative(real))
+        return written
+
+    def _write(self, real: Path, content: str) -> ToolResult:
+        try:
             self._check_hard_links(real)
             self.check_settings(self.relative(real), content.encode("utf-8"))
             fd = self.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
@@ -85,26 +126,54 @@ class _Files(_Git):
             f.write(content)
         return ToolResult(output=f"wrote {len(content)} characters to {self.relative(real)}")
 
+    def _shrinks_unread(self, real: Path, content: str) -> str | None:
+        """Why writing ``content`` to ``real`` is refused: it would shrink a file git tracks
+        to under :data:`SHRINK` of its size, and that file was not read here first."""
+        rel = self.relative(real)
+        if rel in self.read_paths or not real.is_file():
+            return None
+        size = real.stat().st_size
+        new = len(content.encode("utf-8"))
+        if new >= size * SHRINK:
+            return None
+        repo = self.repo()
+        if repo is None or not repo.git.ls_files("--", rel):
+            return None
+        return (
+            f"{rel}: refused to replace a {size:,}-byte file git tracks with {new:,} bytes "
+            "unread; nothing was written. To change part of it, use edit_file; to replace it "
+            "whole, read it with read_file first, then write it."
+        )
+
     def edit_file(self, path: str, old: str, new: str) -> ToolResult:
-        """Replace the one exact occurrence of ``old`` with ``new``."""
+        """Replace text in a file: ``old`` is copied exactly from the file (whole lines, enough
+        of them to occur once), ``new`` is what it becomes."""
         if not old:
             return _fail("old must not be empty")
-        current = self.read_file(path)
+        if old == new:
+            return _fail(f"{path}: old and new are the same; nothing would change")
+        try:
+            real = self.resolve(path, write=True)  # a locked file is refused before it is read
+        except WorkspaceError as exc:
+            return _fail(str(exc))
+        current = self._read(path)
         if not current.ok:
             return current
         text = current.output
         count = text.count(old)
         if count == 0:
             return _fail(
-                f"{path}: the text to replace was not found; read the file and copy it exactly"
+                f"{path}: the text to replace was not found; nothing was changed. "
+                + _nearest(text, old)
             )
         if count > 1:
             starts = [m.start() for m in re.finditer(re.escape(old), text)]
             lines = [text.count("\n", 0, s) + 1 for s in starts]
             return _fail(
                 f"{path}: the text to replace occurs {count} times (lines {', '.join(map(str, lines))}); include more context so it occurs once"
+                + _occurrences(text, lines, old.count("\n") + 1)
             )
-        return self.write_file(path, text.replace(old, new, 1))
+        return self._write(real, text.replace(old, new, 1))
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> ToolResult:
         """List files under ``path`` (respecting .gitignore), optionally matching a glob."""
@@ -151,7 +220,7 @@ class _Files(_Git):
         for name in listing.output.splitlines():
             if name == "(no files)":
                 break
-            read = self.read_file(name)
+            read = self._read(name)
             if not read.ok:
                 continue
             for i, line in enumerate(read.output.splitlines(), start=1):
@@ -256,3 +325,48 @@ class _Files(_Git):
                         raise WorkspaceError(
                             f"{self.relative(real)} is a hard link to the locked file {rel}"
                         )
+
+
+def _nearest(text: str, old: str) -> str:
+    """The passages of ``text`` most like ``old`` (as many lines as it has), with their line
+    numbers: what an edit whose text was not found is answered with."""
+    lines = text.splitlines()
+    wanted = old.strip("\n").splitlines() or [old]
+    size = len(wanted)
+    if not lines:
+        return "The file is empty."
+    target = "\n".join(line.strip() for line in wanted)
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(target)
+    scored: list[tuple[float, int]] = []
+    for start in range(max(1, len(lines) - size + 1)):
+        matcher.set_seq1("\n".join(line.strip() for line in lines[start : start + size]))
+        floor = scored[-1][0] if len(scored) >= _NEAREST else 0.0
+        if matcher.real_quick_ratio() <= floor or matcher.quick_ratio() <= floor:
+            continue
+        scored.append((matcher.ratio(), start))
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        del scored[_NEAREST:]
+    close = [(ratio, start) for ratio, start in scored if ratio >= 0.5]
+    if not close:
+        return "Nothing in it is close; read it with read_file and copy the text exactly."
+    shown = []
+    for ratio, start in sorted(close, key=lambda pair: pair[1]):
+        end = min(start + size, len(lines))
+        where = f"line {start + 1}" if end == start + 1 else f"lines {start + 1}-{end}"
+        alike = "the same but for spaces" if ratio == 1.0 else f"{ratio:.0%} alike"
+        shown.append(f"{where} ({alike}):\n" + "\n".join(lines[start:end]))
+    return (
+        "The nearest text in the file (copy old exactly from it, spaces included):\n"
+        + "\n".join(shown)
+    )
+
+
+def _occurrences(text: str, lines: list[int], size: int) -> str:
+    """Each occurrence with the lines around it, for an edit whose text occurs more than once."""
+    all_lines = text.splitlines()
+    shown = []
+    for line in lines[:_SHOWN]:
+        start, end = max(line - 2, 0), min(line - 1 + size + 1, len(all_lines))
+        shown.append(f"lines {start + 1}-{end}:\n" + "\n".join(all_lines[start:end]))
+    return ":\n" + "\n".join(shown)

@@ -68,9 +68,8 @@ def test_read_write_edit_list_search_delete(ws: Workspace, repo: Path) -> None:
     missing = ws.edit_file("app.py", "nothing like this", "x")
     assert "was not found" in (missing.error or "")
     ws.write_file("dup.txt", "x\nx\ny\n")
-    assert (
-        ws.edit_file("dup.txt", "x", "z").error
-        == "dup.txt: the text to replace occurs 2 times (lines 1, 2); include more context so it occurs once"
+    assert (ws.edit_file("dup.txt", "x", "z").error or "").startswith(
+        "dup.txt: the text to replace occurs 2 times (lines 1, 2); include more context so it occurs once"
     )
     listing = ws.list_files().output.splitlines()
     assert "app.py" in listing and "src/new.py" in listing and "debug.log" not in listing, (

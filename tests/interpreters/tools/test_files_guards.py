@@ -1,0 +1,105 @@
+"""The file tools' guards against a model that writes before it reads, in real git repositories:
+an edit whose text is not there (or not once) is answered with the nearest passages, and a
+tracked file is not shrunk unread."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from interpreters import MemoryJournal, Workspace, run
+from op import Op, ToolResult, tool
+
+MODULE = (
+    '"""Money, in cents."""\n'
+    "\n"
+    "\n"
+    "def total(prices: list[int]) -> int:\n"
+    '    """The sum of the prices."""\n'
+    "    return sum(prices) - 1\n"
+    "\n"
+    "\n"
+    "def tax(cents: int) -> int:\n"
+    '    """A fifth of it."""\n'
+    "    return cents // 5\n"
+) * 3  # long enough that 38 characters are a small part of it
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "money.py").write_text(MODULE)
+    (root / "dup.txt").write_text("a\nx = 1\nb\nc\nx = 1\nd\n")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "initial")
+    return root
+
+
+def test_an_edit_whose_text_is_absent_is_answered_with_the_nearest_lines(repo: Path) -> None:
+    ws = Workspace(repo)
+    # the model's guess at the line: another indentation, another operator
+    missing = ws.edit_file("money.py", "  return sum(prices) + 1", "    return sum(prices)")
+    error = missing.error or ""
+    assert not missing.ok and "was not found; nothing was changed" in error
+    assert "line 6 (" in error and "\n    return sum(prices) - 1" in error, error
+    assert (repo / "money.py").read_text() == MODULE
+    lines = ws.edit_file("money.py", "def total(prices):\n    '''The sum.'''", "x")
+    assert "lines 4-5 (" in (lines.error or ""), lines.error
+    same = ws.edit_file("money.py", "    return cents // 5\n", "    return cents // 5\n")
+    assert "old and new are the same" in (same.error or "")
+    nothing = ws.edit_file("money.py", "zzzz qqqq wwww", "x")
+    assert "Nothing in it is close" in (nothing.error or ""), nothing.error
+
+
+def test_an_edit_whose_text_occurs_twice_shows_each_place_with_its_lines(repo: Path) -> None:
+    twice = Workspace(repo).edit_file("dup.txt", "x = 1", "x = 2")
+    assert twice.error == (
+        "dup.txt: the text to replace occurs 2 times (lines 2, 5); include more context so it "
+        "occurs once:\nlines 1-3:\na\nx = 1\nb\nlines 4-6:\nc\nx = 1\nd"
+    )
+
+
+def test_write_file_shrinks_a_tracked_file_only_once_it_was_read(repo: Path) -> None:
+    ws = Workspace(repo)
+    small = "def total(p):\n    return sum(p)\n"  # 38 characters over the whole module
+    refused = ws.write_file("money.py", small)
+    assert not refused.ok and "use edit_file" in (refused.error or "")
+    assert "read it with read_file first" in (refused.error or ""), refused.error
+    assert (repo / "money.py").read_text() == MODULE, "nothing written"
+    # the tools' own reads (an edit, a search) are not the model's reading
+    assert ws.search("tax").ok and not ws.edit_file("money.py", "nope nope", "x").ok
+    assert not ws.write_file("./money.py", small).ok
+    assert ws.read_file("money.py", 1, 3).ok  # a part of it is a reading too
+    assert ws.write_file("./money.py", small).ok
+    assert (repo / "money.py").read_text() == small
+    # a file git does not track, or one that keeps half its size, is written as asked
+    (repo / "scratch.py").write_text(MODULE)
+    assert ws.write_file("scratch.py", "x = 1\n").ok
+    assert Workspace(repo).write_file("dup.txt", "a\nx = 1\nb\n").ok
+    # a file written here may be shrunk again: its content is what the model gave
+    fresh = Workspace(repo)
+    assert fresh.write_file("new.py", MODULE).ok
+    git(repo, "add", "new.py")
+    assert fresh.write_file("new.py", "x = 1\n").ok
+
+
+def _read_then_write(read: bool) -> Op[ToolResult]:
+    if read:
+        yield from tool("read_file", {"path": "money.py"})
+    return (yield from tool("write_file", {"path": "money.py", "content": "x = 1\n"}))
+
+
+def test_what_was_read_is_the_runs_own(repo: Path) -> None:
+    first = run(_read_then_write, True, workspace=repo, db=MemoryJournal()).value
+    assert first.ok, first
+    git(repo, "checkout", "-q", "--", "money.py")
+    second = run(_read_then_write, False, workspace=repo, db=MemoryJournal()).value
+    assert not second.ok and "refused" in (second.error or ""), "a new run has read nothing"
