@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean cli sandbox model model-source browser
+.PHONY: demo test lint typecheck pytest bench clean cli sandbox model model-source browser bench-solve
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -83,6 +83,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/temporal.py
+
+# the solve-rate bench: the Coder and mini-swe-agent on real bugs with a local 1.5B model. The
+# first time it fetches 1.1 GB of model and builds llama-server from source (tens of minutes
+# on two cores); a whole round takes hours there. SOLVE_ARGS='--tasks bisect,html' picks tasks.
+bench-solve: $(STAMP)
+	$(BIN)/python bench/solve.py $(SOLVE_ARGS)
 
 clean:
 	rm -rf $(VENV) .cli .cache .mypy_cache .ruff_cache .pytest_cache

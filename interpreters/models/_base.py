@@ -64,6 +64,9 @@ Scripted = Response | str
 class ScriptedModel:
     """A model that answers from a list (or a function of the request).
 
+    Its place in the list is the run's: the n-th model call of a run gets the n-th answer,
+    whichever process performs it (a resumed or answered run, a Temporal worker serving many
+    runs), since the driver counts the calls the run's record fed back (``Call.model_calls``).
     Every request it receives is kept in ``requests`` for assertions.
 
     Example:
@@ -86,10 +89,16 @@ class ScriptedModel:
         self.delay = delay
         self.name = name
         self.requests: list[ModelRequest] = []
+        #: calls counted here, by run, for a caller that does not say the run's count
+        self._counted: dict[str, int] = {}
 
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
         self.requests.append(request)
-        n = len(self.requests)
+        before = call.model_calls
+        if before is None:
+            before = self._counted.get(call.run_id, 0)
+            self._counted[call.run_id] = before + 1
+        n = before + 1
         if self.delay:
             await call.clock.sleep(self.delay)
         if self.fn is not None:

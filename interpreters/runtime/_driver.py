@@ -182,6 +182,11 @@ class Driver:
         self.bus = services.bus
         self.clock = services.clock
         self.log = log
+        #: the ``infer`` effects asked for so far, fed from the record or performed
+        self.model_calls = 0
+        #: what handlers cut off mid-work said of it, by address, until a scope's
+        #: ``TimedOut`` takes it (``_scopes``)
+        self.cuts: dict[str, str] = {}
         #: how branches run and tasks wait: anyio's unless another engine's loop runs the run
         self.scheduler = services.scheduler or AnyioScheduler()
         self.last_checkpoint: tuple[str, str] | None = None
@@ -263,6 +268,10 @@ class Driver:
             chain = self._charged
         else:
             chain = self._leaf
+        if type(effect) is Infer:
+            # its place among the run's model calls, the same in every process that runs it
+            frame.model_call = self.model_calls
+            self.model_calls += 1
         match effect:
             case Tool() | Infer() | Agent() | Emit() | Now() | Random() | Uuid() | Sleep() | Ask():
                 return await chain(effect, address, frame)

@@ -90,6 +90,12 @@ class Call:
     #: budgets leave: reaching it stops the call (``TokenLimit``)
     streamed: int = 0
     token_limit: int | None = None
+    #: for an ``infer``: how many the run asked for before this one, those its record fed
+    #: back included (a scripted model's place in its answers is the run's, in any process)
+    model_calls: int | None = None
+    #: set by a handler cut off mid-work (a tool under a ``timeout``): what kind of work it
+    #: was and whether it can still land, which the scope's ``TimedOut`` then says
+    cut: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -283,6 +289,8 @@ class Frame:
     gen: Generator[Any, Any, Any] | None = None
     #: inside a ``timeout`` scope
     deadline: bool = False
+    #: the ``model_calls`` of the ``infer`` this frame performs now (``Driver.perform``)
+    model_call: int | None = None
     count: int = 0
     last: str = field(default="")
 

@@ -97,8 +97,9 @@ class Handled:
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
-        call = Call(d.run_id, address, d.clock, d.bus, frame.deadline)
-        if not frame.scopes:
+        call = Call(d.run_id, address, d.clock, d.bus, frame.deadline, model_calls=frame.model_call)
+        frame.model_call = None
+        if not frame.scopes and not frame.deadline:
             return await d.handlers.perform(effect, call)
         tightest = _tokens_left(frame)
         if tightest is not None:
@@ -114,6 +115,8 @@ class Handled:
             # cut off (a timeout, a failing sibling): what it streamed was still spent
             if call.streamed:
                 charge_scopes(frame, effect, Usage(output_tokens=call.streamed))
+            if call.cut is not None:
+                d.cuts[address] = call.cut  # what the handler says of the work it left
             raise
 
 

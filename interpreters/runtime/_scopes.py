@@ -169,7 +169,9 @@ async def bounded(
             with d.clock.deadline(max(0.0, seconds - elapsed)) as cancel:
                 value = await d.drive(effect.body, child)
             outcome = (
-                Failure(_cut(d, scope, seconds)) if cancel.cancelled_caught else Success(value)
+                Failure(_cut(d, scope, seconds, address))
+                if cancel.cancelled_caught
+                else Success(value)
             )
     except BudgetStop as stop:
         if scope is None or stop.scope is not scope:
@@ -190,11 +192,19 @@ async def bounded(
     return outcome
 
 
-def _cut(d: Driver, scope: Scope | None, seconds: float | None) -> BudgetExhausted | TimedOut:
-    """What a scope whose time ran out gives its program."""
+def _cut(
+    d: Driver, scope: Scope | None, seconds: float | None, address: str | None = None
+) -> BudgetExhausted | TimedOut:
+    """What a scope whose time ran out gives its program: a ``timeout``'s says what its
+    handlers said of the work they were cut off in (``Call.cut``), in address order."""
+    cut: tuple[str, ...] = ()
+    if address is not None and d.cuts:
+        inside = [a for a in d.cuts if a.startswith(f"{address}.")]
+        inside.sort(key=lambda a: [int(p) for p in a.split(".")])
+        cut = tuple(d.cuts.pop(a) for a in inside)
     if scope is not None:
         return scope.exhausted("seconds", d.clock.monotonic())
-    return TimedOut(seconds=seconds or 0.0)
+    return TimedOut(seconds=seconds or 0.0, cut=cut)
 
 
 def merge_replicas(

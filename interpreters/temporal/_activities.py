@@ -255,7 +255,14 @@ class Activities:
             # cannot mend it
             message = f"run {call.run_id}, address {call.address}: {exc}"
             return Outcome(error_json=error_json(ContentMissing(message)), fatal=True)
-        info = Call(call.run_id, call.address, SystemClock(), EventBus([]), off_loop=True)
+        info = Call(
+            call.run_id,
+            call.address,
+            SystemClock(),
+            EventBus([]),
+            off_loop=True,
+            model_calls=call.model_calls,
+        )
         work = asyncio.ensure_future(self.handlers.perform(effect, info))
         try:
             while True:

@@ -109,6 +109,8 @@ class EffectCall:
     address: str
     effect_json: str
     pieces: dict[str, str] = field(default_factory=dict)
+    #: an ``infer``'s place among the run's model calls (``Call.model_calls``)
+    model_calls: int | None = None
 
 
 @dataclass

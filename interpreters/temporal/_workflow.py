@@ -277,6 +277,7 @@ class _Handlers(RunHandlers):
             "address": arg.address,
             "effect_json": arg.effect_json,
             "pieces": arg.pieces,
+            "model_calls": call.model_calls,
         }
         try:
             if local:
