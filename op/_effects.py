@@ -57,6 +57,7 @@ __all__ = [
     "Now",
     "Op",
     "Par",
+    "Patched",
     "Put",
     "Random",
     "Sleep",
@@ -251,12 +252,27 @@ class Ask(Effect[str]):
     question: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Patched(Effect[bool]):
+    """Which side of a change the run takes: True (the new code) unless the run already
+    passed this point without the marker (``op.patched``). ``deprecated``: the old side is
+    gone (``op.deprecate_patched``)."""
+
+    kind: ClassVar[str] = "patched"
+    name: str
+    # left out of the canonical form while None: the marker of patched() and of
+    # deprecate_patched() at the same point are the same bytes but for it
+    deprecated: Literal[True] | None = field(default=None, metadata={"omit_if_none": True})
+
+
 # The one list of effects. Adding one: define its class above, put it in the union it belongs
 # to below, then follow the type checker: every ``match`` over these unions ends in
 # ``assert_never`` (the driver, every ``perform``, the replay decoder), so a new effect that
 # one of them does not handle fails ``make test`` (docs/architecture.md has the checklist).
 
-LeafEffect: TypeAlias = Infer | Tool | Agent | Emit | Checkpoint | Now | Random | Uuid | Sleep | Ask
+LeafEffect: TypeAlias = (
+    Infer | Tool | Agent | Emit | Checkpoint | Now | Random | Uuid | Sleep | Ask | Patched
+)
 """Effects a handler performs and the journal records (their results are fed back on replay)."""
 
 ScopeEffect: TypeAlias = Limit[Any] | Timeout[Any] | Par
