@@ -38,6 +38,7 @@ from op._effects import (
     Now,
     Op,
     Par,
+    Patched,
     Put,
     Random,
     Sleep,
@@ -72,6 +73,10 @@ from op._errors import (
     OpdslError,
     RunFailed,
     RunNotFinished,
+)
+from op._patched import (
+    deprecate_patched,
+    patched,
 )
 from op._program import (
     WorkspaceOf,
@@ -257,6 +262,7 @@ __all__ = [
     "OpdslError",
     "Output",
     "Par",
+    "Patched",
     "Put",
     "Random",
     "Remove",
@@ -283,6 +289,7 @@ __all__ = [
     "ask",
     "checkpoint",
     "default_state",
+    "deprecate_patched",
     "emit",
     "failure_of",
     "get",
@@ -292,6 +299,7 @@ __all__ = [
     "now",
     "par",
     "parse_output",
+    "patched",
     "program",
     "put",
     "random",
