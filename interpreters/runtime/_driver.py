@@ -81,6 +81,7 @@ from op import (
     Merge,
     Now,
     Par,
+    Patched,
     Put,
     Random,
     RunFailed,
@@ -273,7 +274,18 @@ class Driver:
             frame.model_call = self.model_calls
             self.model_calls += 1
         match effect:
-            case Tool() | Infer() | Agent() | Emit() | Now() | Random() | Uuid() | Sleep() | Ask():
+            case (
+                Tool()
+                | Infer()
+                | Agent()
+                | Emit()
+                | Now()
+                | Random()
+                | Uuid()
+                | Sleep()
+                | Ask()
+                | Patched()
+            ):
                 return await chain(effect, address, frame)
             case Checkpoint():
                 # the handler's snapshot of the world is journaled; the program sees None

@@ -22,6 +22,7 @@ from op import (
     Emit,
     Infer,
     Now,
+    Patched,
     Random,
     Sleep,
     Spent,
@@ -155,14 +156,16 @@ class Handlers(ABC):
         return None
 
 
-LocalEffect: TypeAlias = Emit | Now | Random | Uuid | Sleep
+LocalEffect: TypeAlias = Emit | Now | Random | Uuid | Sleep | Patched
 """The leaf effects every interpreter performs alike, within the run: the clock's time and
-sleeps, the draws of ``random`` and ``uuid``, and ``emit`` (whose work is the events)."""
+sleeps, the draws of ``random`` and ``uuid``, ``emit`` (whose work is the events) and a
+``patched`` marker reached live (the new code: a run recorded without it is answered from
+the record, ``_layers.Replay``)."""
 
 
 class RunHandlers(Handlers):
     """The base of an interpreter's handlers: :meth:`local` performs :data:`LocalEffect`
-    (``now``, ``random``, ``uuid``, ``sleep``, ``emit``) the one way every interpreter
+    (``now``, ``random``, ``uuid``, ``sleep``, ``emit``, ``patched``) the one way every interpreter
     does; the subclass performs the world-facing effects in ``perform`` and hands these on.
 
     ``seed`` seeds ``random`` and ``uuid`` (None: the run id), so a resumed run, a local run
@@ -183,6 +186,8 @@ class RunHandlers(Handlers):
             case Sleep():
                 await call.clock.sleep(effect.seconds)
                 return None
+            case Patched():
+                return True
             case _:
                 assert_never(effect)
 
@@ -213,9 +218,11 @@ class Scope:
     model_calls: int = 0
     tool_calls: int = 0
     usd_unknown: int = 0
+    cached_tokens: int = 0
 
     def spent(self, now: float) -> Spent:
         return Spent(
+            cached_tokens=self.cached_tokens,
             tokens=self.tokens,
             usd=self.usd,
             model_calls=self.model_calls,
@@ -255,6 +262,7 @@ class Scope:
             self.tool_calls += 1
         if usage is not None:
             self.tokens += usage.total_tokens
+            self.cached_tokens += usage.cached_tokens
             if usage.cost_usd is None:
                 self.usd_unknown += 1 if isinstance(effect, Infer | Agent) else 0
             else:
@@ -298,6 +306,15 @@ class Frame:
         self.count += 1
         self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
         return self.last
+
+    def take_back(self) -> None:
+        """Give back the address :meth:`next_address` just gave: a ``patched`` marker that a
+        run passed before it existed takes no address in it (``_layers.Replay``)."""
+        self.count -= 1
+        if self.count == 0:
+            self.last = ""
+        else:
+            self.last = f"{self.prefix}.{self.count}" if self.prefix else str(self.count)
 
 
 def charge_scopes(frame: Frame, effect: AnyEffect, usage: Usage | None) -> None:

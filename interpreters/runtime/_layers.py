@@ -10,7 +10,8 @@
   are charged: live or from the record alike). Budgets are *checked* before every effect,
   leaf or not, by ``Driver.perform``.
 - ``Replay`` looks the address up in the record: a finished entry is fed back as the program
-  saw it the first time; a changed effect is a divergence; an unfinished one runs again.
+  saw it the first time; a changed effect is a divergence; an unfinished one runs again. A
+  ``patched`` marker the record passed without is answered False and takes no address.
 - ``Announced`` sends ``EffectStarted``/``EffectFinished`` (and ``Emitted``,
   ``CheckpointSaved``) to the event bus; every start is closed by exactly one finish.
 - ``Journaled`` writes the entry ``started`` before the handler runs and finishes it before
@@ -44,7 +45,7 @@ from interpreters.runtime._frame import (
     cut_off,
 )
 from interpreters.runtime._replay import decode_error, decode_result, error_json
-from op import Ask, Checkpoint, Emit, ToolResult, Usage, usage_of
+from op import Ask, Checkpoint, Emit, Patched, ToolResult, Usage, usage_of
 from op.effects import AnyEffect, LeafEffect
 from op.events import CheckpointSaved, EffectFinished, EffectStarted, Emitted
 from state import canonical_json, to_jsonable
@@ -66,6 +67,17 @@ def _unrecorded(run_id: str, address: str, step: str, exc: Exception) -> Journal
         f"run {run_id}: the journal could not {step} the entry at {address}: "
         f"{type(exc).__name__}: {exc}"
     )
+
+
+def _marker_name(entry: Entry) -> str | None:
+    """The name of the ``patched`` marker an entry records, if it records one."""
+    if entry.kind != Patched.kind:
+        return None
+    try:
+        name = json.loads(entry.effect_json).get("name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _status(exc: BaseException) -> EntryEnd:
@@ -350,9 +362,15 @@ class Replay(Layer):
             now = d.clean(d.effect_json(effect, address))
             recorded = d.shown(entry.effect_json)
             if now != recorded:
-                raise d.diverged(
-                    frame, address, "the program asks for a different effect here", recorded, now
-                )
+                reason = "the program asks for a different effect here"
+                marker = _marker_name(entry)
+                if marker is not None:
+                    reason = (
+                        f"the record has the patched({marker!r}) marker here, which the program "
+                        "no longer asks for: keep patched() or deprecate_patched() while stored "
+                        "runs hold it"
+                    )
+                raise d.diverged(frame, address, reason, recorded, now)
         log.used.add(address)
         return entry
 
@@ -366,6 +384,8 @@ class Replay(Layer):
         )
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
+        if type(effect) is Patched:
+            return await self.patched(effect, address, frame)
         entry = self.lookup(effect, address, frame)
         if entry is None:
             return await self.inner(effect, address, frame)
@@ -387,6 +407,52 @@ class Replay(Layer):
         # a crash or a stop left it unfinished: perform it again (at least once), with the
         # same idempotency key
         return await self.inner(effect, address, frame)
+
+    async def patched(self, effect: Patched, address: str, frame: Frame) -> Any:
+        """A ``patched`` marker: the recorded decision where the record has this marker here;
+        where the recorded run passed this point without it (the record goes on past it),
+        False, and the marker gives its address back, so the old code's effects keep theirs;
+        where the record ends before it, live (the new code, recorded)."""
+        d = self.driver
+        log = d.log
+        assert log is not None
+        entry = log.entries.get(address)
+        if entry is not None and _marker_name(entry) == effect.name:
+            log.used.add(address)
+            if entry.status != "completed":  # a crash between its begin and its finish
+                return await self.inner(effect, address, frame)
+            taken = decode_result(effect, d.whole(entry.result_json, effect.kind))
+            if effect.deprecated and not taken:
+                raise self._old_code_gone(effect, address, frame, entry)
+            return taken
+        if entry is None and frame.finished_scope is None and not log.strict:
+            return await self.inner(effect, address, frame)  # the record never got here
+        if entry is None and cut_off(frame):
+            raise ReplayStop()
+        frame.take_back()
+        if effect.deprecated:
+            raise self._old_code_gone(effect, address, frame, entry)
+        return False
+
+    def _old_code_gone(
+        self, effect: Patched, address: str, frame: Frame, entry: Entry | None
+    ) -> Exception:
+        """The divergence of a run that took the old code of a deprecated patch."""
+        d = self.driver
+        if entry is None:
+            how = "ended past this point without the marker"
+        elif _marker_name(entry) == effect.name:
+            how = "recorded the old code here"
+        else:
+            how = "passed this point without the marker"
+        return d.diverged(
+            frame,
+            address,
+            f"deprecate_patched({effect.name!r}): the recorded run {how}, so it took the old "
+            f"code of {effect.name!r}, which the program no longer has",
+            None if entry is None else d.shown(entry.effect_json),
+            d.clean(d.effect_json(effect, address)),
+        )
 
     async def replayed(self, effect: LeafEffect, address: str, frame: Frame, entry: Entry) -> Any:
         """The recorded outcome of a finished entry, as the program saw it the first time."""

@@ -28,6 +28,7 @@ from op import (
     Limit,
     Now,
     OpdslError,
+    Patched,
     Random,
     Response,
     Sleep,
@@ -124,6 +125,8 @@ def _decode(effect: LeafEffect, text: str) -> Any:
             return float(json.loads(text))
         case Uuid() | Ask():
             return str(json.loads(text))
+        case Patched():
+            return json.loads(text) is True
         case _:
             assert_never(effect)
 
@@ -241,7 +244,7 @@ def source_line(gen: Generator[Any, Any, Any] | None) -> str:
         frame = getattr(g, "gi_frame", None)
         if frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.replace("\\", "/").endswith("op/_effects.py"):
+            if not filename.replace("\\", "/").endswith(("op/_effects.py", "op/_patched.py")):
                 where = f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         g = getattr(g, "gi_yieldfrom", None)
     return where
