@@ -30,6 +30,7 @@ from op import (
     Limit,
     Now,
     Par,
+    Patched,
     Random,
     Response,
     Sleep,
@@ -197,7 +198,7 @@ class DryRunHandlers(RunHandlers):
                 return "(dry run answer)"
             case Checkpoint():
                 return await self.live.perform(effect, call)
-            case Emit() | Now() | Random() | Uuid() | Sleep():
+            case Emit() | Now() | Random() | Uuid() | Sleep() | Patched():
                 return await self.local(effect, call)
             case _:
                 assert_never(effect)

@@ -34,6 +34,7 @@ from op import (
     Infer,
     ModelError,
     Now,
+    Patched,
     Random,
     Response,
     Sleep,
@@ -168,7 +169,7 @@ class LiveHandlers(RunHandlers):
                 return await self._agent(effect, call)
             case Checkpoint():
                 return self._checkpoint(call)
-            case Emit() | Now() | Random() | Uuid() | Sleep():
+            case Emit() | Now() | Random() | Uuid() | Sleep() | Patched():
                 return await self.local(effect, call)
             case Ask():
                 reply = self.answers.get(call.address)

@@ -2,8 +2,9 @@
 
 In the style of python-effect's ``perform_sequence``: every world-facing effect the program
 performs (infer, tool, agent, ask, now, random, uuid) must match the next entry of the
-script, and gets that entry's answer. ``emit``, ``checkpoint`` and ``sleep`` are matched when
-the next entry expects one, and otherwise pass; ``sleep`` always waits on the interpreter's
+script, and gets that entry's answer. ``emit``, ``checkpoint``, ``sleep`` and ``patched`` are
+matched when the next entry expects one, and otherwise pass (a ``patched`` marker then takes the
+new code: True; a script answers one either way, ``(expect("patched", name=...), False)``); ``sleep`` always waits on the interpreter's
 clock (a ``VirtualClock`` unless one is given), so ``timeout`` around it fires as it would live. Scopes (limit, timeout, par) and state work as in the
 live interpreter. The first mismatch ends the run with :class:`ScriptMismatch`, whose message
 is the whole log so far, the effect that was not found, and the next expected one.
@@ -23,7 +24,7 @@ from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, Handlers
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
-from op import Checkpoint, Emit, Fatal, Infer, Response, Sleep, Tool, ToolResult
+from op import Checkpoint, Emit, Fatal, Infer, Patched, Response, Sleep, Tool, ToolResult
 from op.effects import LeafEffect
 from state import CRDTModel, canonical_json
 
@@ -116,6 +117,21 @@ def _show(effect: LeafEffect) -> str:
     return f"{effect.kind}({', '.join(parts)})"
 
 
+def _taken(effect: Patched, answer: Any, address: str) -> bool:
+    """A script's answer to a ``patched`` marker: True (the new code) or False (the old)."""
+    if not isinstance(answer, bool):
+        raise ScriptMismatch(
+            f"the script answers patched({effect.name!r}) at address {address} with {answer!r}; "
+            "it takes True (the new code) or False (the old code)"
+        )
+    if effect.deprecated and not answer:
+        raise ScriptMismatch(
+            f"the script answers deprecate_patched({effect.name!r}) at address {address} with "
+            "False, but the program has no old code left to take"
+        )
+    return answer
+
+
 @final
 class _ScriptedHandlers(Handlers):
     def __init__(self, script: Sequence[tuple[Matcher, Answer]]) -> None:
@@ -147,10 +163,12 @@ class _ScriptedHandlers(Handlers):
 
     async def perform(self, effect: LeafEffect, call: Call) -> Any:
         nxt = self.script[self.position] if self.position < len(self.script) else None
-        optional = isinstance(effect, Emit | Checkpoint | Sleep)
+        optional = isinstance(effect, Emit | Checkpoint | Sleep | Patched)
         if nxt is None or not _matches(nxt[0], effect):
             if optional and (nxt is None or _kind_of(nxt[0]) != effect.kind):
                 self.log.append(f"passed: {call.address} {_show(effect)}")
+                if isinstance(effect, Patched):
+                    return True  # a marker the script does not ask about: the new code
                 return await self._clock(effect, call)
             raise self._mismatch(effect, call.address)
         self.position += 1
@@ -163,6 +181,8 @@ class _ScriptedHandlers(Handlers):
             raise answer
         if callable(answer) and not isinstance(answer, type):
             answer = answer(effect)
+        if isinstance(effect, Patched):
+            return _taken(effect, answer, call.address)
         if isinstance(effect, Infer) and isinstance(answer, str):
             return Response(text=answer, model="scripted")
         if isinstance(effect, Tool) and isinstance(answer, str):
