@@ -10,6 +10,9 @@ state replicas, the journal), on Temporal's deterministic event loop:
 - ``checkpoint`` snapshots the workspace in a local activity; ``now``, ``random``, ``uuid``,
   ``sleep``, ``emit`` and state are the workflow's own (``random`` and ``uuid`` draw what a
   local run with the same run id would).
+- ``patched`` and ``deprecate_patched`` are Temporal's ``workflow.patched`` and
+  ``workflow.deprecate_patch`` (fed from the carried journal before a continue-as-new's
+  resume point, like every effect).
 - ``ask`` waits for the ``answer`` update, which is refused unless the run waits there and
   the question is not answered yet (of two answers sent at once, the second is refused).
 - Deadlines (``timeout``, a budget's ``seconds``) are workflow timers that cancel once.
@@ -91,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         Infer,
         Now,
         OpdslError,
+        Patched,
         Random,
         Sleep,
         Tool,
@@ -205,6 +209,13 @@ class _Handlers(RunHandlers):
                 return await self.local(effect, call)
             case Ask():
                 return await self.run.wait_for_answer(call.address, effect.question)
+            case Patched():
+                # Temporal's own marker, so its replayer agrees: a history that passed here
+                # without it answers False
+                if effect.deprecated:
+                    workflow.deprecate_patch(effect.name)
+                    return True
+                return workflow.patched(effect.name)
             case _:
                 assert_never(effect)
 
