@@ -46,12 +46,12 @@ def test_pyright_rejects_each_file() -> None:
 
 
 def test_the_passing_programs_pass_both() -> None:
-    target = str(HERE / "pass" / "programs.py")
+    targets = [str(HERE / "pass" / "programs.py"), str(HERE / "pass" / "patched.py")]
     mypy = subprocess.run(
-        [str(BIN / "mypy"), "--strict", target], capture_output=True, text=True, cwd=ROOT
+        [str(BIN / "mypy"), "--strict", *targets], capture_output=True, text=True, cwd=ROOT
     )
     assert mypy.returncode == 0, mypy.stdout
     pyright = subprocess.run(
-        [str(BIN / "pyright"), target], capture_output=True, text=True, cwd=ROOT
+        [str(BIN / "pyright"), *targets], capture_output=True, text=True, cwd=ROOT
     )
     assert pyright.returncode == 0, pyright.stdout

@@ -5,7 +5,7 @@ from typing import Any, assert_never
 
 from interpreters.models.kit import CallInfo as Call
 from interpreters.runtime import Handlers
-from op import Agent, Checkpoint, Emit, Infer, Now, Random, Sleep, Tool, Uuid
+from op import Agent, Checkpoint, Emit, Infer, Now, Patched, Random, Sleep, Tool, Uuid
 from op.effects import LeafEffect
 
 
@@ -22,6 +22,7 @@ class Forgetful(Handlers):
                 | Random()
                 | Uuid()
                 | Sleep()
+                | Patched()
             ):
                 return None
             case _:
