@@ -122,6 +122,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if _on_temporal(args):
             _check_temporal(args, declared)
         code: int = declared.run(args)
+        # what is left to print is written here, where a reader that went away is caught
+        sys.stdout.flush()
         return code
     except Exception as exc:
         return ended_by(exc)
