@@ -285,7 +285,7 @@ def test_json_output_and_failed_tools_are_marked(
     live = console.export_text()
     assert "tool failed" in live and "no such file: x.txt" in live
     code, out, _ = opdsl(capsys, "runs", "--db", db, "--json")
-    assert code == 0 and [r["run"] for r in json.loads(out)] == [done.run_id]
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == [done.run_id]
     code, out, _ = opdsl(capsys, "show", done.run_id, "--db", db, "--json")
     shown = json.loads(out)
     assert shown["status"] == "completed" and [e["address"] for e in shown["entries"]] == ["1", "2"]

@@ -97,3 +97,82 @@ def test_two_open_questions_print_the_exact_answer_commands_and_say_waiting(
     assert f"answer it with: opdsl answer {run_id} --db runs.db TEXT" in err
     code, out, err = opdsl(capsys, "answer", run_id, "--db", "runs.db", "large", "--quiet")
     assert (code, json.loads(out)) == (0, ["red", "large"]), err
+
+
+# -- 7. the command speaks as the API does --------------------------------------------------------
+
+
+def test_runs_json_says_run_id_and_run_takes_run_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "runs.db")
+    label = "tests.fixtures.round2_programs:label"
+    code, _, err = opdsl(
+        capsys, "run", label, "--arg", "count=1", "--run-id", "triage-1", "--db", db, "--quiet"
+    )
+    assert code == 0 and "run triage-1 completed" in err
+    code, out, _ = opdsl(capsys, "runs", "--json", "--db", db)
+    (listed,) = json.loads(out)
+    assert listed["run_id"] == "triage-1" and "run" not in listed and listed["parent_run"] is None
+    code, out, _ = opdsl(capsys, "show", "triage-1", "--json", "--db", db)
+    assert json.loads(out)["run_id"] == "triage-1"
+    # the same id again, or one a command line cannot name again, is refused in one line
+    code, _, err = opdsl(
+        capsys, "run", label, "--arg", "count=1", "--run-id", "triage-1", "--db", db
+    )
+    assert code == 2 and "run triage-1 already exists" in err
+    code, _, err = opdsl(
+        capsys, "run", label, "--arg", "count=1", "--run-id", "a b\x1b", "--db", db
+    )
+    assert code == 2 and err.startswith("opdsl: error: --run-id 'a b\\x1b': a run id is")
+
+
+def test_replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "runs.db")
+    opdsl(
+        capsys,
+        "run",
+        "tests.fixtures.round2_programs:label",
+        "--arg",
+        "count=2",
+        "--run-id",
+        "r1",
+        "--db",
+        db,
+        "--quiet",
+    )
+    code, out, _ = opdsl(capsys, "replay", "r1", "--json", "--db", db)
+    assert code == 0
+    assert json.loads(out) == {
+        "run_id": "r1",
+        "replayed": True,
+        "status": "completed",
+        "value": ["bug", "bug"],
+        "state": None,
+    }
+
+
+def test_json_piped_into_a_reader_that_goes_away_ends_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from interpreters import SqliteJournal
+    from interpreters import run as run_program
+    from tests.fixtures.round2_programs import label
+
+    db = tmp_path / "runs.db"
+    for n in range(5):
+        run_program(label, n, db=str(db))
+    SqliteJournal(db).close()
+    for argv in (["runs", "--json"], ["runs"]):
+        # the reader closes its end before the command writes: as `| head -0` does
+        opdsl = subprocess.Popen(
+            [sys.executable, "-m", "interpreters", *argv, "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
+        assert opdsl.stdout is not None and opdsl.stderr is not None
+        opdsl.stdout.close()
+        err = opdsl.stderr.read().decode()
+        assert (opdsl.wait(timeout=60), err) == (141, ""), argv

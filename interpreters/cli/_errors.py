@@ -7,6 +7,8 @@
   a file that cannot be read or written, :class:`OSError`). One line, ``opdsl: error: ...``,
   status :data:`USAGE` (2).
 - A replay that diverged: its report, status 1 (as a run that failed).
+- Output whose reader went away (``opdsl runs --json | head``): nothing said, status 141,
+  as for a command ended by SIGPIPE; what is left to print goes nowhere.
 - Anything else is a bug of opdsl's (a ``TypeError`` or ``ValueError`` among them: they are
   not taken for bad input): its traceback, a line that says so, status :data:`INTERNAL`.
 
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["INTERNAL", "USAGE", "ended_by"]
+__all__ = ["INTERNAL", "PIPE_CLOSED", "USAGE", "ended_by"]
 
 USAGE = 2
 """Wrong input: the user's to fix."""
+
+PIPE_CLOSED = 141
+"""The reader of the output went away: 128 + SIGPIPE, as the shell reports a command it ended."""
 
 INTERNAL = 70
 """An internal error: a bug of opdsl's (``EX_SOFTWARE`` of sysexits.h), never taken for bad
@@ -43,6 +48,9 @@ def ended_by(exc: Exception) -> int:
     from interpreters._shown import visible
     from interpreters.runtime._replay import Divergence
 
+    if isinstance(exc, BrokenPipeError):
+        _stdout_to_nowhere()
+        return PIPE_CLOSED
     redact = Redactor.from_env()
     if isinstance(exc, Divergence):
         print(f"opdsl: {exc}", file=sys.stderr)
@@ -62,3 +70,15 @@ def ended_by(exc: Exception) -> int:
         file=sys.stderr,
     )
     return INTERNAL
+
+
+def _stdout_to_nowhere() -> None:
+    """Point stdout at the null device, so that the flush as Python ends raises nothing."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # stdout is no file (a test's capture): nothing to flush
+        pass

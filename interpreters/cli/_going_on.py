@@ -13,6 +13,7 @@ from typing import Any
 
 from interpreters.cli._command import (
     DETACH,
+    JSON,
     NAMED_CODE,
     RUN,
     TASK_QUEUE,
@@ -22,7 +23,7 @@ from interpreters.cli._command import (
     UsageError,
 )
 from interpreters.cli._inputs import load_tools, model_spec, models_timed, state_class, workspace
-from interpreters.cli._output import report_outcome, report_result, sinks
+from interpreters.cli._output import print_json, report_outcome, report_result, sinks
 from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal
 
 __all__ = ["RESUME", "REPLAY", "ANSWER"]
@@ -50,14 +51,40 @@ def resume(a: argparse.Namespace) -> int:
 
 
 def replay(a: argparse.Namespace) -> int:
-    from interpreters import open_journal
+    from interpreters import Divergence, open_journal
     from interpreters import replay as replay_run
 
     kwargs = _named_code(a)
     kwargs["db"] = open_journal(a.db, read_only=True)
-    result = replay_run(a.run, **kwargs)
+    try:
+        result = replay_run(a.run, **kwargs)
+    except Divergence as diverged:
+        if not a.json:
+            raise
+        print_json({"run_id": a.run, "replayed": False, "divergence": str(diverged)})
+        return 1
+    if a.json:
+        print_json(
+            {
+                "run_id": a.run,
+                "replayed": True,
+                "status": result.status,
+                "value": _jsonable(result.value) if result.status == "completed" else None,
+                "state": None if result.state is None else json.loads(result.state.canonical()),
+            }
+        )
+        return 0
     print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
     return 0
+
+
+def _jsonable(value: Any) -> Any:
+    from state import NotSerializable, canonical_json
+
+    try:
+        return json.loads(canonical_json(value))
+    except NotSerializable:
+        return repr(value)
 
 
 def answer(a: argparse.Namespace) -> int:
@@ -165,7 +192,7 @@ REPLAY = Command(
     run=replay,
     temporal=OnTemporal.READS,
     code_from_journal=True,
-    options=(RUN, *NAMED_CODE),
+    options=(RUN, JSON, *NAMED_CODE),
 )
 
 ANSWER = Command(

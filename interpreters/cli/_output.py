@@ -31,9 +31,15 @@ __all__ = [
 def console() -> Any:
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # the reader went away: ended as any other output's (quietly, status 141)
+            self.quiet = True
+            raise BrokenPipeError
+
     # piped into another program: no wrapping, no colour codes
     piped = not sys.stdout.isatty()
-    return Console(highlight=False, width=100_000 if piped else None, no_color=piped or None)
+    return _Console(highlight=False, width=100_000 if piped else None, no_color=piped or None)
 
 
 def sinks(a: argparse.Namespace) -> list[Any]:
@@ -91,14 +97,15 @@ def loads(raw: str | None) -> Any:
 
 
 def run_json(r: Any) -> dict[str, Any]:
-    """A run's record as ``runs --json`` and ``show --json`` print it."""
+    """A run's record as ``runs --json`` and ``show --json`` print it, by the names the API
+    and the journal give its fields (``run_id``, ``parent_run``)."""
     return {
-        "run": r.run_id,
+        "run_id": r.run_id,
         "program": r.program,
         "status": r.status,
         "created_at": r.created_at,
         "finished_at": r.finished_at,
-        "parent": r.parent_run,
+        "parent_run": r.parent_run,
         "fork_checkpoint": r.fork_checkpoint,
     }
 

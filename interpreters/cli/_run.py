@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -37,17 +38,21 @@ def run(a: argparse.Namespace) -> int:
 def _run(a: argparse.Namespace) -> int:
     from interpreters import dry_run, load_program
     from interpreters import run as run_program
+    from interpreters.tools._mcp import listed_tools, mcp_servers
 
     program = load_program(a.program)
     kwargs = program_args(a.arg)
     tools = load_tools(a.tools)
     state = state_class(a.state)() if a.state else None
     check_call(program, a.program, kwargs)
+    _check_run_id(a.run_id)
     if a.temporal:
         return _run_on_temporal(a, kwargs, state)
     folder = workspace(a.workspace)
     model = model_spec(a.model)
+    mcp = mcp_servers(a.mcp)
     if a.dry_run:
+        tools = [*tools, *listed_tools(mcp, root=folder)]  # listed, never called
         plan = dry_run(
             program, model=model, tools=tools, state=state, kwargs=kwargs, workspace=folder
         )
@@ -62,17 +67,32 @@ def _run(a: argparse.Namespace) -> int:
         on_event=sinks(a),
         kwargs=kwargs,
         seed=a.seed,
+        run_id=a.run_id,
         tool_refs=a.tools or None,
         workspace=folder,
+        mcp=mcp,
     )
     return report_result(result, db=a.db)
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def _check_run_id(run_id: str | None) -> None:
+    """A run id the user chose is a word a command line can name again: letters, digits and
+    ``._:-``, at most 128 characters."""
+    if run_id is not None and not _RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            f"--run-id {run_id!r}: a run id is 1 to 128 letters, digits, '.', '_', ':' or '-', "
+            "starting with a letter or digit"
+        )
+
+
 def _run_on_temporal(a: argparse.Namespace, kwargs: dict[str, Any], state: Any) -> int:
-    if a.tools or a.model or a.workspace or a.dry_run:
+    if a.tools or a.model or a.workspace or a.dry_run or a.mcp:
         raise UsageError(
             "with --temporal the workers hold the tools, model and workspace "
-            "(opdsl worker --tools/--model/--workspace); --dry-run runs locally"
+            "(opdsl worker --tools/--mcp/--model/--workspace); --dry-run runs locally"
         )
     from interpreters.temporal import start_run
 
@@ -85,6 +105,7 @@ def _run_on_temporal(a: argparse.Namespace, kwargs: dict[str, Any], state: Any) 
             kwargs=kwargs,
             state=state,
             seed=a.seed,
+            run_id=a.run_id,
         ),
     )
 
@@ -115,27 +136,31 @@ def worker(a: argparse.Namespace) -> int:
     from interpreters import resolve_model
     from interpreters._live import as_workspace
     from interpreters.temporal import connect, make_worker
+    from interpreters.tools._mcp import mcp_servers, open_mcp
 
     tools = load_tools(a.tools)
     folder = as_workspace(workspace(a.workspace))
     model = resolve_model(model_spec(a.model))
+    mcp = mcp_servers(a.mcp)
 
     async def serve() -> int:
         client = await connect(a.temporal)
-        served = make_worker(
-            client,
-            task_queue=a.task_queue,
-            programs=a.program,
-            tools=tools,
-            model=model,
-            workspace=folder,
-        )
-        print(
-            f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
-            f"{', '.join(a.program)}; Ctrl-C stops it",
-            flush=True,
-        )
-        return await _serve_until_stopped(served)
+        # the MCP servers run as long as the worker: started once, ended with it
+        async with open_mcp(mcp, root=None if folder is None else folder.root) as listed:
+            served = make_worker(
+                client,
+                task_queue=a.task_queue,
+                programs=a.program,
+                tools=[*tools, *listed.tools],
+                model=model,
+                workspace=folder,
+            )
+            print(
+                f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
+                f"{', '.join(a.program)}; Ctrl-C stops it",
+                flush=True,
+            )
+            return await _serve_until_stopped(served)
 
     return asyncio.run(serve())
 
@@ -189,8 +214,16 @@ RUN_COMMAND = Command(
             default=[],
             help="tools to bind, module:attr (repeatable)",
         ),
+        Option(
+            "--mcp",
+            action="append",
+            default=[],
+            help="an MCP server whose tools the run gets, NAME=COMMAND or NAME=URL; options in "
+            "brackets: NAME[network,env=VAR,prefix=P,timeout=S,unconfined]=... (repeatable)",
+        ),
         Option("--state", help="the initial state, a CRDTModel class as module:Class"),
         Option("--seed", help="the seed of random() and uuid()"),
+        Option("--run-id", help="the run's id (default: a new one); refused if the journal has it"),
         Option(
             "--workspace",
             help="a folder the workspace tools are confined to (snapshotted at checkpoints)",
@@ -214,6 +247,13 @@ WORKER = Command(
             help="a program this worker runs, module:function (repeatable; no other is run)",
         ),
         Option("--tools", action="append", default=[], help="tools, module:attr (repeatable)"),
+        Option(
+            "--mcp",
+            action="append",
+            default=[],
+            help="an MCP server whose tools the runs get, NAME=COMMAND or NAME=URL; options in "
+            "brackets: NAME[network,env=VAR,prefix=P,timeout=S,unconfined]=... (repeatable)",
+        ),
         Option("--model", help="the model spec the runs' infer effects use"),
         Option("--workspace", help="the folder workspace tools are confined to"),
     ),

@@ -108,7 +108,7 @@ def test_one_run_that_cannot_be_cleaned_never_stops_the_others(tmp_path: Path) -
     assert f"removed run {fine} and 1 workspace snapshot(s)" in done.stdout
     assert _refs(second) == [] and _refs(first) == [ref]
     runs = json.loads(opdsl(here, "runs", "--json").stdout)
-    assert [r["run"] for r in runs] == [stuck], "the stuck run stays, to be removed again"
+    assert [r["run_id"] for r in runs] == [stuck], "the stuck run stays, to be removed again"
     lock.unlink()
     done = opdsl(here, "gc", stuck)
     assert done.returncode == 0, done.stderr

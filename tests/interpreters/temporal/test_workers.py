@@ -126,8 +126,8 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
     assert json.loads(started.stdout.split("\n", 1)[1]) == ["s0", "s1"]
 
     listed = json.loads(opdsl("runs", *t, "--json").stdout)
-    assert {"run": run_id, "program": STEPS, "status": "completed"}.items() <= next(
-        r for r in listed if r["run"] == run_id
+    assert {"run_id": run_id, "program": STEPS, "status": "completed"}.items() <= next(
+        r for r in listed if r["run_id"] == run_id
     ).items()
     shown = opdsl("show", run_id, *t)
     assert shown.returncode == 0 and "step-1" in shown.stdout and "completed" in shown.stdout
@@ -142,7 +142,7 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
     assert forked.returncode == 0, forked.stderr
     child = forked.stdout.split()[1]
     child_runs = json.loads(opdsl("runs", *t, "--json").stdout)
-    assert next(r for r in child_runs if r["run"] == child)["parent"] == run_id
+    assert next(r for r in child_runs if r["run_id"] == child)["parent_run"] == run_id
     diffed = json.loads(opdsl("diff", run_id, child, *t, "--json").stdout)
     # the fork replays step-0 and performs step 1 again: the same effects, then the ends differ
     assert (diffed["a"], diffed["b"]) == (run_id, child)
