@@ -1,0 +1,101 @@
+"""``patched`` on a real Temporal server: it is Temporal's own patch marker, so a run waiting
+on an ``ask`` when the change is deployed goes on down the old code, a new run takes the new
+code, and Temporal's replayer accepts both histories under the new code."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from interpreters.temporal import (
+    OpdslRun,
+    answer,
+    connect,
+    make_worker,
+    outcome,
+    sandbox_runner,
+    start_run,
+)
+from tests.interpreters.temporal.conftest import Server
+
+OLD = (
+    "from op import Op, ask\n\n"
+    "def confirm() -> Op[str]:\n"
+    "    first = yield from ask('What now?')\n"
+    "    return f'did {first}'\n"
+)
+NEW = (
+    "from op import Op, ask, patched\n\n"
+    "def confirm() -> Op[str]:\n"
+    "    if (yield from patched('ask-twice')):\n"
+    "        first = yield from ask('What now?')\n"
+    "        sure = yield from ask(f'Sure about {first}?')\n"
+    "        return f'did {first} ({sure})'\n"
+    "    first = yield from ask('What now?')\n"
+    "    return f'did {first}'\n"
+)
+PROGRAM = "patched_program:confirm"
+
+
+@asynccontextmanager
+async def _serving(server: Server, queue: str) -> AsyncIterator[Client]:
+    client = await connect(server.target)
+    async with make_worker(client, task_queue=queue, programs=[PROGRAM], sticky_seconds=0.5):
+        yield client
+
+
+async def _asked(client: Client, run_id: str) -> dict[str, str]:
+    handle = client.get_workflow_handle(run_id)
+    for _ in range(300):
+        waiting: dict[str, str] = await handle.query("waiting", result_type=dict)
+        if waiting:
+            return waiting
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never asked")
+
+
+async def _replays(client: Client, history: WorkflowHistory) -> str | None:
+    replayer = Replayer(
+        workflows=[OpdslRun], workflow_runner=sandbox_runner(), data_converter=client.data_converter
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    return None if result.replay_failure is None else str(result.replay_failure)
+
+
+def test_a_waiting_run_takes_the_old_code_and_a_new_run_the_new(
+    temporal: Server, tmp_path: Path
+) -> None:
+    module = tmp_path / "patched_program.py"
+    module.write_text(OLD)
+    sys.path.insert(0, str(tmp_path))
+
+    async def main() -> None:
+        async with _serving(temporal, "patched") as client:
+            old = await start_run(client, PROGRAM, task_queue="patched", run_id="patched-old")
+            assert list((await _asked(client, "patched-old")).values()) == ["What now?"]
+        module.write_text(NEW)  # deployed while the run waits
+        sys.modules.pop("patched_program", None)
+        async with _serving(temporal, "patched") as client:
+            await answer(client, "patched-old", "tests")
+            assert (await outcome(old)).result_json == '"did tests"'
+
+            new = await start_run(client, PROGRAM, task_queue="patched", run_id="patched-new")
+            await _asked(client, "patched-new")
+            await answer(client, "patched-new", "docs")
+            assert list((await _asked(client, "patched-new")).values()) == ["Sure about docs?"]
+            await answer(client, "patched-new", "yes")
+            assert (await outcome(new)).result_json == '"did docs (yes)"'
+            for handle in (old, new):
+                assert await _replays(client, await handle.fetch_history()) is None
+
+    try:
+        asyncio.run(main())
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("patched_program", None)
