@@ -41,13 +41,7 @@ from pydantic import ValidationError
 
 from interpreters._redact import Redactor
 from interpreters.models._base import CallInfo, redact_spec
-from interpreters.models._h1 import (
-    ERROR_BODY,
-    AnswerTooLarge,
-    Decoded,
-    H1Transport,
-    UnreadableAnswer,
-)
+from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 from interpreters.models._remote import (
     DEFAULT_MAX_TOKENS,
     Prices,
@@ -58,6 +52,12 @@ from interpreters.models._remote import (
     default_model_spec,
     retryable,
     seconds_setting,
+)
+from interpreters.models._transport import (
+    AiohttpTransport,
+    HttpxTransport,
+    ProxyRoutes,
+    ssl_environment,
 )
 from op import Response
 from op._values import RAW_ARGUMENTS
@@ -82,9 +82,15 @@ _URL_CREDENTIALS = Redactor()
 """Replaces the password of a URL with credentials, and nothing else."""
 
 
-@functools.cache
 def _ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client (building one costs tens of milliseconds)."""
+    """One TLS context for every client (building one costs tens of milliseconds), with the
+    system's CAs, or those ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` name."""
+    return _ssl_context_for(ssl_environment())
+
+
+@functools.cache
+def _ssl_context_for(where: tuple[str | None, str | None]) -> ssl.SSLContext:
+    # OpenSSL reads the variables as the context is made: one context per value they have
     return ssl.create_default_context()
 
 
@@ -198,6 +204,8 @@ class Stream:
 
 
 _EOL = re.compile(rb"\r\n|\r|\n")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""What a header's name may be made of (RFC 9110's token)."""
 _NO_CAP = 1 << 62
 
 
@@ -244,6 +252,7 @@ class HttpModel(RemoteModel):
         idle_timeout: float = 120.0,
         max_answer_bytes: int = 16 * 1024 * 1024,
         max_tokens: int | None = None,
+        http_client: httpx.AsyncClient | None = None,
     ) -> None:
         if not model:
             raise ValueError(f"{self.provider}: a model name is required")
@@ -288,7 +297,11 @@ class HttpModel(RemoteModel):
         self._clients: (
             tuple[object, list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]] | None
         ) = None
-        self._urls: dict[str, tuple[httpx.URL, bytes]] = {}
+        self._urls: dict[str, httpx.URL] = {}
+        self._secrets: list[str] = []
+        #: the user's own client, if one was given: every call goes through it (its proxies,
+        #: CAs, client certificates and event hooks), and opdsl never closes it
+        self.http_client = http_client
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
@@ -319,21 +332,21 @@ class HttpModel(RemoteModel):
         return self.max_tokens if raw is None else count_setting("max_tokens", raw)
 
     async def client(self, key: str) -> httpx.AsyncClient:
-        """The client of this loop for run ``key`` (for the odd request; answers go through
-        :meth:`_transport`)."""
-        return (await self._pool(key))[0]
+        """The client of this loop for run ``key`` (the one the user gave, if any), for the
+        odd request; answers go through :meth:`_carrier`."""
+        return self.http_client or (await self._pool(key))[0]
 
-    async def _transport(self, key: str) -> httpx.AsyncBaseTransport:
-        """The transport under :meth:`_http`'s client: a model call is one POST with no
-        cookies, redirects or auth flow, so it is sent to the transport directly."""
-        return (await self._pool(key))[1]
+    async def _carrier(self, key: str) -> httpx.AsyncBaseTransport | httpx.AsyncClient:
+        """What sends a call of run ``key``: the user's client, else the transport under this
+        loop's client (a model call is one POST with no cookies, redirects or auth flow, so
+        it is sent to the transport directly)."""
+        return self.http_client or (await self._pool(key))[1]
 
     async def _pool(self, key: str) -> tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]:
         # Clients belong to one event loop: connections are reused within it, never across
-        # loops. On asyncio the transport is opdsl's own (``_h1``: a thousand waiting runs
-        # without slowing down); elsewhere (trio) httpx's, with requests spread over a few
-        # clients by run, since httpx's pool looks at every connection it holds for every
-        # request.
+        # loops. On asyncio the bytes go over aiohttp's pool; elsewhere (trio) over httpx's,
+        # with requests spread over a few clients by run, since httpx's pool looks at every
+        # connection it holds for every request.
         try:
             token: object = asyncio.get_running_loop()
             on_asyncio = True
@@ -344,33 +357,38 @@ class HttpModel(RemoteModel):
             if forced not in (None, "httpx"):
                 raise self.error(
                     f"OPDSL_HTTP_TRANSPORT={forced!r} is not a transport opdsl has: set it to "
-                    "'httpx' for httpx's own, or leave it unset for opdsl's"
+                    "'httpx' for httpx's own, or leave it unset for aiohttp's pool"
                 )
+            try:
+                routes = ProxyRoutes()
+            except ValueError as exc:
+                raise self.error(str(exc)) from None
+            self._secrets = routes.secrets
+            transports: list[httpx.AsyncBaseTransport]
             if on_asyncio and forced is None:
-                transports: list[httpx.AsyncBaseTransport] = [
-                    H1Transport(ssl_context=_ssl_context(), max_connections=self.max_connections)
-                ]
-                clients = [
-                    httpx.AsyncClient(
-                        transport=transports[0], timeout=self.timeout, trust_env=False
+                transports = [
+                    AiohttpTransport(
+                        ssl_context=_ssl_context(),
+                        max_connections=self.max_connections,
+                        routes=routes,
                     )
                 ]
-                # closed when the event loop shuts down (as it ends its async generators),
-                # so no connection is left open
-                closer = _closed_at_loop_end(clients[0])
-                await closer.__anext__()
-                self._closers = [closer]  # held here: the loop keeps only a weak reference
             else:
                 transports = [
-                    httpx.AsyncHTTPTransport(
-                        limits=self.limits, trust_env=False, verify=_ssl_context()
-                    )
+                    HttpxTransport(ssl_context=_ssl_context(), limits=self.limits, routes=routes)
                     for _ in range(_SHARDS)
                 ]
-                clients = [
-                    httpx.AsyncClient(timeout=self.timeout, transport=t, trust_env=False)
-                    for t in transports
-                ]
+            clients = [
+                httpx.AsyncClient(transport=t, timeout=self.timeout, trust_env=False)
+                for t in transports
+            ]
+            if on_asyncio:
+                # closed when the event loop shuts down (as it ends its async generators),
+                # so no connection is left open
+                closers = [_closed_at_loop_end(c) for c in clients]
+                for closer in closers:
+                    await closer.__anext__()
+                self._closers = closers  # held here: the loop keeps only a weak reference
             self._clients = (token, clients, transports)
         _, clients, transports = self._clients
         shard = hash(key) % len(clients)
@@ -379,6 +397,9 @@ class HttpModel(RemoteModel):
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
             text = text.replace(self.api_key, "***")
+        for secret in self._secrets:  # a proxy's password, wherever an error quotes it
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
         # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
         return _URL_CREDENTIALS(text)
 
@@ -435,12 +456,14 @@ class HttpModel(RemoteModel):
     def _priced(self, response: Response) -> Response:
         if response.usage.cost_usd is not None:
             return response
-        cost = self.prices.cost(response.model or self.model, response.usage)
-        if cost is None:
-            return response
-        return response.model_copy(
-            update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
+        usage = self.prices.priced(
+            response.model or self.model,
+            response.usage,
+            asked=self.model,
+            provider=self.provider,
+            base_url=self.base_url,
         )
+        return response if usage is response.usage else response.model_copy(update={"usage": usage})
 
     async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""
@@ -458,13 +481,12 @@ class HttpModel(RemoteModel):
                 left = ends - time.monotonic()
                 if left <= 0:
                     raise self.error(f"no answer within the call's deadline of {self.deadline:g}s")
-                transport = await self._transport(call.run_id)
-                if not stream and isinstance(transport, H1Transport):
-                    # the transport keeps the deadline itself (a cancel scope costs a tenth
-                    # of a call)
-                    return self._priced(await self._exchange(transport, url, body, call, ends))
+                carrier = await self._carrier(call.run_id)
+                if not stream and isinstance(carrier, AiohttpTransport):
+                    # aiohttp keeps the deadline itself (a cancel scope costs a tenth of a call)
+                    return self._priced(await self._exchange(carrier, url, body, call, left))
                 with anyio.fail_after(left):
-                    return self._priced(await self._send(transport, url, body, stream, call, seen))
+                    return self._priced(await self._send(carrier, url, body, stream, call, seen))
             except TimeoutError:
                 raise self.error(
                     f"no whole answer within the call's deadline of {self.deadline:g}s"
@@ -483,57 +505,84 @@ class HttpModel(RemoteModel):
             raise self.error("the answer has a tool call without a tool name")
         return response
 
-    def _target(self, url: str) -> tuple[httpx.URL, bytes]:
-        """``url`` parsed, and its Host header (once per URL)."""
+    def _target(self, url: str) -> httpx.URL:
+        """``url`` parsed (once per URL)."""
         target = self._urls.get(url)
         if target is None:
-            parsed = httpx.URL(url)
-            target = self._urls[url] = (parsed, parsed.netloc)
+            target = self._urls[url] = httpx.URL(url)
         return target
 
     def _request_headers(self, call: CallInfo) -> dict[str, str]:
+        """The headers of a call, each checked: a value with a line break (an API key pasted
+        with one) would end its header and start another, of the sender's choosing."""
         headers = {**self.headers(), "content-type": "application/json"}
         if self._basic is not None:
             headers.setdefault("authorization", self._basic)
         headers.setdefault("idempotency-key", call.idempotency_key)
         headers.setdefault("user-agent", USER_AGENT)
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value or "\0" in value or not _TOKEN.fullmatch(name):
+                # never the value: it may be the key
+                raise self.error(
+                    f"the request header {name[:40]!r} has a line break, a NUL or a character "
+                    "a header cannot have (look at the API key); refused"
+                )
         return headers
 
     async def _exchange(
-        self, transport: H1Transport, url: str, body: dict[str, Any], call: CallInfo, ends: float
+        self,
+        transport: AiohttpTransport,
+        url: str,
+        body: dict[str, Any],
+        call: CallInfo,
+        seconds: float,
     ) -> Response:
-        """A whole answer through opdsl's transport, without httpx's request and response
-        objects (a fifth of a call's time at a thousand runs)."""
-        content = _json_body(body)
-        target, host = self._target(url)
-        wire = [(b"host", host), (b"content-length", str(len(content)).encode())]
-        wire += [(k.encode(), v.encode()) for k, v in self._request_headers(call).items()]
+        """A whole answer over aiohttp, without httpx's request and response objects."""
+        headers = self._request_headers(call)
         with self._carried():
-            status, headers, raw = await transport.exchange(
-                target, wire, content, self.timeout.as_dict(), self.max_answer_bytes, ends
+            status, answered, raw = await transport.exchange(
+                self._target(url),
+                headers,
+                _json_body(body),
+                self.timeout.as_dict(),
+                self.max_answer_bytes,
+                seconds,
             )
         if status >= 400:
-            raise self._refusal(status, httpx.Headers(headers), raw)
+            raise self._refusal(status, answered, raw)
         return self._whole(status, raw)  # decoded by the transport, within the cap
 
     async def _send(
         self,
-        transport: httpx.AsyncBaseTransport,
+        carrier: httpx.AsyncBaseTransport | httpx.AsyncClient,
         url: str,
         body: dict[str, Any],
         stream: bool,
         call: CallInfo,
         seen: Stream,
     ) -> Response:
+        headers = self._request_headers(call)
         with self._carried(seen):
-            request = httpx.Request(
-                "POST",
-                self._target(url)[0],
-                headers=self._request_headers(call),
-                content=_json_body(body),
-                extensions={"timeout": self.timeout.as_dict()},
-            )
-            async with _answer(transport, request) as response:
+            if isinstance(carrier, httpx.AsyncClient):
+                # the user's client: its own headers, auth and hooks apply; opdsl reads gzip
+                # and deflate (within its cap), so it asks for no other encoding
+                headers.setdefault("accept-encoding", "gzip, deflate")
+                request = carrier.build_request(
+                    "POST",
+                    self._target(url),
+                    headers=headers,
+                    content=_json_body(body),
+                    extensions={"timeout": self.timeout.as_dict()},
+                )
+            else:
+                request = httpx.Request(
+                    "POST",
+                    self._target(url),
+                    headers=headers,
+                    content=_json_body(body),
+                    extensions={"timeout": self.timeout.as_dict()},
+                )
+            async with _answer(carrier, request) as response:
                 status = response.status_code
                 if status >= 400:
                     cut = min(self.max_answer_bytes, ERROR_BODY)
@@ -577,7 +626,7 @@ class HttpModel(RemoteModel):
             what = "the stream was cut" if cut else f"cannot reach {self.base_url}"
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
 
-    def _refusal(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+    def _refusal(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
         """The error for an answer with an error status."""
         text = body.decode("utf-8", "replace")
         err = self.error(self.message_of(text), status, retryable=retryable(status, headers, text))
@@ -619,11 +668,14 @@ class HttpModel(RemoteModel):
 
 @contextlib.asynccontextmanager
 async def _answer(
-    transport: httpx.AsyncBaseTransport, request: httpx.Request
+    carrier: httpx.AsyncBaseTransport | httpx.AsyncClient, request: httpx.Request
 ) -> AsyncIterator[httpx.Response]:
     """``request`` sent, its answer's head read; the answer is closed when the block ends."""
-    response = await transport.handle_async_request(request)
-    response.request = request
+    if isinstance(carrier, httpx.AsyncClient):
+        response = await carrier.send(request, stream=True)
+    else:
+        response = await carrier.handle_async_request(request)
+        response.request = request
     try:
         yield response
     finally:

@@ -1,6 +1,6 @@
 """The cap on a model's answer counts decoded bytes, however the answer comes: compressed
 (gzip, deflate), as an error, as a stream without line breaks. Against raw servers on
-127.0.0.1 that send exactly the bytes a test scripts, through both transports (opdsl's own
+127.0.0.1 that send exactly the bytes a test scripts, through both transports (aiohttp's pool
 on asyncio, httpx's when ``OPDSL_HTTP_TRANSPORT=httpx``), with the memory a call takes
 measured: an answer a thousand times its compressed size never reaches memory whole."""
 
@@ -18,9 +18,9 @@ import pytest
 
 from interpreters import MemoryJournal, run
 from interpreters.models import OpenAIModel, RetryPolicy
-from interpreters.models._h1 import AnswerTooLarge, Decoded, UnreadableAnswer
+from interpreters.models._body import AnswerTooLarge, Decoded, UnreadableAnswer
 from op import Op, infer
-from tests.interpreters.models.test_h1 import Conn, RawServer
+from tests.interpreters.models.raw import Conn, RawServer
 
 CAP = 256 * 1024
 """The cap the tests give their model: the answers below are 32 times it, decoded."""
@@ -33,7 +33,7 @@ def ask() -> Op[str]:
     return (yield from infer("hi")).text
 
 
-@pytest.fixture(params=["h1", "httpx"])
+@pytest.fixture(params=["aiohttp", "httpx"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "httpx":
         monkeypatch.setenv("OPDSL_HTTP_TRANSPORT", "httpx")

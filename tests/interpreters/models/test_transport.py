@@ -30,9 +30,9 @@ def _transport(model: HttpModel) -> str:
 @pytest.mark.parametrize(
     ("backend", "forced", "expected"),
     [
-        ("asyncio", None, "H1Transport"),
-        ("trio", None, "AsyncHTTPTransport"),
-        ("asyncio", "httpx", "AsyncHTTPTransport"),
+        ("asyncio", None, "AiohttpTransport"),
+        ("trio", None, "HttpxTransport"),
+        ("asyncio", "httpx", "HttpxTransport"),
     ],
 )
 def test_which_transport(
