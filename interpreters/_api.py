@@ -17,6 +17,7 @@ from interpreters.runtime._driver import RunResult, program_name
 from interpreters.runtime._events import Sink, as_sinks
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike
+from interpreters.tools._mcp import MCPServer, open_mcp
 from interpreters.tools._workspace import Workspace
 from op import workspace_of
 from state import CRDTModel
@@ -42,49 +43,56 @@ async def arun(
     kwargs: Mapping[str, Any] | None = None,
     tool_refs: list[str] | None = None,
     workspace: str | Path | Workspace | None = None,
+    mcp: Mapping[str, MCPServer] | None = None,
 ) -> RunResult[T]:
     """Run ``program(*args, **kwargs)`` live and return its :class:`RunResult`.
 
     ``workspace`` binds the workspace tools (files, search, commands, git) confined to that
     folder, and makes every checkpoint snapshot its files. ``db`` is a journal file (default: ``$OPDSL_DB``, else ``.opdsl/runs.db``) or a journal
     object such as ``MemoryJournal()``; ``on_event`` takes one sink or several; ``clock``
-    defaults to real time (tests pass a ``VirtualClock``).
+    defaults to real time (tests pass a ``VirtualClock``). ``mcp`` names MCP servers whose
+    tools the run is given (``{"git": MCPServer.stdio([...])}``: ``git_git_status``, ...),
+    started for the run and ended with it (:func:`interpreters.tools.open_mcp`).
     """
     tool_list = list(tools)
     if workspace is None:
         # a program may name its workspace among its arguments (the Coder's repository)
         workspace = workspace_of(program, args, dict(kwargs or {}))
-    interp = LiveInterpreter(
-        model=model,
-        tools=tool_list,
-        agents=agents,
-        answer=answer,
-        journal=open_journal(db),
-        sinks=as_sinks(on_event),
-        clock=clock,
-        seed=seed,
-        workspace=workspace,
-    )
-    ws = interp.handlers.workspace
-    if interp.journal is not None:
-        guard_journal(ws, interp.journal)
-    name = program_name(program)
-    record = RunRecord(
-        run_id="-",
-        program=name,
-        config_json=config_for(
+    root = workspace.root if isinstance(workspace, Workspace) else workspace
+    async with open_mcp(mcp, root=root) as served:
+        interp = LiveInterpreter(
             model=model,
-            tools=tool_list,
+            tools=[*tool_list, *served.tools],
+            agents=agents,
+            answer=answer,
+            journal=open_journal(db),
+            sinks=as_sinks(on_event),
+            clock=clock,
             seed=seed,
-            tool_refs=tool_refs,
-            workspace=None if ws is None else str(ws.root),
-            # the files the code came from, which a resume checks before importing them again
-            code=[name] if state is None else [name, program_name(type(state))],
-        ),
-    )
-    return await interp.arun(
-        program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {})
-    )
+            workspace=workspace,
+        )
+        ws = interp.handlers.workspace
+        if interp.journal is not None:
+            guard_journal(ws, interp.journal)
+        name = program_name(program)
+        record = RunRecord(
+            run_id="-",
+            program=name,
+            config_json=served.record(
+                config_for(
+                    model=model,
+                    tools=tool_list,
+                    seed=seed,
+                    tool_refs=tool_refs,
+                    workspace=None if ws is None else str(ws.root),
+                    # the files the code came from, which a resume checks before importing them again
+                    code=[name] if state is None else [name, program_name(type(state))],
+                )
+            ),
+        )
+        return await interp.arun(
+            program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {})
+        )
 
 
 def run(
@@ -103,6 +111,7 @@ def run(
     kwargs: Mapping[str, Any] | None = None,
     tool_refs: list[str] | None = None,
     workspace: str | Path | Workspace | None = None,
+    mcp: Mapping[str, MCPServer] | None = None,
     backend: str = "asyncio",
 ) -> RunResult[T]:
     """:func:`arun` from synchronous code (``backend`` is ``"asyncio"`` or ``"trio"``).
@@ -135,5 +144,6 @@ def run(
         kwargs=kwargs,
         tool_refs=tool_refs,
         workspace=workspace,
+        mcp=mcp,
     )
     return blocking(call, backend=backend)
