@@ -32,6 +32,7 @@ from interpreters.runtime._replay import ReplayLog
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
+from interpreters.tools._mcp import MCPServer, open_mcp, servers_of
 from interpreters.tools._workspace import Workspace
 from op import Checkpoint, OpdslError
 from op.effects import SCOPE_KINDS
@@ -130,6 +131,7 @@ async def aresume(
     workspace: str | Workspace | None = None,
     state_type: type[CRDTModel] | None = None,
     accept_changed_code: bool = False,
+    mcp: Mapping[str, MCPServer] | None = None,
 ) -> RunResult[Any]:
     """Continue a run in place, or fork a new run from one of its checkpoints.
 
@@ -146,6 +148,10 @@ async def aresume(
     started with: a module changed or found elsewhere since is refused (:class:`CodeChanged`)
     unless ``accept_changed_code``. A run imported from a file is refused until ``program``,
     ``tools``, ``model``, ``workspace`` and ``state_type`` are given for each it names.
+
+    The MCP servers the run was started with (``mcp``: others in their place) are started
+    again, and what they offer now is compared with what they offered at the run's start: a
+    tool the journal depends on that changed refuses the resume unless ``accept_changed_code``.
     """
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
@@ -167,31 +173,45 @@ async def aresume(
         target = _fork(journal, record, entries, from_checkpoint)
     else:
         target = _in_place(journal, record, entries, answer, answer_at)
-    handlers = LiveHandlers(
-        model=resolve_model(model),
-        tools=ToolRegistry(tool_list),
-        agents=agents,
-        seed=config.get("seed"),
-        workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
-        answers=target.answers,
-    )
-    guard_journal(handlers.workspace, journal)
-    return await execute(
-        program,
-        tuple(call_args.get("args", [])),
-        call_args.get("kwargs", {}),
-        run_id=target.record.run_id,
-        services=Services(
-            handlers=handlers,
-            clock=clock or SystemClock(),
-            bus=EventBus([*as_sinks(on_event), *trace_sinks(model)]),
-            journal=journal,
-        ),
-        state=state,
-        log=target.log,
-        record=target.record,
-        entries=target.entries,
-    )
+    if mcp is None and config.get("imported_from") and config.get("mcp"):
+        raise OpdslError(
+            f"run {run_id} was imported from {config['imported_from']} and names MCP servers; "
+            "name them again (--mcp, mcp= in the API) to run their commands"
+        )
+    ws_folder = workspace if workspace is not None else config.get("workspace")
+    async with open_mcp(
+        servers_of(config) if mcp is None else mcp,
+        root=ws_folder.root if isinstance(ws_folder, Workspace) else ws_folder,
+        recorded=config.get("mcp") or {},
+        entries=entries,
+        run_id=run_id,
+        accept=accept_changed_code,
+    ) as served:
+        handlers = LiveHandlers(
+            model=resolve_model(model),
+            tools=ToolRegistry([*tool_list, *served.tools]),
+            agents=agents,
+            seed=config.get("seed"),
+            workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
+            answers=target.answers,
+        )
+        guard_journal(handlers.workspace, journal)
+        return await execute(
+            program,
+            tuple(call_args.get("args", [])),
+            call_args.get("kwargs", {}),
+            run_id=target.record.run_id,
+            services=Services(
+                handlers=handlers,
+                clock=clock or SystemClock(),
+                bus=EventBus([*as_sinks(on_event), *trace_sinks(model)]),
+                journal=journal,
+            ),
+            state=state,
+            log=target.log,
+            record=target.record,
+            entries=target.entries,
+        )
 
 
 def _tools_of(
