@@ -1,0 +1,784 @@
+"""Tools from any MCP server: a program or the command line names servers, stdio (a command)
+or streamable HTTP (a URL), and their tools become opdsl tools.
+
+Rules, in one place:
+
+1. A tool is named ``SERVER_TOOL`` (``git_git_status``), or the prefix the user gives and the
+   tool's own name. Model APIs take only letters, digits, ``_`` and ``-`` in a tool's name, so a
+   ``.`` or ``/`` in the server's name for it becomes ``_``; a name with anything else in it
+   (markup, spaces), longer than 64 characters, or offered twice, is left out with a warning,
+   as is a tool whose input schema is not a JSON Schema of an object. Two tools that end up
+   with one name (across servers, or beside the run's own) are refused at the start
+   (``DuplicateTool``).
+2. A model is offered the server's own JSON Schema; arguments that do not fit it are refused
+   before they reach the server, as a ``ToolResult`` error the model can read.
+3. A call is a ``tool`` effect like any other: journaled, budgeted, redacted, replayed from the
+   journal (a replay starts no server), listed by a dry run without being called (no server
+   hint makes a tool "read-only" there: a server's annotations are its own word).
+4. Every failure is a failed ``ToolResult`` naming the server and the tool: the server's own
+   error, a call that took longer than the server's ``timeout``, a result over
+   :data:`MAX_OUTPUT` characters (cut, and said so), a server that died during the call (it is
+   started again at the next call).
+5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
+   the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
+   file system read-only; no network unless allowed for that server; an environment of
+   ``PATH``, ``HOME=/tmp`` and only the variables named for it. It is started once per run (or
+   per worker) and ended with it.
+6. The servers and their tool lists are recorded in the run's config at its start; a resume
+   starts them again and compares: a tool the journal names (called, or offered to a model)
+   that is gone or whose schema changed refuses the resume (:class:`MCPToolsChanged`) unless
+   the user accepts changed code; any other change is a warning on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, final
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from interpreters._redact import REDACTED, Redactor
+from interpreters.tools._bound import BoundTool
+from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
+from op import OpdslError, ToolResult, ToolSpec
+
+__all__ = [
+    "MAX_OUTPUT",
+    "MCPError",
+    "MCPServer",
+    "MCPTools",
+    "MCPToolsChanged",
+    "listed_tools",
+    "mcp_servers",
+    "open_mcp",
+    "parse_mcp",
+    "servers_of",
+]
+
+MAX_OUTPUT = 200_000
+"""The most characters of a result a tool gives back; the rest is cut, and the cut is said."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SAFE = str.maketrans({".": "_", "/": "_"})
+_ENV_KEPT = ("PATH",)
+_SDK_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""What the MCP SDK's stdio client passes on to any server; unset inside the sandbox unless
+named for it (``PATH`` is kept: a command line names its programs by it)."""
+
+
+class MCPError(OpdslError):
+    """An MCP server cannot be used: badly named, cannot start, or lists no usable tools."""
+
+
+class MCPToolsChanged(OpdslError):
+    """A resumed run's server no longer offers a tool its journal depends on, as recorded."""
+
+
+@final
+@dataclass(frozen=True)
+class MCPServer:
+    """An MCP server a run takes tools from: :meth:`stdio` (a command) or :meth:`http` (a URL).
+
+    Example:
+        >>> s = MCPServer.stdio(["mcp-server-time"], env=["TZ"])
+        >>> s.argv, s.env, s.network
+        (('mcp-server-time',), ('TZ',), False)
+    """
+
+    argv: tuple[str, ...] = ()
+    url: str | None = None
+    #: names of the variables passed on to a stdio server (nothing else of ours is)
+    env: tuple[str, ...] = ()
+    #: whether a stdio server may reach the network
+    network: bool = False
+    #: what each tool's name starts with (None: the server's name and ``_``)
+    prefix: str | None = None
+    #: seconds one call may take
+    timeout: float = 60.0
+    #: seconds the server may take to start and list its tools
+    start_timeout: float = 30.0
+    #: False: a stdio server runs unconfined (a server the user trusts with the machine)
+    confined: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if bool(self.argv) == (self.url is not None):
+            raise MCPError("an MCP server is a command (MCPServer.stdio) or a URL (MCPServer.http)")
+        if self.timeout <= 0 or self.start_timeout <= 0:
+            raise MCPError(f"an MCP server's timeouts are seconds above 0, not {self.timeout}")
+
+    @classmethod
+    def stdio(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Iterable[str] = (),
+        network: bool = False,
+        prefix: str | None = None,
+        timeout: float = 60.0,
+        start_timeout: float = 30.0,
+        confined: bool = True,
+    ) -> MCPServer:
+        """A server run as ``argv``, speaking MCP on its stdin and stdout."""
+        if isinstance(argv, str):
+            raise MCPError(f"MCPServer.stdio takes the command as a list, not {argv!r}")
+        return cls(
+            argv=tuple(argv),
+            env=tuple(env),
+            network=network,
+            prefix=prefix,
+            timeout=timeout,
+            start_timeout=start_timeout,
+            confined=confined,
+        )
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+        timeout: float = 60.0,
+    ) -> MCPServer:
+        """A server reached over streamable HTTP at ``url``."""
+        if not url.startswith(("http://", "https://")):
+            raise MCPError(f"an MCP server's URL starts with http:// or https://, not {url!r}")
+        return cls(url=url, headers=dict(headers or {}), prefix=prefix, timeout=timeout)
+
+    def to_json(self) -> dict[str, Any]:
+        """What a run records of the server: its command or URL with secrets redacted, the
+        names of the variables and headers it is given (never their values)."""
+        redact = Redactor.from_env()
+        out: dict[str, Any] = {
+            "timeout": self.timeout,
+            "start_timeout": self.start_timeout,
+            "prefix": self.prefix,
+        }
+        if self.url is not None:
+            out |= {"url": redact(self.url), "headers": sorted(self.headers)}
+        else:
+            out |= {
+                "argv": [redact(a) for a in self.argv],
+                "env": list(self.env),
+                "network": self.network,
+                "confined": self.confined,
+            }
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, data: Mapping[str, Any]) -> MCPServer:
+        """The server a run recorded; one whose command held a secret, or that was given
+        headers, cannot be started again from the record."""
+        if data.get("headers") or REDACTED in json.dumps(data):
+            raise MCPError(
+                f"MCP server {name!r} was given a secret (in its command, URL or headers), which "
+                "the run does not keep; name it again (--mcp, mcp= in the API) to resume"
+            )
+        if "url" in data:
+            return cls.http(
+                str(data["url"]), prefix=data.get("prefix"), timeout=float(data["timeout"])
+            )
+        return cls.stdio(
+            [str(a) for a in data.get("argv", [])],
+            env=[str(e) for e in data.get("env", [])],
+            network=bool(data.get("network")),
+            prefix=data.get("prefix"),
+            timeout=float(data.get("timeout", 60.0)),
+            start_timeout=float(data.get("start_timeout", 30.0)),
+            confined=bool(data.get("confined", True)),
+        )
+
+
+_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_-]+)(\[(?P<opts>[^\]]*)\])?=(?P<what>.+)$", re.S)
+
+
+def parse_mcp(text: str) -> tuple[str, MCPServer]:
+    """A server as the command line names it: ``NAME=COMMAND ARGS...`` or ``NAME=URL``, with
+    options in brackets after the name: ``network``, ``env=VAR`` (repeatable), ``prefix=P``,
+    ``timeout=SECONDS``, ``unconfined``.
+
+    Example:
+        >>> name, s = parse_mcp("gh[network,env=GH_TOKEN]=github-mcp-server stdio")
+        >>> name, s.argv, s.network, s.env
+        ('gh', ('github-mcp-server', 'stdio'), True, ('GH_TOKEN',))
+    """
+    m = _SPEC.match(text.strip())
+    if m is None:
+        raise MCPError(
+            f"--mcp {text!r}: give NAME=COMMAND or NAME=URL (NAME: letters, digits, '_', '-'), "
+            "e.g. --mcp 'git=mcp-server-git --repository .'"
+        )
+    name, what = m["name"], m["what"].strip()
+    opts: dict[str, Any] = {"env": []}
+    for opt in filter(None, (o.strip() for o in (m["opts"] or "").split(","))):
+        key, _, value = opt.partition("=")
+        if key == "network" and not value:
+            opts["network"] = True
+        elif key == "unconfined" and not value:
+            opts["confined"] = False
+        elif key == "env" and value:
+            opts["env"].append(value)
+        elif key == "prefix":
+            opts["prefix"] = value
+        elif key == "timeout" and value:
+            try:
+                opts["timeout"] = float(value)
+            except ValueError:
+                raise MCPError(f"--mcp {name}: timeout={value!r} is not seconds") from None
+        else:
+            raise MCPError(
+                f"--mcp {name}: unknown option {opt!r} (options: network, env=VAR, prefix=P, "
+                "timeout=SECONDS, unconfined)"
+            )
+    if what.startswith(("http://", "https://")):
+        if opts["env"] or "network" in opts or "confined" in opts:
+            raise MCPError(f"--mcp {name}: network, env= and unconfined are for a command")
+        return name, MCPServer.http(
+            what, prefix=opts.get("prefix"), timeout=opts.get("timeout", 60.0)
+        )
+    try:
+        argv = shlex.split(what)
+    except ValueError as exc:
+        raise MCPError(f"--mcp {name}: cannot split the command {what!r}: {exc}") from None
+    return name, MCPServer.stdio(argv, **opts)
+
+
+def servers_of(config: Mapping[str, Any]) -> dict[str, MCPServer]:
+    """The servers a run's config recorded (none: an empty mapping)."""
+    recorded = config.get("mcp") or {}
+    return {name: MCPServer.from_json(name, r["server"]) for name, r in recorded.items()}
+
+
+class _Arguments(BaseModel):
+    """A call's arguments as they came: the server's schema checks them, not a model's fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    arguments: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole(cls, data: Any) -> Any:
+        return {"arguments": data}
+
+
+def _text_of(result: Any) -> str:
+    """A ``CallToolResult``'s content as one text: text as it is, anything else said in words."""
+    parts = []
+    for item in result.content or ():
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(str(item.text))
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {item.mime_type}, {len(item.data) * 3 // 4} bytes]")
+        elif kind == "resource":
+            inner = item.resource
+            text = getattr(inner, "text", None)
+            parts.append(str(text) if text is not None else f"[resource {inner.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {item.uri}]")
+        else:
+            parts.append(f"[{kind or type(item).__name__} content]")
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, sort_keys=True, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def _capped(text: str) -> str:
+    if len(text) <= MAX_OUTPUT:
+        return text
+    return text[:MAX_OUTPUT] + f"\n[{len(text) - MAX_OUTPUT} more characters left out]"
+
+
+def _validator(schema: Any) -> tuple[Any, str | None]:
+    """A validator of arguments for ``schema``, or why it is not a schema a model can be
+    offered (a JSON Schema of an object)."""
+    from jsonschema import SchemaError, validators  # type: ignore[import-untyped]
+
+    if not isinstance(schema, dict):
+        return None, f"its input schema is a {type(schema).__name__}, not a JSON object"
+    if schema.get("type", "object") != "object":
+        return None, f"its input schema is of type {schema.get('type')!r}, not 'object'"
+    try:
+        cls = validators.validator_for(schema)
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        return None, f"its input schema is not a JSON Schema: {exc.message}"
+    return cls(schema), None
+
+
+@final
+class _Connection:
+    """One server, started when first needed and again after it died; its client lives in a
+    task of its own (the MCP SDK's transport must end in the task that started it)."""
+
+    def __init__(self, name: str, server: MCPServer, root: Path, tg: TaskGroup) -> None:
+        self.name = name
+        self.server = server
+        self.root = root
+        self._tg = tg
+        self._lock = anyio.Lock()
+        self._client: Any = None
+        self._stop = anyio.Event()
+        self._ended = anyio.Event()
+        self._stderr: IO[str] | None = None
+        #: the tools' JSON Schemas by the server's names, for checking arguments
+        self.validators: dict[str, Any] = {}
+
+    def _transport(self) -> Any:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
+        server = self.server
+        if server.url is not None:
+            if not server.headers:
+                return streamable_http_client(server.url)
+            import httpx2
+
+            return streamable_http_client(
+                server.url, http_client=httpx2.AsyncClient(headers=dict(server.headers))
+            )
+        env = {k: os.environ[k] for k in (*_ENV_KEPT, *server.env) if k in os.environ}
+        argv = list(server.argv)
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise MCPError(f"no program {argv[0]!r} is found (on PATH, or at that path)")
+        if server.confined:
+            problem = sandbox_problem()
+            if problem is not None:
+                raise MCPError(
+                    f"MCP server {self.name!r} cannot be confined: {problem}; install bubblewrap, "
+                    "or run it unconfined (MCPServer.stdio(..., confined=False), --mcp "
+                    f"'{self.name}[unconfined]=...')"
+                )
+            wrapped = bwrap_argv(argv, root=self.root, cwd=self.root, network=server.network)
+            cut = wrapped.index("--unshare-all")
+            unset = [a for v in _SDK_DEFAULT_ENV if v not in env for a in ("--unsetenv", v)]
+            home = [] if "HOME" in server.env else ["--setenv", "HOME", "/tmp"]
+            argv = [*wrapped[:cut], *unset, *home, *wrapped[cut:]]
+        # kept open while the server runs (its last line says why it failed); closed by end()
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        params = StdioServerParameters(
+            command=argv[0], args=argv[1:], env=env, cwd=None if server.confined else self.root
+        )
+        return stdio_client(params, errlog=self._stderr)
+
+    async def _serve(
+        self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
+    ) -> None:
+        from mcp import Client
+
+        started = False
+        try:
+            async with Client(self._transport(), mode="legacy", cache=None) as client:
+                started = True
+                task_status.started(client)
+                await stop.wait()
+        except Exception:
+            if not started:
+                raise
+            # the transport of a server that died ends in errors of its own: nothing to keep
+        finally:
+            ended.set()
+
+    async def client(self) -> Any:
+        """The running client, started (again) if it is not running."""
+        async with self._lock:
+            if self._client is None:
+                self._stop, self._ended = anyio.Event(), anyio.Event()
+                try:
+                    with anyio.fail_after(self.server.start_timeout):
+                        self._client = await self._tg.start(self._serve, self._stop, self._ended)
+                except TimeoutError:
+                    raise MCPError(
+                        f"MCP server {self.name!r} did not finish starting within "
+                        f"{self.server.start_timeout:g}s{self._said()}"
+                    ) from None
+                except Exception as exc:
+                    raise MCPError(
+                        f"MCP server {self.name!r} ({self._what()}) cannot start: "
+                        f"{_reason(exc)}{self._said()}"
+                    ) from None
+            return self._client
+
+    def _what(self) -> str:
+        return self.server.url or shlex.join(self.server.argv)
+
+    def _said(self) -> str:
+        """The last line the server wrote on its stderr, if any."""
+        if self._stderr is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.flush()
+            self._stderr.seek(0)
+            lines = [ln for ln in self._stderr.read()[-4000:].splitlines() if ln.strip()]
+            self._stderr.seek(0, 2)
+            if lines:
+                return f" (its stderr: {lines[-1].strip()[:300]})"
+        return ""
+
+    async def end(self) -> None:
+        """Stop the server, if it runs, and wait until it has ended."""
+        async with self._lock:
+            if self._client is not None:
+                self._client = None
+                self._stop.set()
+                await self._ended.wait()
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+
+    async def list_tools(self) -> list[Any]:
+        client = await self.client()
+        tools: list[Any] = []
+        cursor = None
+        with anyio.fail_after(self.server.start_timeout):
+            for _ in range(100):
+                try:
+                    page = await client.list_tools(cursor=cursor)
+                except ValidationError as exc:
+                    raise MCPError(
+                        f"MCP server {self.name!r} lists tools that are not MCP tools: "
+                        f"{_listing_problem(exc)}"
+                    ) from None
+                tools += page.tools
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        return tools
+
+    async def call(self, tool: str, shown: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call the server's ``tool`` (``shown``: its opdsl name); every failure a result."""
+        from mcp.shared.exceptions import MCPError as SdkError
+        from mcp_types import CONNECTION_CLOSED
+
+        validator = self.validators.get(tool)
+        if validator is not None:
+            problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+            if problems:
+                said = "; ".join(
+                    f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}"
+                    for p in problems[:5]
+                )
+                return ToolResult.failure(f"invalid arguments for tool {shown!r}: {said}")
+        try:
+            client = await self.client()
+        except MCPError as exc:
+            return ToolResult.failure(str(exc))
+        try:
+            with anyio.fail_after(self.server.timeout):
+                result = await client.call_tool(tool, arguments)
+        except TimeoutError:
+            return ToolResult.failure(
+                f"MCP server {self.name!r} gave no answer to {shown!r} within {self.server.timeout:g}s"
+            )
+        except Exception as exc:
+            closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
+            if closed or isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+                said = self._said()
+                await self.end()
+                return ToolResult.failure(
+                    f"MCP server {self.name!r} ended during the call to {shown!r}{said}; "
+                    "it is started again at the next call"
+                )
+            return ToolResult.failure(f"MCP server {self.name!r}, tool {shown!r}: {_reason(exc)}")
+        text = _capped(_text_of(result))
+        if result.is_error:
+            return ToolResult.failure(f"{shown}: {text or 'the server says the call failed'}")
+        return ToolResult(output=text)
+
+
+def _listing_problem(exc: ValidationError) -> str:
+    """A listing's first problems, one line: ``tools.9.inputSchema.type: Input should be ...``."""
+    errors = exc.errors(include_url=False)
+    said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors[:3])
+    return said + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception in one line (an exception group: its first leaf)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())[:500]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tool_name(prefix: str, raw: str) -> str | None:
+    """The opdsl name of the server's tool ``raw``, or None when no model API would take it."""
+    name = prefix + raw.translate(_SAFE)
+    return name if _NAME.match(name) else None
+
+
+@final
+class MCPTools:
+    """The servers of one run (or one worker), their tools bound as opdsl tools
+    (:func:`open_mcp` makes one)."""
+
+    def __init__(self) -> None:
+        self.tools: list[BoundTool] = []
+        #: by server name: the server as recorded, and its tools as offered at the start
+        self.recorded: dict[str, dict[str, Any]] = {}
+        self.warnings: list[str] = []
+        self.connections: dict[str, _Connection] = {}
+
+    def record(self, config_json: str) -> str:
+        """``config_json`` (a run's config) with the servers and their tool lists added."""
+        if not self.recorded:
+            return config_json
+        from state import canonical_json
+
+        return canonical_json({**json.loads(config_json), "mcp": self.recorded})
+
+    def _warn(self, line: str) -> None:
+        if line in self.warnings:
+            return
+        self.warnings.append(line)
+        sys.stderr.write(f"opdsl: warning: {line}\n")
+
+    async def _bind(self, name: str, server: MCPServer, conn: _Connection) -> None:
+        prefix = f"{name}_" if server.prefix is None else server.prefix
+        listed = await conn.list_tools()
+        seen: dict[str, int] = {}
+        for t in listed:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        offered = []
+        for t in listed:
+            shown = _tool_name(prefix, t.name)
+            validator, problem = _validator(t.input_schema)
+            if seen[t.name] > 1:
+                problem = "the server lists it more than once"
+            elif shown is None:
+                problem = "no model API takes that name (letters, digits, '_', '-'; 64 at most)"
+            if problem is not None:
+                self._warn(f"MCP server {name!r}: tool {t.name[:80]!r} is left out: {problem}")
+                continue
+            assert shown is not None
+            conn.validators[t.name] = validator
+            description = " ".join((t.description or "").split())[:2000]
+            spec = ToolSpec(name=shown, description=description, parameters=dict(t.input_schema))
+            self.tools.append(_bound(conn, t.name, spec))
+            offered.append(
+                {
+                    "name": shown,
+                    "tool": t.name,
+                    "description": description,
+                    "parameters": spec.parameters,
+                }
+            )
+        self.recorded[name] = {"server": server.to_json(), "tools": offered}
+
+
+def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:
+    async def call_mcp(arguments: dict[str, Any]) -> ToolResult:
+        return await conn.call(tool, spec.name, arguments)
+
+    bound = BoundTool(
+        name=spec.name, fn=call_mcp, args_model=_Arguments, description=spec.description
+    )
+    bound.spec = spec  # the server's own schema, not the pass-through model's
+    return bound
+
+
+def _refuse_twice(served: MCPTools) -> None:
+    """Two servers that give one name to their tools are refused, naming both."""
+    from op import DuplicateTool
+
+    owner: dict[str, str] = {}
+    twice: list[str] = []
+    for server, rec in served.recorded.items():
+        for t in rec["tools"]:
+            if t["name"] in owner:
+                twice.append(f"{owner[t['name']]!r} and {server!r} both offer {t['name']!r}")
+            owner.setdefault(t["name"], server)
+    if twice:
+        more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
+        raise DuplicateTool(
+            f"MCP servers {twice[0]}{more}; give a server a prefix of its own "
+            "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
+        )
+
+
+def _depended_on(entries: Iterable[Any]) -> set[str]:
+    """The tool names a run's journal depends on: called, or offered to a model."""
+    names: set[str] = set()
+    for e in entries:
+        if e.kind not in ("tool", "infer"):
+            continue
+        try:
+            effect = json.loads(e.effect_json)
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(effect, dict):
+            continue
+        if e.kind == "tool" and isinstance(effect.get("name"), str):
+            names.add(effect["name"])
+        tools = effect.get("tools")
+        if isinstance(tools, list):
+            names.update(t for t in tools if isinstance(t, str))
+    return names
+
+
+def _compare(
+    run_id: str,
+    recorded: Mapping[str, Any],
+    now: Mapping[str, Any],
+    depended: set[str],
+    accept: bool,
+    warn: Any,
+) -> None:
+    """Say what the servers offer now that they did not when the run started (rule 6)."""
+    refused = []
+    for server in sorted(set(recorded) | set(now)):
+        was = {t["name"]: t for t in (recorded.get(server) or {}).get("tools", [])}
+        has = {t["name"]: t for t in (now.get(server) or {}).get("tools", [])}
+        for tool in sorted(set(was) | set(has)):
+            if tool not in has:
+                change = "no longer offers"
+            elif tool not in was:
+                warn(f"run {run_id}: MCP server {server!r} now offers {tool!r} as well")
+                continue
+            elif was[tool]["parameters"] != has[tool]["parameters"]:
+                change = "now takes other arguments for"
+            elif was[tool]["description"] != has[tool]["description"]:
+                change = "now describes otherwise"
+            else:
+                continue
+            line = f"MCP server {server!r} {change} {tool!r}"
+            if tool in depended and change != "now describes otherwise" and not accept:
+                refused.append(line)
+            else:
+                warn(f"run {run_id}: {line} (recorded at the run's start)")
+    if refused:
+        raise MCPToolsChanged(
+            f"run {run_id} depends on MCP tools that changed since it started: "
+            f"{'; '.join(refused)}; pass --accept-changed-code (accept_changed_code=True) to go on "
+            "with what the servers offer now"
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_mcp(
+    servers: Mapping[str, MCPServer] | None,
+    *,
+    root: str | Path | None = None,
+    recorded: Mapping[str, Any] | None = None,
+    entries: Iterable[Any] = (),
+    run_id: str = "",
+    accept: bool = False,
+) -> AsyncIterator[MCPTools]:
+    """Start ``servers``, bind their tools, and end them all on the way out.
+
+    ``root``: the folder a stdio server may write (the run's workspace; default: the current
+    folder). ``recorded``: the tool lists a resumed run recorded, compared with what the
+    servers offer now (``entries``: its journal, for what depends on them; ``accept``: a
+    change is a warning, never a refusal).
+
+    Example:
+        >>> import anyio
+        >>> async def none() -> int:
+        ...     async with open_mcp({}) as served:
+        ...         return len(served.tools)
+        >>> anyio.run(none)
+        0
+    """
+    served = MCPTools()
+    if not servers:
+        if recorded:
+            _compare(run_id, recorded, {}, _depended_on(entries), accept, served._warn)
+        yield served
+        return
+    where = Path(root if root is not None else os.getcwd()).resolve()
+    for name in servers:
+        if not _NAME.match(name):
+            raise MCPError(f"MCP server name {name!r}: letters, digits, '_' or '-'")
+    try:
+        async with (
+            anyio.create_task_group() as tg,
+            _serving(served, servers, where, tg, recorded, entries, run_id, accept),
+        ):
+            yield served
+    except BaseExceptionGroup as group:
+        # the task group wraps what the run raised (a divergence, an interrupt): one error,
+        # as it came, unless several really happened at once
+        leaves = group.exceptions
+        if len(leaves) == 1:
+            raise leaves[0] from leaves[0].__cause__
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    served: MCPTools,
+    servers: Mapping[str, MCPServer],
+    where: Path,
+    tg: TaskGroup,
+    recorded: Mapping[str, Any] | None,
+    entries: Iterable[Any],
+    run_id: str,
+    accept: bool,
+) -> AsyncIterator[None]:
+    """The servers started (at once), their tools bound and compared; all ended after."""
+    try:
+        for name, server in servers.items():
+            served.connections[name] = _Connection(name, server, where, tg)
+        failed: list[MCPError] = []
+
+        async def start(conn: _Connection) -> None:
+            try:
+                await conn.client()
+            except MCPError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as starting:  # at once: each takes a while
+            for conn in served.connections.values():
+                starting.start_soon(start, conn)
+        if failed:
+            raise failed[0]
+        for name, server in servers.items():
+            await served._bind(name, server, served.connections[name])
+        _refuse_twice(served)
+        if recorded is not None:
+            _compare(run_id, recorded, served.recorded, _depended_on(entries), accept, served._warn)
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            for conn in served.connections.values():
+                await conn.end()
+
+
+def mcp_servers(specs: Iterable[str]) -> dict[str, MCPServer]:
+    """The servers ``--mcp`` options name (:func:`parse_mcp`), by name; a name given twice is
+    refused."""
+    out: dict[str, MCPServer] = {}
+    for spec in specs:
+        name, server = parse_mcp(spec)
+        if name in out:
+            raise MCPError(f"--mcp names the server {name!r} twice")
+        out[name] = server
+    return out
+
+
+def listed_tools(
+    servers: Mapping[str, MCPServer] | None, *, root: str | Path | None = None
+) -> list[BoundTool]:
+    """The servers' tools as they list them, the servers ended again: what a dry run binds
+    (it calls none of them; a call would say the server is not running)."""
+    if not servers:
+        return []
+
+    async def listing() -> list[BoundTool]:
+        async with open_mcp(servers, root=root) as served:
+            return list(served.tools)
+
+    return anyio.run(listing)

@@ -1,0 +1,486 @@
+"""Tools from MCP servers: a hostile server of our own (huge results, schemas that are not
+schemas, calls never answered, a death mid-call, names that collide or hold markup), then the
+real ones from PyPI (``mcp-server-git``, ``mcp-server-time``) and npm (``server-everything``,
+when it is installed), through ``run``, ``resume``, ``replay``, the dry run and the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from returns.result import Failure
+
+from interpreters import MemoryJournal, ScriptedModel, SqliteJournal, replay, resume, run
+from interpreters.cli._main import main
+from interpreters.tools._mcp import (
+    MAX_OUTPUT,
+    MCPError,
+    MCPServer,
+    MCPToolsChanged,
+    listed_tools,
+    open_mcp,
+    parse_mcp,
+)
+from interpreters.tools._sandbox import sandbox_problem
+from op import DuplicateTool, Response, ToolCall
+from tests.fixtures import mcp_programs
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+HOSTILE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_hostile.py")
+OUTSIDE = "/var/tmp/opdsl-mcp-outside.txt"
+needs_bwrap = pytest.mark.skipif(sandbox_problem() is not None, reason=str(sandbox_problem()))
+
+
+def hostile(marker: Path | None = None, *extra: str, **kwargs: Any) -> MCPServer:
+    argv = [sys.executable, "-I", HOSTILE, *extra]
+    if marker is not None:
+        argv += ["--marker", str(marker)]
+    kwargs.setdefault("timeout", 10.0)
+    return MCPServer.stdio(argv, **kwargs)
+
+
+def starts(marker: Path) -> int:
+    return len(marker.read_text().split()) if marker.exists() else 0
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def test_command_line_specs_and_the_wrong_ones() -> None:
+    name, git = parse_mcp("git=uvx mcp-server-git --repository .")
+    assert (name, git.argv, git.network, git.env, git.confined) == (
+        "git",
+        ("uvx", "mcp-server-git", "--repository", "."),
+        False,
+        (),
+        True,
+    )
+    name, gh = parse_mcp("gh[network,env=GH_TOKEN,env=GH_HOST,prefix=,timeout=5]=gh-mcp 'a b'")
+    assert (gh.argv, gh.network, gh.env, gh.prefix, gh.timeout) == (
+        ("gh-mcp", "a b"),
+        True,
+        ("GH_TOKEN", "GH_HOST"),
+        "",
+        5.0,
+    )
+    name, web = parse_mcp("web=https://mcp.example.com/mcp")
+    assert (name, web.url, web.argv) == ("web", "https://mcp.example.com/mcp", ())
+    for bad, said in [
+        ("git", "give NAME=COMMAND or NAME=URL"),
+        ("g it=x", "give NAME=COMMAND or NAME=URL"),
+        ("git[loud]=x", "unknown option 'loud'"),
+        ("git[timeout=soon]=x", "timeout='soon' is not seconds"),
+        ("web[network]=https://x/mcp", "are for a command"),
+        ("git=x 'open", "cannot split the command"),
+    ]:
+        with pytest.raises(MCPError, match=said.replace("[", r"\[")):
+            parse_mcp(bad)
+    with pytest.raises(MCPError, match="as a list"):
+        MCPServer.stdio("mcp-server-git")
+    with pytest.raises(MCPError, match="http:// or https://"):
+        MCPServer.http("ftp://x")
+
+
+@needs_bwrap
+def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
+    ws: Path, tmp_path: Path
+) -> None:
+    marker = ws / "starts"
+
+    async def main() -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        server = hostile(marker, timeout=3.0)
+        async with open_mcp({"h": server}, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            out: dict[str, Any] = {"specs": {n: t.spec for n, t in by.items()}}
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("h_echo", {"text": "hi"}),
+                ("h_echo", {"text": 5}),  # refused before the server sees it
+                ("h_huge", {"size": MAX_OUTPUT + 5000}),
+                ("h_fail", {}),
+                ("h_a_b", {}),
+                ("h_write", {"path": str(ws / "made.txt")}),
+                ("h_write", {"path": str(tmp_path / "outside.txt")}),  # a hidden sibling
+                ("h_write", {"path": OUTSIDE}),  # the read-only rest of the machine
+                ("h_hang", {}),
+                ("h_die", {}),
+                ("h_echo", {"text": "again"}),
+            ]
+            for name, args in calls:
+                out[f"{name} {json.dumps(args)}"] = await by[name].call(args)
+            out["starts"] = starts(marker)
+            return out, served.warnings, served.recorded
+
+    started = time.monotonic()
+    out, warnings, recorded = anyio.run(main)
+    specs = out.pop("specs")
+    # markup, a listing twice and a schema that is not one are left out, each said once
+    assert sorted(specs) == sorted(
+        f"h_{n}" for n in ("echo", "huge", "hang", "die", "fail", "env", "write", "connect", "a_b")
+    )
+    assert any("'<b>bold</b>' is left out: no model API takes that name" in w for w in warnings)
+    assert sum("'dup' is left out: the server lists it more than once" in w for w in warnings) == 1
+    assert any("'broken' is left out: its input schema is not a JSON Schema" in w for w in warnings)
+    # the model is offered the server's own schema and description
+    echo = specs["h_echo"]
+    assert echo.parameters["properties"] == {"text": {"type": "string"}}
+    assert echo.description == "Echo the text back"
+    assert [t["tool"] for t in recorded["h"]["tools"]][:2] == ["echo", "huge"]
+    results = list(out.values())
+    assert results[0].ok and results[0].output == "hi"
+    assert not results[1].ok
+    assert (
+        results[1].error == "invalid arguments for tool 'h_echo': text: 5 is not of type 'string'"
+    )
+    assert results[2].ok and len(results[2].output) < MAX_OUTPUT + 100
+    assert results[2].output.endswith("[5000 more characters left out]")
+    assert (results[3].ok, results[3].error) == (False, "h_fail: it went wrong on purpose")
+    assert results[4].output == "dotted"  # "a.b" is called by its own name
+    assert results[5].ok and (ws / "made.txt").read_text() == "written\n"
+    assert not (tmp_path / "outside.txt").exists()  # written to a private tmpfs, if at all
+    assert not results[7].ok and "Read-only file system" in str(results[7].error)
+    assert not Path(OUTSIDE).exists()
+    assert results[8].error == "MCP server 'h' gave no answer to 'h_hang' within 3s"
+    assert results[9].error == (
+        "MCP server 'h' ended during the call to 'h_die' (its stderr: dying as asked); "
+        "it is started again at the next call"
+    )
+    assert results[10].ok and results[10].output == "again"  # started again
+    assert out["starts"] == 2
+    assert starts(marker) == 2
+    assert time.monotonic() - started < 30
+
+
+@needs_bwrap
+def test_a_confined_server_has_only_the_variables_named_and_no_network(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTILE_GIVEN", "given-value")
+    monkeypatch.setenv("HOSTILE_KEPT_BACK", "kept-back-value")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    async def main() -> dict[str, str]:
+        servers = {
+            "h": hostile(env=["HOSTILE_GIVEN"]),
+            "n": hostile(network=True, prefix="net_"),
+        }
+        async with open_mcp(servers, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            env = await by["h_env"].call({})
+            closed = await by["h_connect"].call({"port": port})
+            opened = await by["net_connect"].call({"port": port})
+            return {"env": env.output, "closed": str(closed.error), "opened": opened.output}
+
+    try:
+        out = anyio.run(main)
+    finally:
+        listener.close()
+    env = json.loads(out["env"])
+    assert env["HOSTILE_GIVEN"] == "given-value"
+    assert "HOSTILE_KEPT_BACK" not in env
+    # PWD is bubblewrap's, LC_CTYPE the server's own Python's (PEP 538, in a C locale)
+    assert set(env) - {"PWD", "LC_CTYPE"} == {"HOSTILE_GIVEN", "PATH", "HOME"}
+    assert env["HOME"] == "/tmp"
+    assert out["closed"].startswith("h_connect: cannot connect")
+    assert out["opened"] == "connected"
+
+
+def test_servers_that_cannot_be_used_say_why_in_one_line(ws: Path) -> None:
+    async def open_with(servers: dict[str, MCPServer]) -> None:
+        async with open_mcp(servers, root=ws):
+            pass
+
+    cases: list[tuple[dict[str, MCPServer], type[Exception], str]] = [
+        (
+            {"m": hostile(None, "--mute", start_timeout=1.0, confined=False)},
+            MCPError,
+            "MCP server 'm' did not finish starting within 1s",
+        ),
+        (
+            {"x": MCPServer.stdio(["/nonexistent/mcp-server"], confined=False)},
+            MCPError,
+            "MCP server 'x' (/nonexistent/mcp-server) cannot start: MCPError: no program "
+            "'/nonexistent/mcp-server' is found (on PATH, or at that path)",
+        ),
+        (
+            {"s": hostile(None, "--variant", "string", confined=False)},
+            MCPError,
+            "MCP server 's' lists tools that are not MCP tools: tools.13.inputSchema.type",
+        ),
+        (
+            {"a": hostile(prefix="t_", confined=False), "b": hostile(prefix="t_", confined=False)},
+            DuplicateTool,
+            "MCP servers 'a' and 'b' both offer 't_echo' (and 8 more); give a server a prefix",
+        ),
+        ({"bad name": hostile(confined=False)}, MCPError, "MCP server name 'bad name'"),
+    ]
+    for servers, kind, said in cases:
+        with pytest.raises(kind) as caught:
+            anyio.run(open_with, servers)
+        assert str(caught.value).startswith(said), str(caught.value)
+        assert "\n" not in str(caught.value)
+
+
+@needs_bwrap
+def test_calls_are_journaled_redacted_budgeted_and_replayed_without_the_server(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTILE_TOKEN", "tok-secret-98765")
+    marker = ws / "starts"
+    db = SqliteJournal(tmp_path / "runs.db")
+    done = run(
+        mcp_programs.echo_twice,
+        "say tok-secret-98765",
+        db=db,
+        mcp={"h": hostile(marker)},
+        workspace=ws,
+    )
+    assert done.status == "completed", done.error
+    # the program sees what the server said; the journal never holds the secret
+    assert done.value == ["say tok-secret-98765", "say tok-secret-98765!"]
+    entries = db.entries(done.run_id)
+    assert [json.loads(e.effect_json)["name"] for e in entries if e.kind == "tool"] == [
+        "h_echo",
+        "h_echo",
+    ]
+    raw = (tmp_path / "runs.db").read_bytes()
+    assert b"tok-secret-98765" not in raw
+    config = json.loads(db.run(done.run_id).config_json or "{}")
+    assert config["mcp"]["h"]["server"]["argv"][-2:] == ["--marker", str(marker)]
+    assert "h_echo" in [t["name"] for t in config["mcp"]["h"]["tools"]]
+    assert starts(marker) == 1
+    # a replay answers from the journal: the server is not started
+    again = replay(done.run_id, db=db)
+    assert again.status == "completed"
+    assert again.value == ["say [redacted]", "say [redacted]!"]
+    assert starts(marker) == 1
+    # a budget of one tool call stops the second
+    limited = run(
+        mcp_programs.echo_within, "x", db=MemoryJournal(), mcp={"h": hostile(marker)}, workspace=ws
+    )
+    assert isinstance(limited.value, Failure)
+    assert limited.value.failure().exceeded == "tool_calls"
+
+
+@needs_bwrap
+def test_a_model_is_offered_the_servers_schemas_and_its_calls_are_performed(ws: Path) -> None:
+    model = ScriptedModel(
+        [
+            Response(
+                tool_calls=(
+                    ToolCall(id="1", name="h_echo", arguments={"text": "from the model"}),
+                    ToolCall(id="2", name="h_fail", arguments={}),
+                ),
+                stop_reason="tool_use",
+            )
+        ]
+    )
+    done = run(
+        mcp_programs.offered,
+        "go",
+        model=model,
+        db=MemoryJournal(),
+        mcp={"h": hostile()},
+        workspace=ws,
+    )
+    assert done.value == "from the model | error: h_fail: it went wrong on purpose"
+    (request,) = model.requests
+    assert [s.name for s in request.tools] == ["h_echo", "h_fail"]
+    assert request.tools[0].parameters == {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+
+
+@needs_bwrap
+def test_a_resumed_run_says_what_its_servers_offer_now(
+    ws: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "runs.db")
+    waiting = run(mcp_programs.echo_then_ask, "hi", db=db, mcp={"h": hostile()}, workspace=ws)
+    assert waiting.status == "waiting"
+    # the server now takes other arguments for echo, which the journal called: refused
+    changed = {"h": hostile(None, "--variant", "2")}
+    with pytest.raises(MCPToolsChanged) as caught:
+        resume(waiting.run_id, db=db, answer="yes", mcp=changed)
+    assert str(caught.value) == (
+        f"run {waiting.run_id} depends on MCP tools that changed since it started: MCP server "
+        "'h' now takes other arguments for 'h_echo'; pass --accept-changed-code "
+        "(accept_changed_code=True) to go on with what the servers offer now"
+    )
+    capfd.readouterr()
+    # accepted: the changes are warnings, said before the program goes on, and it ends
+    done = resume(waiting.run_id, db=db, answer="yes", mcp=changed, accept_changed_code=True)
+    assert done.status == "completed", done.error
+    assert done.value == "hi yes dotted"
+    err = capfd.readouterr().err
+    assert f"opdsl: warning: run {waiting.run_id}: MCP server 'h' no longer offers 'h_huge'" in err
+    assert "now takes other arguments for 'h_echo' (recorded at the run's start)" in err
+
+
+@needs_bwrap
+def test_resume_starts_the_recorded_servers_again(ws: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    marker = ws / "starts"
+    waiting = run(mcp_programs.echo_then_ask, "hi", db=db, mcp={"h": hostile(marker)}, workspace=ws)
+    assert waiting.status == "waiting"
+    done = resume(waiting.run_id, db=db, answer="yes")  # the servers as the run recorded them
+    assert (done.status, done.value) == ("completed", "hi yes dotted")
+    assert starts(marker) == 2
+
+
+@needs_bwrap
+def test_a_dry_run_lists_the_servers_tools_and_calls_none(ws: Path) -> None:
+    from interpreters import dry_run
+
+    marker = ws / "starts"
+    tools = listed_tools({"h": hostile(marker)}, root=ws)
+    plan = dry_run(mcp_programs.echo_twice, "x", tools=tools)
+    assert plan.status == "completed"
+    assert plan.tools == ["h_echo"]
+    assert plan.would_run == ["h_echo at 1", "h_echo at 2"]
+    assert starts(marker) == 1  # started to list its tools, and called never
+
+
+@needs_bwrap
+def test_the_command_line_names_servers(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ws)
+    spec = f"h[timeout=10]={sys.executable} -I {HOSTILE}"
+    db = str(tmp_path / "runs.db")
+    argv = ["run", "tests.fixtures.mcp_programs:echo_twice", "--arg", "text=hi", "--db", db]
+    assert main([*argv, "--mcp", spec, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "hi!" in out
+    assert main([*argv, "--mcp", spec, "--dry-run"]) == 0
+    assert "would run (side effects, skipped): h_echo at 1, h_echo at 2" in capsys.readouterr().out
+    assert main([*argv, "--mcp", "h[loud]=x"]) == 2
+    assert "unknown option 'loud'" in capsys.readouterr().err
+
+
+# --- real servers ------------------------------------------------------------------------
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    not (_has("mcp_server_git") and _has("mcp_server_time")),
+    reason="mcp-server-git and mcp-server-time (the test extra) are not installed",
+)
+def test_mcp_server_git_and_mcp_server_time(tmp_path: Path) -> None:
+    from tests.helpers import sample_repo
+
+    repo = sample_repo(tmp_path)
+    (repo / "new.txt").write_text("new\n")
+    servers = {
+        "git": MCPServer.stdio([sys.executable, "-m", "mcp_server_git", "--repository", str(repo)]),
+        "time": MCPServer.stdio([sys.executable, "-m", "mcp_server_time"]),
+    }
+    done = run(
+        mcp_programs.git_and_time, str(repo), db=MemoryJournal(), mcp=servers, workspace=repo
+    )
+    assert done.status == "completed", done.error
+    status, log, now, wrong = done.value
+    assert "new.txt" in status
+    assert "Author: " in log or "Commit" in log
+    assert json.loads(now)["timezone"] == "UTC"
+    assert "Invalid timezone" in wrong
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+EVERYTHING = shutil.which("mcp-server-everything")
+
+
+@pytest.fixture
+def everything_http() -> Iterator[str]:
+    assert EVERYTHING is not None
+    port = _free_port()
+    proc = subprocess.Popen(
+        [EVERYTHING, "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.skipif(
+    EVERYTHING is None,
+    reason="npm's @modelcontextprotocol/server-everything is not installed "
+    "(npm install -g @modelcontextprotocol/server-everything)",
+)
+@needs_bwrap
+def test_server_everything_over_stdio_and_streamable_http(ws: Path, everything_http: str) -> None:
+    exe = EVERYTHING
+    assert exe is not None
+
+    async def main() -> dict[str, Any]:
+        servers = {
+            "ev": MCPServer.stdio([exe], timeout=2.0),
+            "web": MCPServer.http(everything_http, timeout=10.0),
+        }
+        async with open_mcp(servers, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            return {
+                "echo": await by["ev_echo"].call({"message": "over stdio"}),
+                "sum": await by["web_get-sum"].call({"a": 2, "b": 3}),
+                "bad": await by["ev_get-sum"].call({"a": "two"}),
+                "image": await by["ev_get-tiny-image"].call({}),
+                "slow": await by["ev_trigger-long-running-operation"].call(
+                    {"duration": 5, "steps": 5}
+                ),
+                "after": await by["ev_echo"].call({"message": "still there"}),
+                "names": sorted(by),
+            }
+
+    out = anyio.run(main)
+    assert out["echo"].ok and "over stdio" in out["echo"].output
+    assert out["sum"].ok and "5" in out["sum"].output
+    assert not out["bad"].ok and "invalid arguments for tool 'ev_get-sum'" in str(out["bad"].error)
+    assert "[image: image/png," in out["image"].output
+    assert (
+        out["slow"].error
+        == "MCP server 'ev' gave no answer to 'ev_trigger-long-running-operation' within 2s"
+    )
+    assert out["after"].ok
+    assert "web_echo" in out["names"] and "ev_echo" in out["names"]
