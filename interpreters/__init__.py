@@ -183,6 +183,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
     from interpreters.tools._bound import (
         read_only as read_only,
     )
+    from interpreters.tools._mcp import (
+        MCPServer as MCPServer,
+    )
     from interpreters.tools._workspace import (
         Workspace as Workspace,
     )
@@ -219,6 +222,7 @@ _WHERE: dict[str, str] = {
     "LiveHandlers": "interpreters._live",
     "LiveInterpreter": "interpreters._live",
     "load_program": "interpreters._durable",
+    "MCPServer": "interpreters.tools._mcp",
     "MemoryJournal": "interpreters.journal",
     "ModelScriptExhausted": "interpreters.models._base",
     "NoopBackend": "interpreters.agents",
