@@ -417,7 +417,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-EVERYTHING = shutil.which("mcp-server-everything")
+EVERYTHING = shutil.which("mcp-server-everything") or shutil.which(
+    "mcp-server-everything",
+    path=str(Path(__file__).resolve().parents[3] / ".cli/node_modules/.bin"),
+)
+"""npm's reference server: ``make cli`` installs it in ``.cli/``; a global install will do."""
 
 
 @pytest.fixture
@@ -446,8 +450,7 @@ def everything_http() -> Iterator[str]:
 
 @pytest.mark.skipif(
     EVERYTHING is None,
-    reason="npm's @modelcontextprotocol/server-everything is not installed "
-    "(npm install -g @modelcontextprotocol/server-everything)",
+    reason="npm's @modelcontextprotocol/server-everything is not installed (make cli)",
 )
 @needs_bwrap
 def test_server_everything_over_stdio_and_streamable_http(ws: Path, everything_http: str) -> None:
