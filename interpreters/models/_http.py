@@ -456,12 +456,14 @@ class HttpModel(RemoteModel):
     def _priced(self, response: Response) -> Response:
         if response.usage.cost_usd is not None:
             return response
-        cost = self.prices.cost(response.model or self.model, response.usage)
-        if cost is None:
-            return response
-        return response.model_copy(
-            update={"usage": response.usage.model_copy(update={"cost_usd": cost})}
+        usage = self.prices.priced(
+            response.model or self.model,
+            response.usage,
+            asked=self.model,
+            provider=self.provider,
+            base_url=self.base_url,
         )
+        return response if usage is response.usage else response.model_copy(update={"usage": usage})
 
     async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""

@@ -5,7 +5,6 @@ loads no HTTP library, so a run with a scripted model never does."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -13,11 +12,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from importlib import resources
-from typing import Any
 
+from interpreters.models._prices import Prices
 from interpreters.runtime._frame import Call
-from op import ModelError, Response, Usage
+from op import ModelError, Response
 from op.effects import ModelRequest
 
 __all__ = [
@@ -112,46 +110,6 @@ def retryable(status: int, headers: Mapping[str, str], body: str) -> bool:
     if status == 429 and ("insufficient_quota" in body or "enforced_spend_limit_reached" in body):
         return False
     return status in RETRY_STATUSES or status >= 500
-
-
-class Prices:
-    """USD per million tokens, by model name (the longest matching prefix wins)."""
-
-    def __init__(self, table: Mapping[str, Mapping[str, float]] | None = None) -> None:
-        if table is None:
-            table = self.load()
-        self.table = {k: dict(v) for k, v in table.items() if not k.startswith("_")}
-
-    @staticmethod
-    def load() -> dict[str, Any]:
-        text = resources.files("interpreters").joinpath("prices.json").read_text(encoding="utf-8")
-        table: dict[str, Any] = json.loads(text)
-        extra = os.environ.get("OPDSL_PRICES")
-        if extra:
-            try:
-                with open(extra, encoding="utf-8") as f:
-                    table.update(json.load(f))
-            except (OSError, ValueError) as exc:
-                raise ValueError(
-                    f"OPDSL_PRICES={extra}: cannot read the price table: {exc}"
-                ) from None
-        return table
-
-    def cost(self, model: str, usage: Usage) -> float | None:
-        name = model.rsplit("/", 1)[-1]
-        best = max((k for k in self.table if name.startswith(k)), key=len, default=None)
-        if best is None:
-            return None
-        p = self.table[best]
-        fresh_input = max(0, usage.input_tokens - usage.cached_tokens)
-        rate_in = float(p.get("input", 0.0))
-        rate_cached = float(p.get("cached_input", rate_in))
-        rate_out = float(p.get("output", 0.0))
-        return (
-            fresh_input * rate_in
-            + usage.cached_tokens * rate_cached
-            + usage.output_tokens * rate_out
-        ) / 1_000_000
 
 
 class RemoteModel(ABC):

@@ -10,6 +10,7 @@ from typing import Any, final
 import anyio
 import httpx
 
+from interpreters.models._usage import openai_usage
 from interpreters.models.kit import (
     CallInfo,
     HttpModel,
@@ -148,7 +149,7 @@ class OpenAIModel(HttpModel):
             stop_reason=OPENAI_STOP_REASONS.get(
                 choice.get("finish_reason") or "stop", choice.get("finish_reason") or ""
             ),
-            usage=_openai_usage(data.get("usage")),
+            usage=openai_usage(data.get("usage")),
             model=data.get("model") or self.model,
         )
 
@@ -166,7 +167,7 @@ class OpenAIModel(HttpModel):
                 raise self.error(self.message_of(json.dumps(chunk)), retryable=True)
             model = chunk.get("model") or model
             if chunk.get("usage"):
-                usage = _openai_usage(chunk["usage"])
+                usage = openai_usage(chunk["usage"])
             for choice in chunk.get("choices") or []:
                 any_choice = True
                 delta = choice.get("delta") or {}
@@ -235,17 +236,6 @@ def openai_tool(t: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
     }
-
-
-def _openai_usage(u: Any) -> Usage:
-    if not isinstance(u, dict):
-        return Usage()
-    details = u.get("prompt_tokens_details") or {}
-    return Usage(
-        input_tokens=int(u.get("prompt_tokens") or 0),
-        output_tokens=int(u.get("completion_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-    )
 
 
 def _openai(name: str, spec: str) -> OpenAIModel:

@@ -1,0 +1,360 @@
+"""What a model call costs, and which price table says so.
+
+Prices come from three tables, the first that knows the model winning:
+
+1. ``$OPDSL_PRICES``, a JSON file of the user's own prices;
+2. opdsl's own ``prices.json`` (corrections shipped with opdsl, empty unless a price of the
+   kept table is wrong);
+3. `genai-prices <https://github.com/pydantic/genai-prices>`_, the table the Pydantic team
+   keeps: dated prices, tiers by prompt length, cache reads and writes.
+
+The first two have the same shape, USD per million tokens by model name (the longest
+matching prefix wins)::
+
+    {"qwen3": {"input": 0.2, "output": 0.6, "cached_input": 0.02, "cache_write": 0.25}}
+
+``cached_input`` (a cache read) and ``cache_write`` default to the ``input`` price.
+
+A model no table knows has an unknown cost (None), never zero. A model served on this
+machine (Ollama) is priced only by the first two: a local model that shares a name with a
+provider's API is not billed at that provider's price. Each priced :class:`~op.Usage` says
+which table priced it (``price_source``), so a report read later names the table and the
+date of the price."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from importlib import resources
+from typing import Any
+
+from op import Usage
+
+__all__ = ["LOCAL_PROVIDERS", "Price", "Prices", "Tier"]
+
+LOCAL_PROVIDERS = frozenset({"ollama"})
+"""Providers whose models run on the user's own machine: the kept table never prices them."""
+
+_KEPT_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+"""opdsl's providers that are the kept table's providers of the same name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """The rates (USD per million tokens) of a prompt longer than ``above`` tokens."""
+
+    above: int
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """One model's price: USD per million tokens of prompt (``input``), answer (``output``),
+    prompt read from the provider's cache (``cache_read``) and written to it
+    (``cache_write``); ``tiers``: higher rates for longer prompts. ``source`` names the table
+    and its entry; ``since``: the day this price took effect, where the table says."""
+
+    model: str
+    source: str
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+    tiers: tuple[Tier, ...] = ()
+    since: date | None = None
+    note: str | None = None
+    _kept: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        """What a priced usage records: the table, its entry and the price's date."""
+        return self.source if self.since is None else f"{self.source}, from {self.since}"
+
+    def cost(self, usage: Usage) -> float:
+        """The USD that ``usage`` costs at this price."""
+        if self._kept is not None:
+            return _kept_cost(self._kept, usage)
+        rates: Price | Tier = self
+        for tier in self.tiers:
+            if usage.input_tokens > tier.above:
+                rates = tier
+        read = min(usage.cached_tokens, usage.input_tokens)
+        written = min(usage.cache_write_tokens, usage.input_tokens - read)
+        fresh = usage.input_tokens - read - written
+        return (
+            fresh * rates.input
+            + read * rates.cache_read
+            + written * rates.cache_write
+            + usage.output_tokens * rates.output
+        ) / 1_000_000
+
+
+def _kept_cost(model_price: Any, usage: Usage) -> float:
+    from genai_prices import Usage as KeptUsage
+
+    # a part of the prompt the table has no cache price for is priced as the rest of it
+    read = min(usage.cached_tokens, usage.input_tokens)
+    if getattr(model_price, "cache_read_mtok", None) is None:
+        read = 0
+    written = min(usage.cache_write_tokens, usage.input_tokens - read)
+    if getattr(model_price, "cache_write_mtok", None) is None:
+        written = 0
+    priced = model_price.calc_price(
+        KeptUsage(
+            input_tokens=usage.input_tokens,
+            cache_read_tokens=read,
+            cache_write_tokens=written,
+            output_tokens=usage.output_tokens,
+        )
+    )
+    return float(priced["total_price"])
+
+
+def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
+    def rate(key: str, default: float | None = None) -> float:
+        value = rates.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+            raise ValueError(f"{source}: {key!r} is {value!r}, not a price in USD per million")
+        return float(value)
+
+    if not isinstance(rates, Mapping):
+        raise ValueError(f"{source}: expected an object of prices, not {rates!r}")
+    unknown = set(rates) - {"input", "output", "cached_input", "cache_write"}
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown key {sorted(unknown)[0]!r} "
+            "(the keys are input, output, cached_input and cache_write)"
+        )
+    given = rate("input", 0.0)
+    return Price(
+        model=model,
+        source=source,
+        input=given,
+        output=rate("output", 0.0),
+        cache_read=rate("cached_input", given),
+        cache_write=rate("cache_write", given),
+    )
+
+
+def _shipped() -> dict[str, Any]:
+    text = resources.files("interpreters").joinpath("prices.json").read_text(encoding="utf-8")
+    table: dict[str, Any] = json.loads(text)
+    return table
+
+
+class Prices:
+    """The price of a model call (see the module's docstring for the tables and their order).
+
+    ``table``: prices to use instead of ``$OPDSL_PRICES`` and opdsl's ``prices.json`` (the
+    same shape); ``kept``: whether to fall back on genai-prices. A broken ``$OPDSL_PRICES``
+    is a ValueError naming the file, raised here, before any call is made.
+
+    Example:
+        >>> p = Prices({"qwen3": {"input": 1.0, "output": 2.0}}, kept=False)
+        >>> p.cost("qwen3:8b", Usage(input_tokens=1_000_000, output_tokens=500_000))
+        2.0
+        >>> p.cost("llama3", Usage()) is None
+        True
+    """
+
+    def __init__(
+        self, table: Mapping[str, Mapping[str, float]] | None = None, *, kept: bool = True
+    ) -> None:
+        entries: dict[str, Price] = {}
+        if table is None:
+            for name, rates in _shipped().items():
+                if not name.startswith("_"):
+                    entries[name] = _entry(name, f"opdsl prices.json: {name}", rates)
+            extra = os.environ.get("OPDSL_PRICES")
+            if extra:
+                for name, rates in self.read(extra).items():
+                    entries[name] = _entry(name, f"OPDSL_PRICES={extra}: {name}", rates)
+        else:
+            for name, rates in table.items():
+                if not name.startswith("_"):
+                    entries[name] = _entry(name, f"the price table given: {name}", rates)
+        #: USD per million tokens by model name (the longest matching prefix wins)
+        self.table = entries
+        self.kept = kept
+        self._found: dict[tuple[str, str | None, str | None], Any] = {}
+
+    @staticmethod
+    def read(path: str) -> dict[str, Any]:
+        """A price file's table, or a ValueError naming the file and what is wrong."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                table = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"OPDSL_PRICES={path}: cannot read the price table: {exc}") from None
+        if not isinstance(table, dict):
+            raise ValueError(
+                f"OPDSL_PRICES={path}: cannot read the price table: expected a JSON object "
+                'of models, {"MODEL": {"input": USD_PER_M, "output": USD_PER_M}}'
+            )
+        for name, rates in table.items():
+            if not name.startswith("_"):
+                _entry(name, f"OPDSL_PRICES={path}: {name}", rates)
+        return {k: v for k, v in table.items() if not k.startswith("_")}
+
+    @staticmethod
+    def load() -> dict[str, Any]:
+        """opdsl's ``prices.json`` with ``$OPDSL_PRICES`` over it, as raw JSON data."""
+        table = _shipped()
+        extra = os.environ.get("OPDSL_PRICES")
+        if extra:
+            table.update(Prices.read(extra))
+        return table
+
+    def price(
+        self,
+        model: str,
+        *,
+        provider: str | None = None,
+        base_url: str | None = None,
+        at: datetime | None = None,
+    ) -> Price | None:
+        """The price of ``model`` as ``provider`` serves it from ``base_url`` (where known),
+        on the day ``at`` (default: now); None when no table knows it."""
+        name = model.rsplit("/", 1)[-1]
+        best = max((k for k in self.table if name.startswith(k)), key=len, default=None)
+        if best is not None:
+            return self.table[best]
+        if not self.kept or provider in LOCAL_PROVIDERS:
+            return None
+        key = (model, provider, base_url)
+        if key not in self._found:
+            self._found[key] = _kept_model(model, provider, base_url)
+        found = self._found[key]
+        if found is None:
+            return None
+        return _kept_price(model, found, at or datetime.now(UTC))
+
+    def cost(
+        self,
+        model: str,
+        usage: Usage,
+        *,
+        provider: str | None = None,
+        base_url: str | None = None,
+    ) -> float | None:
+        """The USD ``usage`` of ``model`` costs; None when no table knows its price."""
+        price = self.price(model, provider=provider, base_url=base_url)
+        return None if price is None else price.cost(usage)
+
+    def priced(
+        self,
+        model: str,
+        usage: Usage,
+        *,
+        asked: str | None = None,
+        provider: str | None = None,
+        base_url: str | None = None,
+    ) -> Usage:
+        """``usage`` with its cost and the table that priced it (unchanged when none does).
+        ``model``: the model that answered, as the server names it; ``asked``: the name the
+        call asked for, priced when no table knows the first (a server that calls its model
+        otherwise than its users do)."""
+        price = self.price(model, provider=provider, base_url=base_url)
+        if price is None and asked and asked != model:
+            price = self.price(asked, provider=provider, base_url=base_url)
+        if price is None:
+            return usage
+        return usage.model_copy(update={"cost_usd": price.cost(usage), "price_source": price.label})
+
+
+def _kept_model(model: str, provider: str | None, base_url: str | None) -> Any:
+    """The kept table's (provider, model) for ``model``: by opdsl's provider when it is one
+    of the table's, else by the server's URL, else (no provider said) by the name alone."""
+    from genai_prices.data_snapshot import get_snapshot
+
+    snapshot = get_snapshot()
+    try:
+        if provider in _KEPT_PROVIDERS:
+            return snapshot.find_provider_model(model, None, _KEPT_PROVIDERS[provider], None)
+        if base_url:
+            return snapshot.find_provider_model(model, None, None, base_url)
+        if provider is None:
+            return snapshot.find_provider_model(model, None, None, None)
+    except LookupError:
+        return None
+    return None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("genai-prices")
+    except PackageNotFoundError:
+        return "?"
+
+
+def _kept_price(model: str, found: Any, at: datetime) -> Price:
+    from genai_prices.types import ConditionalPrice, TieredPrices
+
+    provider, info = found
+    model_price = info.get_prices(at)
+    since = None
+    if isinstance(info.prices, list):
+        for conditional in reversed(info.prices):
+            if not isinstance(conditional, ConditionalPrice):
+                continue
+            constraint = conditional.constraint
+            if constraint is None or constraint.active(at):
+                start = getattr(constraint, "start_date", None)
+                since = start.date() if isinstance(start, datetime) else start
+                break
+
+    def base(key: str, default: float = 0.0) -> float:
+        value = getattr(model_price, key, None)
+        if isinstance(value, TieredPrices):
+            return float(value.base)
+        return default if value is None else float(value)
+
+    def tiered(key: str, above: int, default: float) -> float:
+        value = getattr(model_price, key, None)
+        if isinstance(value, TieredPrices):
+            rate = value.base
+            for tier in value.tiers:
+                if above >= tier.start:
+                    rate = tier.price
+            return float(rate)
+        return default if value is None else float(value)
+
+    given = base("input_mtok")
+    starts = sorted(
+        {
+            int(t.start)
+            for key in ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
+            if isinstance(v := getattr(model_price, key, None), TieredPrices)
+            for t in v.tiers
+        }
+    )
+    tiers = tuple(
+        Tier(
+            above=start,
+            input=tiered("input_mtok", start, given),
+            output=tiered("output_mtok", start, base("output_mtok")),
+            cache_read=tiered("cache_read_mtok", start, base("cache_read_mtok", given)),
+            cache_write=tiered("cache_write_mtok", start, base("cache_write_mtok", given)),
+        )
+        for start in starts
+    )
+    return Price(
+        model=model,
+        source=f"genai-prices {_version()}: {provider.id} {info.id}",
+        input=given,
+        output=base("output_mtok"),
+        cache_read=base("cache_read_mtok", given),
+        cache_write=base("cache_write_mtok", given),
+        tiers=tiers,
+        since=since,
+        note=info.price_comments,
+        _kept=model_price,
+    )
