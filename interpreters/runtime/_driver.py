@@ -69,6 +69,7 @@ from interpreters.runtime._run import RunEnd, RunLife
 from interpreters.runtime._schedule import AnyioScheduler
 from interpreters.runtime._scopes import Scoped, bounded, par
 from interpreters.runtime._services import Services
+from interpreters.runtime._totals import Tally, Totals
 from op import (
     Agent,
     Ask,
@@ -93,6 +94,7 @@ from op import (
     Update,
     Uuid,
     default_state,
+    usage_of,
 )
 from op._marker import Marker
 from op.effects import EFFECT_TYPES, AnyEffect, NotAnEffect, NotAProgram, NotSerializable
@@ -185,6 +187,8 @@ class Driver:
         self.log = log
         #: the ``infer`` effects asked for so far, fed from the record or performed
         self.model_calls = 0
+        #: what the run's effects spent, those its record fed back included (``RunResult.totals``)
+        self.tally = Tally()
         #: what handlers cut off mid-work said of it, by address, until a scope's
         #: ``TimedOut`` takes it (``_scopes``)
         self.cuts: dict[str, str] = {}
@@ -274,18 +278,11 @@ class Driver:
             frame.model_call = self.model_calls
             self.model_calls += 1
         match effect:
-            case (
-                Tool()
-                | Infer()
-                | Agent()
-                | Emit()
-                | Now()
-                | Random()
-                | Uuid()
-                | Sleep()
-                | Ask()
-                | Patched()
-            ):
+            case Tool() | Infer() | Agent():
+                result = await chain(effect, address, frame)
+                self.tally.add(effect.kind, usage_of(result))
+                return result
+            case Emit() | Now() | Random() | Uuid() | Sleep() | Ask() | Patched():
                 return await chain(effect, address, frame)
             case Checkpoint():
                 # the handler's snapshot of the world is journaled; the program sees None
@@ -515,7 +512,9 @@ class RunResult(Generic[T]):
     raises unless the run completed.
 
     ``status`` is ``completed``, ``failed`` (``error`` and ``address`` say what and where),
-    ``waiting`` (an ``ask`` has no answer yet) or ``cancelled``.
+    ``waiting`` (an ``ask`` has no answer yet) or ``cancelled``. ``totals``: what the whole
+    run spent (tokens in, out and cached, model and tool calls, cost or unknown), what a
+    resumed run recorded before it included.
     """
 
     run_id: str
@@ -527,6 +526,7 @@ class RunResult(Generic[T]):
     address: str | None = None
     question: str | None = None
     _value: Any = None
+    totals: Totals = Totals()
 
     @property
     def value(self) -> T:
@@ -618,6 +618,7 @@ async def execute(
         address=end.address,
         question=end.question,
         _value=end.value,
+        totals=driver.tally.totals(),
     )
 
 
