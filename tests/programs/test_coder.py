@@ -232,8 +232,8 @@ def test_a_crash_in_each_phase_resumes_in_place(repo: Path) -> None:
                 run_id=f"crash-{phase_tool}",
                 on_event=stopped,
             )
-        remaining = session(*GOOD[stopped.model_calls :])
-        done = resume(f"crash-{phase_tool}", db=journal, program=coder, model=remaining)
+        # the whole script again: the run's place in it comes back from its journal
+        done = resume(f"crash-{phase_tool}", db=journal, program=coder, model=session(*GOOD))
         assert done.value.ok, (phase_tool, done.value)
         assert "return a + b" in (repo / "calc.py").read_text()
         sh(repo, "reset", "-q", "--hard", "HEAD~1")
