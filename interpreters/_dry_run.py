@@ -12,7 +12,7 @@ from typing import Any, assert_never, final
 
 from interpreters._live import LiveHandlers, as_workspace
 from interpreters.models._base import Model, ScriptedModel, example_of, resolve_model
-from interpreters.models._remote import Prices, RemoteModel
+from interpreters.models._remote import Prices, default_model_spec
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import execute, new_run_id, program_name
 from interpreters.runtime._events import EventBus
@@ -42,7 +42,7 @@ from op import (
     workspace_of,
 )
 from op import Tool as ToolEffect
-from op.effects import LeafEffect
+from op.effects import LeafEffect, ModelRequest
 from op.events import EffectFinished, EffectStarted, Event, RunFinished
 from state import CRDTModel, canonical_json
 
@@ -113,7 +113,7 @@ class Plan:
             cost += f" (no price known for {self.unpriced} call(s): cost unknown)"
         lines.append(
             f"estimated usage: {self.usage.input_tokens} input + {self.usage.output_tokens} output tokens "
-            f"(output: max_tokens, else a guess of {GUESSED_OUTPUT_TOKENS} a call); {cost}"
+            f"(output: each call's max_tokens cap, else a guess of {GUESSED_OUTPUT_TOKENS} a call); {cost}"
         )
         if self.error:
             lines.append(f"error: {self.error}")
@@ -121,7 +121,17 @@ class Plan:
 
 
 GUESSED_OUTPUT_TOKENS = 500
-"""A dry run's guess of a model call's output when the call sets no ``max_tokens``."""
+"""A dry run's guess of a model call's output when neither the call nor its model has a
+``max_tokens`` cap (a custom model object)."""
+
+
+def _default_model() -> Model | None:
+    """The model a live run given none would ask (:func:`default_model_spec`), as the dry run
+    estimates it; None if its spec is wrong (the live run says so)."""
+    try:
+        return resolve_model(default_model_spec())
+    except ValueError:
+        return None
 
 
 def _estimate(messages: Iterable[Any]) -> int:
@@ -139,16 +149,34 @@ class DryRunHandlers(RunHandlers):
         self.tools = tools
         self.plan = plan
         self.live = LiveHandlers(model=model, tools=tools, seed=0)
+        #: the model a live call would ask: the one given, else the default (``$OPDSL_MODEL``)
+        self.asked = model if model is not None else _default_model()
         # the price table is read once, not at every stubbed call
-        self.prices = model.prices if isinstance(model, RemoteModel) else Prices()
+        prices = getattr(self.asked, "prices", None)
+        self.prices = prices if isinstance(prices, Prices) else Prices()
+
+    def _cap(self, effect: Infer) -> int:
+        """The output tokens a call is estimated at: the cap the live call would send (the
+        call's ``max_tokens``, else the model's: ``?max_tokens=`` in its spec, else
+        ``$OPDSL_MAX_TOKENS``, else its default), or :data:`GUESSED_OUTPUT_TOKENS` for a model
+        that declares no cap."""
+        asked = effect.params.get("max_tokens")
+        cap_of = getattr(self.asked, "max_tokens_of", None)
+        if callable(cap_of):
+            try:
+                cap = cap_of(ModelRequest(messages=effect.messages, params=dict(effect.params)))
+            except ValueError:
+                cap = None
+            if isinstance(cap, int) and cap > 0:
+                return cap
+        return asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
 
     def _stub(self, effect: Infer) -> Response:
-        """An estimated answer: input tokens from the prompt, output tokens from ``max_tokens``
-        or :data:`GUESSED_OUTPUT_TOKENS`, priced where the model's price is known."""
-        name = effect.model or (self.model.model if isinstance(self.model, RemoteModel) else None)
-        asked = effect.params.get("max_tokens")
-        output = asked if isinstance(asked, int) and asked > 0 else GUESSED_OUTPUT_TOKENS
-        usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=output)
+        """An estimated answer: input tokens from the prompt, output tokens the cap the live
+        call would have (:meth:`_cap`), priced where the model's price is known."""
+        declared = getattr(self.asked, "model", None)
+        name = effect.model or (declared if isinstance(declared, str) and declared else None)
+        usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=self._cap(effect))
         cost = None if name is None else self.prices.cost(name, usage)
         text = "(dry run: no model call)"
         if effect.output is not None and not effect.output.calls:  # a typed answer: one that fits

@@ -487,7 +487,10 @@ def test_a_dry_run_never_calls_a_real_model() -> None:
     with ScriptedServer([openai("real answer")]) as srv:
         plan = dry_run(asks_a_model, model=f"openai-compatible:gpt-4.1-mini@{srv.url}/v1")
         assert srv.requests == []
-    assert plan.usage.output_tokens == 300 + 500
+    from interpreters.models._remote import DEFAULT_MAX_TOKENS
+
+    # each call at the cap the live call would send: its own, else the model's
+    assert plan.usage.output_tokens == 300 + DEFAULT_MAX_TOKENS
     assert plan.usage.cost_usd is not None and plan.usage.cost_usd > 0  # gpt-4.1-mini has a price
     assert "scripted" not in plan.render() and "not sent to gpt-4.1-mini" in plan.render()
     scripted = dry_run(asks_a_model, model=ScriptedModel(["a", "b"]))

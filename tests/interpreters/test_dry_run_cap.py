@@ -1,0 +1,63 @@
+"""``opdsl run --dry-run``: each model call is estimated at the cap the live call would send
+(``?max_tokens=`` in the model spec, else ``$OPDSL_MAX_TOKENS``, else the default), not at a
+fixed guess."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from interpreters import ScriptedModel, dry_run
+from interpreters.cli._main import main
+from interpreters.models._remote import DEFAULT_MAX_TOKENS
+from tests.fixtures import scripted_runs
+from tests.servers import closed_port
+
+PROGRAM = "tests.fixtures.scripted_runs:one_call"
+
+
+def output_tokens(capsys: pytest.CaptureFixture[str], *argv: str) -> int:
+    code = main(["run", PROGRAM, "--dry-run", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    found = re.search(r"estimated usage: \d+ input \+ (\d+) output tokens", out)
+    assert found is not None, out
+    return int(found.group(1))
+
+
+def test_the_spec_s_max_tokens_is_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"  # never asked
+    spec = f"openai-compatible:gpt-4.1-mini@{url}?max_tokens=64"
+    assert output_tokens(capsys, "--model", spec) == 64
+
+
+def test_opdsl_max_tokens_is_the_estimate(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    monkeypatch.setenv("OPDSL_MAX_TOKENS", "123")
+    assert output_tokens(capsys, "--model", f"openai-compatible:gpt-4.1-mini@{url}") == 123
+    # the default model too (no --model): what a live run given none would send
+    monkeypatch.setenv("OPDSL_MODEL", f"openai-compatible:gpt-4.1-mini@{url}")
+    assert output_tokens(capsys) == 123
+
+
+def test_without_any_setting_the_estimate_is_the_default_cap(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPDSL_MAX_TOKENS", raising=False)
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    spec = f"openai-compatible:gpt-4.1-mini@{url}"
+    assert output_tokens(capsys, "--model", spec) == DEFAULT_MAX_TOKENS
+    # a model object that declares no cap is estimated at the guess, and says so
+    plan = dry_run(scripted_runs.one_call, model=_NoCap())
+    assert plan.usage.output_tokens == 500
+    assert "else a guess of 500 a call" in plan.render()
+    # a scripted model answers itself: its own usage, no estimate
+    assert dry_run(scripted_runs.one_call, model=ScriptedModel(["hi"])).value == "hi"
+
+
+class _NoCap:
+    async def complete(self, request: object, call: object) -> object:
+        raise AssertionError("a dry run never calls a real model")
