@@ -46,11 +46,13 @@ from state import CRDTModel, canonical_json, to_jsonable
 __all__ = [
     "TemporalError",
     "TemporalJournal",
+    "Waiting",
     "answer",
     "connect",
     "export",
     "fork",
     "outcome",
+    "outcome_or_waiting",
     "start_run",
 ]
 
@@ -149,7 +151,11 @@ async def _start(client: Client, inp: RunInput, task_queue: str) -> WorkflowHand
             task_queue=task_queue,
             result_type=RunOutcome,
             task_timeout=TASK_TIMEOUT,
-            memo={"program": inp.program, "parent_run": inp.parent_run},
+            memo={
+                "program": inp.program,
+                "parent_run": inp.parent_run,
+                "fork_checkpoint": inp.fork_checkpoint,
+            },
         )
     except RPCError as exc:
         raise TemporalError(f"cannot start run {inp.run_id}: {exc}") from None
@@ -172,6 +178,71 @@ async def outcome(handle: WorkflowHandle[Any, RunOutcome]) -> RunOutcome:
         )
     except ContentMissing as exc:
         raise TemporalError(f"run {handle.id}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """A run on Temporal that waits for answers: ``questions`` maps each open question's
+    address to its text (the run's memo, which its workflow keeps)."""
+
+    run_id: str
+    program: str
+    questions: dict[str, str]
+
+
+async def outcome_or_waiting(
+    handle: WorkflowHandle[Any, RunOutcome],
+    *,
+    answered: str | None = None,
+    on_task_failure: Callable[[str], None] | None = None,
+    poll: float = 0.5,
+) -> RunOutcome | Waiting:
+    """Wait until the run ends (its :class:`RunOutcome`, as :func:`outcome` gives it) or waits
+    on a question (:class:`Waiting`; ``answered``: the address just answered, which does not
+    count). While it waits, a workflow task that keeps failing (the sandbox refused what the
+    program did, a worker's bug) is told to ``on_task_failure``, once per distinct error: its
+    message, which otherwise only the worker's log has."""
+    import asyncio
+    import contextlib
+
+    ended = asyncio.ensure_future(outcome(handle))
+    told: set[str] = set()
+    attempt = 0
+    try:
+        while True:
+            done, _ = await asyncio.wait({ended}, timeout=poll)
+            if done:
+                return ended.result()
+            try:
+                described = await handle.describe()
+                memo = await described.memo()
+            except RPCError:
+                continue  # the server is busy or restarting: asked again at the next poll
+            waiting = memo.get("waiting")
+            if isinstance(waiting, dict) and waiting and answered not in waiting:
+                questions = {str(k): str(v) for k, v in sorted(waiting.items())}
+                return Waiting(handle.id, str(memo.get("program") or "?"), questions)
+            pending = described.raw_description.pending_workflow_task
+            if on_task_failure is not None and pending.attempt > max(attempt, 1):
+                attempt = pending.attempt
+                message = await _task_failure(handle)
+                if message is not None and message not in told:
+                    told.add(message)
+                    on_task_failure(f"its workflow task failed {attempt - 1} times: {message}")
+    finally:
+        if not ended.done():
+            ended.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ended
+
+
+async def _task_failure(handle: WorkflowHandle[Any, RunOutcome]) -> str | None:
+    """The last workflow task failure the run's history records, in one line."""
+    message = None
+    async for event in handle.fetch_history_events():
+        if event.HasField("workflow_task_failed_event_attributes"):
+            message = event.workflow_task_failed_event_attributes.failure.message
+    return None if message is None else " ".join(message.split())
 
 
 def _whole(ended: RunOutcome) -> RunOutcome:
@@ -333,14 +404,16 @@ class TemporalJournal(Journal):
             query = f'WorkflowType="{WORKFLOW}" AND ExecutionStatus!="ContinuedAsNew"'
             async for wf in client.list_workflows(query):
                 memo = await wf.memo()
+                status = _STATUS.get(wf.status or WorkflowExecutionStatus.RUNNING, "running")
                 out.append(
                     RunRecord(
                         run_id=wf.id,
                         program=str(memo.get("program") or "?"),
-                        status=_STATUS.get(wf.status or WorkflowExecutionStatus.RUNNING, "running"),
+                        status="waiting" if status == "running" and memo.get("waiting") else status,
                         created_at=wf.start_time.timestamp(),
                         finished_at=None if wf.close_time is None else wf.close_time.timestamp(),
                         parent_run=memo.get("parent_run"),
+                        fork_checkpoint=memo.get("fork_checkpoint"),
                     )
                 )
             return sorted(out, key=lambda r: r.created_at)

@@ -537,11 +537,20 @@ class OpdslRun:
 
     async def wait_for_answer(self, address: str, question: str) -> str:
         self._waiting[address] = question
+        self._say_waiting()
         try:
             await workflow.wait_condition(lambda: address in self._answers)
         finally:
             self._waiting.pop(address, None)
+            self._say_waiting()
         return self._answers[address]
+
+    def _say_waiting(self) -> None:
+        """Keep the questions the run waits on in its memo (``waiting``: address to question),
+        which listing the runs reads without a worker. A run begun before the memo was kept
+        replays without it (the patch marks the runs that keep it)."""
+        if workflow.patched("opdsl-waiting-memo"):
+            workflow.upsert_memo({"waiting": dict(self._waiting) or None})
 
     @workflow.update(name="answer")
     async def answer(self, address: str, text: str) -> str:
