@@ -23,11 +23,13 @@ if TYPE_CHECKING:
     from interpreters.temporal._client import (
         TemporalError,
         TemporalJournal,
+        Waiting,
         answer,
         connect,
         export,
         fork,
         outcome,
+        outcome_or_waiting,
         start_run,
     )
     from interpreters.temporal._gc import collect_garbage
@@ -40,7 +42,12 @@ if TYPE_CHECKING:
         content_store,
     )
     from interpreters.temporal._types import WORKFLOW, Carried, RunInput, RunOutcome, activity_id
-    from interpreters.temporal._worker import PASSED_THROUGH, make_worker, sandbox_runner
+    from interpreters.temporal._worker import (
+        PASSED_THROUGH,
+        ProgramRefused,
+        make_worker,
+        sandbox_runner,
+    )
     from interpreters.temporal._workflow import OpdslRun, TemporalClock
 
 _WHERE = {
@@ -57,11 +64,13 @@ _WHERE = {
     "read_export": "interpreters.journal._portable",
     "OpdslRun": "interpreters.temporal._workflow",
     "PASSED_THROUGH": "interpreters.temporal._worker",
+    "ProgramRefused": "interpreters.temporal._worker",
     "RunInput": "interpreters.temporal._types",
     "RunOutcome": "interpreters.temporal._types",
     "TemporalClock": "interpreters.temporal._workflow",
     "TemporalError": "interpreters.temporal._client",
     "TemporalJournal": "interpreters.temporal._client",
+    "Waiting": "interpreters.temporal._client",
     "WORKFLOW": "interpreters.temporal._types",
     "activity_id": "interpreters.temporal._types",
     "answer": "interpreters.temporal._client",
@@ -71,6 +80,7 @@ _WHERE = {
     "fork": "interpreters.temporal._client",
     "make_worker": "interpreters.temporal._worker",
     "outcome": "interpreters.temporal._client",
+    "outcome_or_waiting": "interpreters.temporal._client",
     "parse_export": "interpreters.journal._portable",
     "sandbox_runner": "interpreters.temporal._worker",
     "start_run": "interpreters.temporal._client",
@@ -90,11 +100,13 @@ __all__ = [
     "read_export",
     "OpdslRun",
     "PASSED_THROUGH",
+    "ProgramRefused",
     "RunInput",
     "RunOutcome",
     "TemporalClock",
     "TemporalError",
     "TemporalJournal",
+    "Waiting",
     "WORKFLOW",
     "activity_id",
     "answer",
@@ -104,6 +116,7 @@ __all__ = [
     "fork",
     "make_worker",
     "outcome",
+    "outcome_or_waiting",
     "parse_export",
     "sandbox_runner",
     "start_run",

@@ -18,8 +18,9 @@ from interpreters.temporal._store import DEFAULT_PAYLOAD_LIMIT
 from interpreters.temporal._workflow import OpdslRun
 from interpreters.tools._bound import ToolLike
 from interpreters.tools._workspace import Workspace
+from op import OpdslError
 
-__all__ = ["PASSED_THROUGH", "make_worker", "sandbox_runner"]
+__all__ = ["PASSED_THROUGH", "ProgramRefused", "check_in_sandbox", "make_worker", "sandbox_runner"]
 
 PASSED_THROUGH = ("op", "state", "interpreters", "returns", "anyio", "sniffio")
 """Modules the workflow sandbox shares with the worker instead of importing them again for
@@ -35,6 +36,70 @@ def sandbox_runner(passthrough: Iterable[str] = ()) -> SandboxedWorkflowRunner:
             *PASSED_THROUGH, *passthrough
         )
     )
+
+
+class ProgramRefused(OpdslError):
+    """A program's module does, as it is imported, what Temporal's workflow sandbox refuses:
+    its runs could never start, so the worker does not."""
+
+
+def check_in_sandbox(ref: str, runner: SandboxedWorkflowRunner) -> None:
+    """Import the module of the program ``ref`` (``module:function``) as a run imports it, in
+    the workflow sandbox, once a workflow task runs; :class:`ProgramRefused` names the line and
+    what the sandbox refused. Other import errors are the worker's admission's to report.
+
+    temporalio has no public call for this: the sandbox's own importer is used as its runner
+    uses it (``workflow_sandbox._runner._Instance``), with the runtime restrictions applied."""
+    import logging
+
+    from temporalio import workflow
+    from temporalio.worker.workflow_sandbox import RestrictedWorkflowAccessError
+    from temporalio.worker.workflow_sandbox._importer import Importer
+    from temporalio.worker.workflow_sandbox._restrictions import RestrictionContext
+
+    module = ref.partition(":")[0]
+    if not module.replace(".", "").replace("_", "").isalnum():
+        return  # not a module name: admission refuses it, naming it
+    context = RestrictionContext()
+    context.is_runtime = True
+    scope: dict[str, object] = {
+        "__file__": "workflow_sandbox.py",
+        "_importer": Importer(runner.restrictions, context),
+    }
+    # the sandbox also logs each refusal as a warning; here the error says it, once
+    quiet = logging.getLogger("temporalio.worker.workflow_sandbox._restrictions")
+    was_disabled, quiet.disabled = quiet.disabled, True
+    workflow.unsafe._set_in_sandbox(True)
+    try:
+        exec(f"with _importer.applied():\n    import {module}\n", scope, scope)
+    except RestrictedWorkflowAccessError as refused:
+        raise ProgramRefused(
+            f"program {ref} cannot run on Temporal: its module is imported inside the workflow "
+            f"sandbox, which refused {_where(refused)}: {refused}; read such values in a tool "
+            "or pass them as arguments (or, for a module known to be deterministic, pass it "
+            "through: make_worker(passthrough=...))"
+        ) from None
+    except Exception:
+        return
+    finally:
+        workflow.unsafe._set_in_sandbox(False)
+        quiet.disabled = was_disabled
+
+
+def _where(exc: BaseException) -> str:
+    """``file, line N (the line)`` of the user's code that did what was refused: the deepest
+    frame outside Python's import machinery and temporalio."""
+    import traceback
+
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and "/temporalio/" not in f.filename
+    ]
+    if not frames:
+        return "what its module does"
+    last = frames[-1]
+    return f"{last.filename}, line {last.lineno} ({(last.line or '').strip()})"
 
 
 def make_worker(
@@ -60,7 +125,14 @@ def make_worker(
 
     The content store and the server's payload limit are the client's (:func:`connect`): a
     client made otherwise has neither, and content travels inline, under Temporal's limit.
+
+    Each program's module is imported in the workflow sandbox first: one the sandbox refuses
+    is :class:`ProgramRefused`, and there is no worker (its runs would fail every task).
     """
+    programs = list(programs)
+    runner = sandbox_runner(passthrough)
+    for ref in programs:
+        check_in_sandbox(ref, runner)
     codec = codec_of(client)
     activities = Activities(
         programs=programs,
@@ -77,7 +149,7 @@ def make_worker(
         task_queue=task_queue,
         workflows=[OpdslRun],
         activities=activities.all(),
-        workflow_runner=sandbox_runner(passthrough),
+        workflow_runner=runner,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_seconds),
         max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_seconds / 2),
         default_heartbeat_throttle_interval=timedelta(seconds=heartbeat_seconds / 2),
