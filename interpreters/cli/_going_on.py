@@ -23,8 +23,8 @@ from interpreters.cli._command import (
     UsageError,
 )
 from interpreters.cli._inputs import load_tools, model_spec, models_timed, state_class, workspace
-from interpreters.cli._output import print_json, report_outcome, report_result, sinks
-from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal
+from interpreters.cli._output import print_json, report_result, sinks
+from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal, until_it_ends_or_waits
 
 __all__ = ["RESUME", "REPLAY", "ANSWER"]
 
@@ -101,7 +101,7 @@ def answer(a: argparse.Namespace) -> int:
 def _answer_on_temporal(a: argparse.Namespace) -> int:
     import asyncio
 
-    from interpreters.temporal import RunOutcome, connect, outcome
+    from interpreters.temporal import RunOutcome, connect
     from interpreters.temporal import answer as answer_run
 
     async def go() -> int:
@@ -111,7 +111,7 @@ def _answer_on_temporal(a: argparse.Namespace) -> int:
         if a.detach:
             return 0
         handle = client.get_workflow_handle(a.run, result_type=RunOutcome)
-        return report_outcome(await outcome(handle))
+        return await until_it_ends_or_waits(a, handle, answered=at)
 
     return asyncio.run(go())
 

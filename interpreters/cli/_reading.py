@@ -33,7 +33,9 @@ def runs(a: argparse.Namespace) -> int:
     for col in ("run", "program", "status", "started", "parent"):
         table.add_column(col)
     for r in journal.runs():
-        parent = f"{r.parent_run} @ {r.fork_checkpoint}" if r.parent_run else ""
+        parent = r.parent_run or ""
+        if r.parent_run and r.fork_checkpoint:
+            parent = f"{r.parent_run} @ {r.fork_checkpoint}"
         cells = (r.run_id, r.program, r.status, when(r.created_at), parent)
         table.add_row(*(text(cell) for cell in cells))
     console().print(table)

@@ -25,7 +25,7 @@ from interpreters.cli._inputs import (
     state_class,
     workspace,
 )
-from interpreters.cli._output import report_outcome, report_result, sinks
+from interpreters.cli._output import report_outcome, report_result, report_waiting, sinks
 
 __all__ = ["RUN_COMMAND", "WORKER", "on_temporal"]
 
@@ -115,7 +115,7 @@ def on_temporal(a: argparse.Namespace, start: Callable[[Any], Any]) -> int:
     unless ``--detach``."""
     import asyncio
 
-    from interpreters.temporal import connect, outcome
+    from interpreters.temporal import connect
 
     async def go() -> int:
         client = await connect(a.temporal)
@@ -124,10 +124,31 @@ def on_temporal(a: argparse.Namespace, start: Callable[[Any], Any]) -> int:
         if a.detach:
             print(f"see it with: opdsl show {handle.id} --temporal {a.temporal}")
             return 0
-        ended = await outcome(handle)
-        return report_outcome(ended)
+        return await until_it_ends_or_waits(a, handle)
 
     return asyncio.run(go())
+
+
+async def until_it_ends_or_waits(
+    a: argparse.Namespace, handle: Any, *, answered: str | None = None
+) -> int:
+    """Wait for a run on Temporal to end, or to wait on a question (reported as a local run's
+    would be: each question and the command that answers it, status 0). A workflow task that
+    keeps failing meanwhile is said on stderr, in one line, as it happens."""
+    import sys
+
+    from interpreters._shown import visible
+    from interpreters.temporal import Waiting, outcome_or_waiting
+
+    def failing(message: str) -> None:
+        print(visible(f"opdsl: run {handle.id}: {message}", lines=False), file=sys.stderr)
+
+    ended = await outcome_or_waiting(handle, answered=answered, on_task_failure=failing)
+    if isinstance(ended, Waiting):
+        asked = list(ended.questions.items())
+        report_waiting(ended.run_id, ended.program, asked, temporal=a.temporal)
+        return 0
+    return report_outcome(ended)
 
 
 def worker(a: argparse.Namespace) -> int:

@@ -1,0 +1,19 @@
+"""Programs that wait on questions, run on Temporal through the command line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from op import Op, ask, checkpoint, par
+
+
+def plan_then_ask(goal: str) -> Op[str]:
+    """A checkpoint to fork from, then a question."""
+    yield from checkpoint("plan")
+    answer = yield from ask(f"Go ahead with {goal}?")
+    return f"{goal}: {answer}"
+
+
+def two_asks() -> Op[tuple[Any, ...]]:
+    """Two questions open at once."""
+    return (yield from par(ask("Which colour?"), ask("Which size?")))
