@@ -62,8 +62,8 @@ HOW = {
     ".cache/real-model/llama/llama-server -m qwen": "needs a 1.12 GB model of the reader's; "
     "its server is the one above",
     "opdsl run programs.director:director": "needs a real model (OPENAI_API_KEY), or Claude Code",
-    "temporal server start-dev": "needs a Temporal server and a module of the reader's own "
-    "(myagent); tests/interpreters/temporal runs each of these commands",
+    "temporal server start-dev": "run: tests/interpreters/temporal/test_workers.py::"
+    "test_the_readme_commands_run_as_written (a test program in place of the reader's myagent)",
     "@program(state=CodeState": "a fragment of programs/coder.py, not a whole example",
     "PLAN -> DRAFT": "a diagram",
     "def test_plan(opdsl_cassette)": "a fragment: real_model and note are the reader's",
