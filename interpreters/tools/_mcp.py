@@ -320,6 +320,50 @@ def _validator(schema: Any) -> tuple[Any, str | None]:
 
 
 @final
+class _WatchedRead:
+    """A transport's read stream that says when it has ended (the server is gone), so the next
+    call starts the server again instead of failing on a closed connection."""
+
+    def __init__(self, inner: Any, gone: anyio.Event) -> None:
+        self._inner = inner
+        self._gone = gone
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._gone.set()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedRead:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # what else the SDK reads (last_context)
+
+
+@contextlib.asynccontextmanager
+async def _watched(transport: Any, gone: anyio.Event) -> AsyncIterator[tuple[Any, Any]]:
+    async with transport as (read, write):
+        yield _WatchedRead(read, gone), write
+
+
+@final
 class _Connection:
     """One server, started when first needed and again after it died; its client lives in a
     task of its own (the MCP SDK's transport must end in the task that started it)."""
@@ -333,6 +377,8 @@ class _Connection:
         self._client: Any = None
         self._stop = anyio.Event()
         self._ended = anyio.Event()
+        #: set when the server's stream has ended: it died, or is being stopped
+        self._gone = anyio.Event()
         self._stderr: IO[str] | None = None
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
@@ -381,7 +427,8 @@ class _Connection:
 
         started = False
         try:
-            async with Client(self._transport(), mode="legacy", cache=None) as client:
+            transport = _watched(self._transport(), self._gone)
+            async with Client(transport, mode="legacy", cache=None) as client:
                 started = True
                 task_status.started(client)
                 await stop.wait()
@@ -395,8 +442,12 @@ class _Connection:
     async def client(self) -> Any:
         """The running client, started (again) if it is not running."""
         async with self._lock:
+            if self._client is not None and self._gone.is_set():
+                said = self._said()  # it died between calls: ended, and started again
+                await self._end()
+                _say(f"MCP server {self.name!r} had ended{said}; it is started again")
             if self._client is None:
-                self._stop, self._ended = anyio.Event(), anyio.Event()
+                self._stop, self._ended, self._gone = anyio.Event(), anyio.Event(), anyio.Event()
                 try:
                     with anyio.fail_after(self.server.start_timeout):
                         self._client = await self._tg.start(self._serve, self._stop, self._ended)
@@ -431,13 +482,16 @@ class _Connection:
     async def end(self) -> None:
         """Stop the server, if it runs, and wait until it has ended."""
         async with self._lock:
-            if self._client is not None:
-                self._client = None
-                self._stop.set()
-                await self._ended.wait()
-            if self._stderr is not None:
-                self._stderr.close()
-                self._stderr = None
+            await self._end()
+
+    async def _end(self) -> None:
+        if self._client is not None:
+            self._client = None
+            self._stop.set()
+            await self._ended.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     async def list_tools(self) -> list[Any]:
         client = await self.client()
@@ -504,6 +558,10 @@ def _listing_problem(exc: ValidationError) -> str:
     errors = exc.errors(include_url=False)
     said = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors[:3])
     return said + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"opdsl: warning: {line}\n")
 
 
 def _reason(exc: BaseException) -> str:

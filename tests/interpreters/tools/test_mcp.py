@@ -130,7 +130,8 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
     specs = out.pop("specs")
     # markup, a listing twice and a schema that is not one are left out, each said once
     assert sorted(specs) == sorted(
-        f"h_{n}" for n in ("echo", "huge", "hang", "die", "fail", "env", "write", "connect", "a_b")
+        f"h_{n}"
+        for n in ("echo", "huge", "hang", "die", "fail", "quit", "env", "write", "connect", "a_b")
     )
     assert any("'<b>bold</b>' is left out: no model API takes that name" in w for w in warnings)
     assert sum("'dup' is left out: the server lists it more than once" in w for w in warnings) == 1
@@ -163,6 +164,27 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
     assert out["starts"] == 2
     assert starts(marker) == 2
     assert time.monotonic() - started < 30
+
+
+@needs_bwrap
+def test_a_server_that_ended_between_calls_is_started_again_before_the_next(
+    ws: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    marker = ws / "starts"
+
+    async def main() -> list[Any]:
+        async with open_mcp({"h": hostile(marker)}, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            bye = await by["h_quit"].call({})
+            with anyio.fail_after(5):
+                while starts(marker) == 1 and not served.connections["h"]._gone.is_set():
+                    await anyio.sleep(0.02)
+            return [bye, await by["h_echo"].call({"text": "after"})]
+
+    bye, after = anyio.run(main)
+    assert (bye.output, after.ok, after.output) == ("bye", True, "after")
+    assert starts(marker) == 2
+    assert "opdsl: warning: MCP server 'h' had ended; it is started again" in capfd.readouterr().err
 
 
 @needs_bwrap
@@ -222,12 +244,13 @@ def test_servers_that_cannot_be_used_say_why_in_one_line(ws: Path) -> None:
         (
             {"s": hostile(None, "--variant", "string", confined=False)},
             MCPError,
-            "MCP server 's' lists tools that are not MCP tools: tools.13.inputSchema.type",
+            "MCP server 's' lists tools that are not MCP tools: tools.14.inputSchema.type: Input "
+            "should be 'object'",
         ),
         (
             {"a": hostile(prefix="t_", confined=False), "b": hostile(prefix="t_", confined=False)},
             DuplicateTool,
-            "MCP servers 'a' and 'b' both offer 't_echo' (and 8 more); give a server a prefix",
+            "MCP servers 'a' and 'b' both offer 't_echo' (and 9 more); give a server a prefix",
         ),
         ({"bad name": hostile(confined=False)}, MCPError, "MCP server name 'bad name'"),
     ]
