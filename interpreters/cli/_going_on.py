@@ -137,6 +137,10 @@ def _named_code(a: argparse.Namespace) -> dict[str, Any]:
         model_spec(_config(a).get("model") or None)
     if getattr(a, "tools", None):
         kwargs["tools"] = load_tools(a.tools)
+    if getattr(a, "mcp", None):
+        from interpreters.tools._mcp import mcp_servers
+
+        kwargs["mcp"] = mcp_servers(a.mcp)
     if a.state:
         kwargs["state_type"] = state_class(a.state)
     if a.program:
@@ -160,6 +164,12 @@ WORKSPACE_AGAIN = Option(
     "--workspace", help="the workspace folder (default: the one the run recorded)"
 )
 TOOLS_AGAIN = Option("--tools", action="append", default=[])
+MCP_AGAIN = Option(
+    "--mcp",
+    action="append",
+    default=[],
+    help="MCP servers in place of those the run recorded, NAME=COMMAND or NAME=URL (repeatable)",
+)
 
 
 RESUME = Command(
@@ -181,6 +191,7 @@ RESUME = Command(
         Option("--model"),
         Option("--model-timeout", help=MODEL_TIMEOUT_HELP),
         TOOLS_AGAIN,
+        MCP_AGAIN,
         *NAMED_CODE,
         Option("--quiet", action="store_true"),
     ),
@@ -210,6 +221,7 @@ ANSWER = Command(
         WORKSPACE_AGAIN,
         Option("--model"),
         TOOLS_AGAIN,
+        MCP_AGAIN,
         *NAMED_CODE,
         Option("--quiet", action="store_true"),
     ),
