@@ -400,6 +400,30 @@ def test_the_command_line_names_servers(
     assert "unknown option 'loud'" in capsys.readouterr().err
 
 
+@needs_bwrap
+def test_the_command_line_answers_and_resumes_with_the_servers_a_run_recorded(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ws)
+    db = str(tmp_path / "runs.db")
+    spec = f"h={sys.executable} -I {HOSTILE}"
+    program = "tests.fixtures.mcp_programs:echo_then_ask"
+    assert main(["run", program, "--arg", "text=hi", "--db", db, "--mcp", spec, "--quiet"]) == 0
+    capsys.readouterr()
+    (run_id,) = [r.run_id for r in SqliteJournal(db).runs()]
+    # named again, changed: refused in one line, the run left waiting
+    changed = f"{spec} --variant 2"
+    assert main(["answer", run_id, "yes", "--db", db, "--mcp", changed, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "MCP server 'h' now takes other arguments for 'h_echo'; pass --accept-changed-code "
+        "(accept_changed_code=True) to go on with what the servers offer now"
+    )
+    # as the run recorded them: it ends
+    assert main(["answer", run_id, "yes", "--db", db, "--quiet"]) == 0
+    assert "hi yes dotted" in capsys.readouterr().out
+
+
 # --- real servers ------------------------------------------------------------------------
 
 
