@@ -59,7 +59,19 @@ __all__ = [
 
 
 class Divergence(OpdslError, Fatal):
-    """The program no longer does what its journal recorded."""
+    """The program no longer does what its journal recorded.
+
+    Built by :func:`divergence`, it also holds what its message says, apart: ``address``,
+    ``where`` (the source line), ``checkpoint`` (name, address) or None, ``reason``, and the
+    ``recorded`` and ``now`` effects (``opdsl check`` reports them).
+    """
+
+    address: str | None = None
+    where: str | None = None
+    checkpoint: tuple[str, str] | None = None
+    reason: str | None = None
+    recorded: str | None = None
+    now: str | None = None
 
 
 class ReplayedError(OpdslError):
@@ -284,4 +296,7 @@ def divergence(
             _pretty(recorded), _pretty(now), "recorded", "now", lineterm="", n=2
         )
         lines += ["  " + d for d in diff]
-    return Divergence("\n".join(lines))
+    found = Divergence("\n".join(lines))
+    found.address, found.where, found.checkpoint = address, where, checkpoint
+    found.reason, found.recorded, found.now = reason, recorded, now
+    return found
