@@ -1,0 +1,95 @@
+"""``opdsl check``: the replay gate. Every stored run (of the journal, of the programs named, or
+of the exported files given) is replayed against the code as it is now, offline and by value
+(:mod:`interpreters._checking`), before a change is deployed.
+
+One line for each run that diverges, or is in flight (where it would resume, or that it
+diverges before), or cannot be checked; ``--all`` lists the runs that replay the same too. Then
+a summary. The status is 1 when a run diverges or cannot be checked, else 0; nothing is
+changed, not even a run that waits or runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from interpreters.cli._command import JSON, Command, Option, UsageError
+from interpreters.cli._output import print_json
+
+__all__ = ["CHECK"]
+
+
+def check(a: argparse.Namespace) -> int:
+    from interpreters._checking import (
+        Checked,
+        check_runs,
+        exported_runs,
+        journal_runs,
+        summary,
+    )
+    from interpreters.journal import open_journal
+
+    files = [Path(f) for f in a.files]
+    for f in files:
+        if not f.is_file():
+            raise UsageError(f"{f}: no such file (an exported run, as opdsl export writes it)")
+    stored = []
+    if files:
+        stored.append(exported_runs(files, a.program))
+    if a.db or not files:
+        stored.append(journal_runs(open_journal(a.db, read_only=True, create=False), a.program))
+
+    def shown(c: Checked) -> None:
+        if a.json or (c.verdict == "same" and not a.all):
+            return
+        print(c.line(), flush=True)
+        if not c.ok and c.diff:
+            for line in c.diff:
+                print(f"    {line}")
+
+    checked = [c for runs in stored for c in check_runs(runs, shown)]
+    counts = summary(checked)
+    if a.json:
+        print_json({"runs": [c.to_json() for c in checked], "summary": counts})
+    else:
+        print(_summary_line(counts, len(checked)))
+    return 0 if all(c.ok for c in checked) else 1
+
+
+def _summary_line(counts: dict[str, int], total: int) -> str:
+    in_flight = counts["resumes"] + counts["diverges-before-resume"]
+    parts = [f"{counts['same']} same", f"{counts['diverges']} diverge"]
+    if in_flight:
+        parts.append(
+            f"{in_flight} in flight ({counts['resumes']} would resume, "
+            f"{counts['diverges-before-resume']} diverge before their resume point)"
+        )
+    if counts["error"]:
+        parts.append(f"{counts['error']} cannot be checked")
+    return f"{total} run(s) checked against the code as it is now: {', '.join(parts)}"
+
+
+CHECK = Command(
+    name="check",
+    help="replay every stored run against the code as it is now; fails if one diverges",
+    run=check,
+    code_from_journal=True,
+    options=(
+        Option(
+            "files",
+            nargs="*",
+            metavar="EXPORTED.jsonl",
+            help="exported runs to check (opdsl export); without: the journal's runs",
+        ),
+        Option(
+            "--program",
+            action="append",
+            default=[],
+            metavar="MODULE:FUNCTION",
+            help="check the runs of this program only (again for more); an exported run is "
+            "checked only against a program named here",
+        ),
+        Option("--all", action="store_true", help="list the runs that replay the same too"),
+        JSON,
+    ),
+)
