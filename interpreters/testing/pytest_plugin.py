@@ -11,6 +11,9 @@ Fixtures:
   the run lists the cassettes it wrote; without it, a missing cassette fails the test and
   says how to record it. A replay calls the program with the test's own arguments, so a
   change in what they make it ask for fails as a divergence.
+
+Option: ``--opdsl-journals DIR`` makes each exported run in ``DIR`` a test that replays it
+against the code as it is now (``_journals``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from interpreters._durable import replay
 from interpreters.journal import MemoryJournal, export_run, import_run
 from interpreters.models._base import Model
 from interpreters.runtime._driver import RunResult
+from interpreters.testing._journals import add_journals_option, pytest_collection_modifyitems
 from interpreters.testing._scripted import Answer, Matcher, ScriptedInterpreter
 from interpreters.tools._bound import ToolLike
 from state import CRDTModel
@@ -36,6 +40,7 @@ __all__ = [
     "opdsl_cassette",
     "opdsl_scripted",
     "pytest_addoption",
+    "pytest_collection_modifyitems",
     "pytest_terminal_summary",
 ]
 
@@ -48,6 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="record opdsl cassettes again (new or existing) by running their programs live",
     )
+    add_journals_option(group)
 
 
 @final
