@@ -58,9 +58,7 @@ MAX_REASON = 2000
 class AgentError(ModelError):
     """An agent turn failed; ``record`` is what it did before, ``kind`` why it ended."""
 
-    def __init__(
-        self, kind: Literal["timeout", "crash", "refused", "error", "stopped"], record: TurnRecord
-    ) -> None:
+    def __init__(self, kind: Kind, record: TurnRecord) -> None:
         super().__init__(f"agent {record.backend} {kind}: {record.crash_reason}")
         self.kind = kind
         self.record = record
@@ -96,6 +94,13 @@ class Turn:
     #: the tools opdsl serves this turn (their own names), when it serves any: the CLI must
     #: offer exactly these and nothing else
     served: frozenset[str] | None = None
+    #: the CLI said the turn ran out of its ``max_turns`` (not a failure)
+    max_turns_exhausted: bool = False
+    #: the model the CLI says it runs (its init), when it says
+    model: str | None = None
+    #: tool calls finished so far: the steps opdsl counts against ``max_turns`` for a CLI
+    #: that has no such option (:attr:`CliBackend.cli_max_turns`)
+    steps: int = 0
 
     def emit(self, event: Any) -> None:
         if self.call.bus.active:
@@ -136,6 +141,7 @@ class Turn:
         if tool_id not in self.open_tools:
             return
         self.open_tools.remove(tool_id)
+        self.steps += 1
         status: Literal["ok", "error"] = "ok" if ok else "error"
         self.tools[tool_id].update(status=status, output=output[:4000])
         self.emit(ToolEnd(**self.base(), tool_id=tool_id, status=status, output=output[:4000]))
@@ -182,6 +188,15 @@ class CliBackend(ABC):
     #: whether its turns say what they cost: one that does not (Codex) cannot be run under a
     #: ``usd`` budget, which is refused before it starts rather than kept as if it cost nothing
     reports_cost: ClassVar[bool] = True
+    #: whether a cooperative stop (``stop=``) can end its turn at a message boundary, cleanly;
+    #: arming one on a backend that does not declare it is refused
+    supports_cooperative_stop: ClassVar[bool] = False
+    #: whether ``agent(..., max_turns=N)`` is kept: a turn that runs out of it returns its
+    #: record with ``max_turns_exhausted=True``
+    supports_max_turns: ClassVar[bool] = True
+    #: whether the CLI itself takes the cap (an option); when it does not, opdsl counts the
+    #: turn's finished tool calls and ends it at the message boundary after the N-th
+    cli_max_turns: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -195,6 +210,11 @@ class CliBackend(ABC):
         extra_args: Sequence[str] = (),
         confine: bool | None = None,
     ) -> None:
+        if stop is not None and not self.supports_cooperative_stop:
+            raise ModelError(
+                f"the {self.name} backend does not support a cooperative stop "
+                "(supports_cooperative_stop is False): its turn cannot be ended cleanly mid-way"
+            )
         #: run the CLI inside bubblewrap (also ``agent(..., confine=True)``): it may write only
         #: its working folder and its own home; the network stays on (it talks to its model).
         #: None: the backend's default (:meth:`confined_by_default`)
@@ -277,7 +297,15 @@ class CliBackend(ABC):
         the init)."""
 
     def _record(
-        self, turn: Turn, started: float, exit_code: int | None, crashed: bool, reason: str | None
+        self,
+        turn: Turn,
+        started: float,
+        exit_code: int | None,
+        crashed: bool,
+        reason: str | None,
+        *,
+        stopped: bool = False,
+        environment: Mapping[str, str] | None = None,
     ) -> TurnRecord:
         tools = tuple(turn.tools.values())
         return TurnRecord(
@@ -291,7 +319,34 @@ class CliBackend(ABC):
             exit_code=exit_code,
             crashed=crashed,
             crash_reason=None if reason is None else reason[:MAX_REASON],
+            max_turns_exhausted=turn.max_turns_exhausted,
+            stopped=stopped,
+            environment=dict(environment or {}),
         )
+
+    def endpoint(self, env: Mapping[str, str]) -> str:
+        """The model endpoint the CLI talks to, as its environment and arguments say (what
+        the turn's record keeps as ``environment["endpoint"]``); "" when unknown."""
+        return ""
+
+    def model_of(self, effect: Agent) -> str:
+        """The model the turn asked for (the CLI's own default when none: "default")."""
+        model = effect.options.get("model")
+        return str(model) if model else "default"
+
+    async def version(self, exe: str) -> str:
+        """The CLI's ``--version``, asked once per executable (its path, size and time)."""
+        try:
+            st = os.stat(exe)
+            key = (os.path.realpath(exe), st.st_size, st.st_mtime_ns)
+        except OSError:
+            return ""
+        if key not in _VERSIONS:
+            try:
+                _VERSIONS[key] = (await self.probe(exe)).text.splitlines()[0][:200]
+            except (ModelError, IndexError):
+                _VERSIONS[key] = ""
+        return _VERSIONS[key]
 
     async def __call__(
         self, effect: Agent, call: Call, tools: ToolHost | None = None
@@ -306,6 +361,12 @@ class CliBackend(ABC):
         reason: str | None = None
         exit_code: int | None = None
         reader = _Reader(self, turn, effect)
+        stopped = False
+        environment = {
+            "cli_version": await self.version(exe),
+            "model": self.model_of(effect),
+            "endpoint": _without_credentials(self.endpoint({**os.environ, **self.env})),
+        }
         try:
             async with self.session(exe, effect, tools) as session:
                 turn.served = session.served
@@ -336,6 +397,10 @@ class CliBackend(ABC):
                 kind, reason = "timeout", f"no output for {self.idle_timeout:g}s"
             else:
                 kind, reason = reader.verdict
+            if kind in ("stopped", "exhausted"):
+                stopped, turn.max_turns_exhausted = kind == "stopped", kind == "exhausted"
+                kind, reason = None, None  # ended at a message boundary: not a failure
+                turn.finished = True
             if kind is None and not turn.finished:
                 kind, reason = (
                     "crash",
@@ -345,16 +410,31 @@ class CliBackend(ABC):
                 kind, reason = "error", turn.error
         finally:
             turn.close_all()
-            status = {
-                None: "completed",
-                "timeout": "timeout",
-                "crash": "crashed",
-                "refused": "refused",
-                "error": "failed",
-                "stopped": "stopped",
-            }[kind]
+            status = (
+                "stopped"
+                if stopped
+                else {
+                    None: "completed",
+                    "timeout": "timeout",
+                    "crash": "crashed",
+                    "refused": "refused",
+                    "error": "failed",
+                    "stopped": "stopped",
+                    "exhausted": "completed",
+                }[kind]
+            )
             turn.emit(AgentEnd(**turn.base(), backend=self.name, status=status, reason=reason))  # type: ignore[arg-type]
-        record = self._record(turn, started, exit_code, kind is not None, reason)
+        if turn.model:
+            environment["model"] = turn.model
+        record = self._record(
+            turn,
+            started,
+            exit_code,
+            kind is not None,
+            reason,
+            stopped=stopped,
+            environment=environment,
+        )
         if kind is not None:
             raise AgentError(kind, record)
         return record
@@ -390,8 +470,27 @@ class CliBackend(ABC):
         return TurnRecord(backend=self.name, text=text, exit_code=0)
 
 
-Kind = Literal["timeout", "crash", "refused", "error", "stopped"]
-"""Why an agent's turn did not complete."""
+Kind = Literal["timeout", "crash", "refused", "error", "stopped", "exhausted"]
+"""Why an agent's turn ended early (``stopped`` and ``exhausted`` end it cleanly)."""
+
+_VERSIONS: dict[tuple[str, int, int], str] = {}
+"""Each executable's ``--version``, by its path, size and modification time."""
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a user or password in it (a key some put there)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
 
 LIFELINE = Path(__file__).with_name("_lifeline.py")
 
@@ -439,7 +538,11 @@ class _Reader:
             if backend.stop is not None and backend.stop(
                 backend._record(turn, time.monotonic(), None, False, None)
             ):
-                self.verdict = ("stopped", "stopped by the program's stop predicate")
+                self.verdict = ("stopped", None)
+                return True
+            cap = self.effect.options.get("max_turns")
+            if cap and not backend.cli_max_turns and turn.steps >= int(cap):
+                self.verdict = ("exhausted", None)  # the next step would be one too many
                 return True
         if len(self.buffer) > MAX_LINE:
             self.verdict = ("crash", f"a line longer than {MAX_LINE} bytes")
@@ -511,6 +614,10 @@ class Backend(Protocol):
     serves_tools: ClassVar[bool]
     #: its records say what a turn cost (else a ``usd`` budget cannot be kept for it)
     reports_cost: ClassVar[bool]
+    #: a ``stop=`` predicate ends its turn cleanly at a message boundary (else refused)
+    supports_cooperative_stop: ClassVar[bool]
+    #: a turn that runs out of ``max_turns`` returns its record, ``max_turns_exhausted=True``
+    supports_max_turns: ClassVar[bool]
 
     async def __call__(
         self, effect: Agent, call: Call, tools: ToolHost | None = None

@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, final
@@ -61,6 +61,8 @@ class ClaudeCodeBackend(CliBackend):
     command = "claude"
     homes = ("HOME", "CLAUDE_CONFIG_DIR")
     serves_tools = True
+    supports_cooperative_stop = True  # its stream-json lines are message boundaries
+    cli_max_turns = True  # --max-turns; running out ends with subtype error_max_turns
     #: how long one served tool call may take, and how much of its answer the agent reads
     #: (Claude Code replaces a longer answer by a file path it cannot open without tools)
     tool_timeout: float = 600.0
@@ -132,6 +134,9 @@ class ClaudeCodeBackend(CliBackend):
             argv += ["--system-prompt", str(o["system_prompt"])]
         return [*argv, *self.extra_args]
 
+    def endpoint(self, env: Mapping[str, str]) -> str:
+        return env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+
     def stdin(self, effect: Agent) -> bytes:
         """The prompt: ``-p`` with no prompt argument reads it on standard input."""
         return effect.prompt.encode("utf-8", "replace")
@@ -171,6 +176,8 @@ class ClaudeCodeBackend(CliBackend):
         if kind == "system" and line.get("subtype") == "init":
             turn.init_seen = True
             turn.session_id = line.get("session_id")
+            if isinstance(line.get("model"), str):
+                turn.model = line["model"]
             tools = [str(t) for t in line.get("tools") or []]
             servers = line.get("mcp_servers") or []
             if turn.served is not None:
@@ -213,7 +220,9 @@ class ClaudeCodeBackend(CliBackend):
                 turn.usage_total = anthropic_usage(u)
             if line.get("num_turns"):
                 turn.turns = max(turn.turns, int(line["num_turns"]))
-            if line.get("is_error") or line.get("subtype") != "success":
+            if line.get("subtype") == "error_max_turns":
+                turn.max_turns_exhausted = True  # it stopped where it was told to: not a failure
+            elif line.get("is_error") or line.get("subtype") != "success":
                 turn.error = f"{line.get('subtype')}: {line.get('result') or line.get('errors') or ''}".strip()
             elif line.get("permission_denials"):
                 denied = sorted({str(d.get("tool_name")) for d in line["permission_denials"]})

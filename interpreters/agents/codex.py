@@ -8,6 +8,8 @@ of options are given as one argument each (``--model=M``), so none is taken for 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, final
 
 from interpreters.agents.kit import CliBackend, Refused, Turn, register_backend
@@ -24,7 +26,32 @@ class CodexBackend(CliBackend):
     name = "codex"
     command = "codex"
     reports_cost = False  # its stream carries tokens, never money
+    supports_cooperative_stop = True  # its JSON lines are item boundaries
+    # codex exec has no max-turns option: opdsl counts its finished tool calls (commands,
+    # file changes, MCP calls) and ends the turn after the N-th, before its next step
+    cli_max_turns = False
     homes = ("HOME", "CODEX_HOME")
+
+    def endpoint(self, env: Mapping[str, str]) -> str:
+        """The provider's ``base_url`` as the ``-c`` options name it, else ``OPENAI_BASE_URL``,
+        else OpenAI's."""
+        config = [a for i, a in enumerate(self.extra_args) if i and self.extra_args[i - 1] == "-c"]
+        config += [a[len("--config=") :] for a in self.extra_args if a.startswith("--config=")]
+        provider = next(
+            (
+                m[1]
+                for c in config
+                if (m := re.fullmatch(r'\s*model_provider\s*=\s*"([^"]+)"\s*', c))
+            ),
+            None,
+        )
+        if provider is not None:
+            for c in config:
+                if c.lstrip().startswith(f"model_providers.{provider}"):
+                    found = re.search(r'base_url\s*=\s*"([^"]+)"', c)
+                    if found:
+                        return found[1]
+        return env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
 
     def confined_by_default(self) -> bool:
         # where bubblewrap is installed, codex's own workspace-write sandbox runs commands

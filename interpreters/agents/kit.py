@@ -2,9 +2,16 @@
 a backend imports nothing private.
 
 A backend is a :class:`Backend`: an async callable ``(effect, call, tools=None) ->
-TurnRecord`` that declares ``name``, ``serves_tools`` (it can be given opdsl's bound tools)
-and ``reports_cost`` (its records say what a turn cost; one that does not cannot run under a
-``usd`` budget), registered with ``register_backend("name", factory)``.
+TurnRecord`` that declares on its class ``name`` and its capabilities: ``serves_tools`` (it
+can be given opdsl's bound tools), ``reports_cost`` (its records say what a turn cost; one
+that does not cannot run under a ``usd`` budget), ``supports_cooperative_stop`` (a ``stop=``
+predicate ends its turn cleanly at a message boundary, ``stopped=True``; arming one on a
+backend that does not declare it is refused) and ``supports_max_turns`` (a turn that runs out
+of ``max_turns`` returns its record with ``max_turns_exhausted=True``; ``cli_max_turns``: the
+CLI keeps the cap itself, else opdsl counts its tool calls). It is registered with
+``register_backend("name", factory)``. Each record's ``environment`` says what the turn ran
+against: the CLI's ``cli_version``, the ``model``, the ``endpoint``
+(:meth:`CliBackend.endpoint`).
 
 A coding-agent CLI that prints JSON lines subclasses :class:`CliBackend`, which keeps the
 turn contract (one ``AgentStart`` and ``AgentEnd``, tools paired and closed, hard and idle

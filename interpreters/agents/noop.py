@@ -18,6 +18,8 @@ class NoopBackend:
     name = "noop"
     serves_tools = False
     reports_cost = True  # it spends nothing
+    supports_cooperative_stop = False  # it has no messages to stop between
+    supports_max_turns = True  # it takes no turn at all
 
     async def __call__(
         self, effect: Agent, call: CallInfo, tools: ToolHost | None = None

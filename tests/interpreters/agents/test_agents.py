@@ -91,7 +91,6 @@ def test_success_with_a_tool_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 @pytest.mark.parametrize(
     ("scenario", "kind", "reason"),
     [
-        ("max_turns", "error", "error_max_turns"),
         ("api_error", "error", "issue with the selected model"),
         ("crash", "crash", "without a final event"),
         ("malformed", "crash", "a malformed line"),
@@ -171,7 +170,8 @@ def test_a_cooperative_stop_between_messages(monkeypatch: pytest.MonkeyPatch) ->
         "claude-stops", lambda: ClaudeCodeBackend(stop=lambda record: record.turns >= 1)
     )
     out, rec = go("success", monkeypatch, backend="claude-stops")
-    assert out["kind"] == "stopped" and out["text"] == "Running the tests." and out["tools"] == []
+    assert isinstance(out, TurnRecord) and out.stopped and not out.crashed
+    assert out.text == "Running the tests." and out.tool_calls == ()
     contract(rec)
 
 

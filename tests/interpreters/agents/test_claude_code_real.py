@@ -86,7 +86,7 @@ def test_a_real_turn_whose_bash_tool_really_runs(tmp_path: Path) -> None:
         assert [t["name"] for t in srv.requests[0]["tools"]] == ["Bash"]
 
 
-def test_the_real_cli_stopping_at_max_turns_is_a_failed_turn_with_its_record(
+def test_the_real_cli_running_out_of_max_turns_returns_its_record_not_a_failure(
     tmp_path: Path,
 ) -> None:
     with ScriptedServer() as srv:
@@ -109,7 +109,13 @@ def test_the_real_cli_stopping_at_max_turns_is_a_failed_turn_with_its_record(
             agents={"claude-code": real(srv, tmp_path)},
             db=MemoryJournal(),
         ).value
-    assert out["kind"] == "error" and "error_max_turns" in out["reason"], out
+    assert isinstance(out, TurnRecord), out
+    assert out.max_turns_exhausted and not out.crashed and out.crash_reason is None
+    assert [t["name"] for t in out.tool_calls] == ["Bash"]
+    # what the turn ran against: the real CLI's version, the model its init named, the server
+    assert out.environment["cli_version"].endswith("(Claude Code)")
+    assert out.environment["model"] == "claude-sonnet-4-5"
+    assert out.environment["endpoint"] == srv.url
 
 
 HOOK = '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch MARKER"}]}]}}'
