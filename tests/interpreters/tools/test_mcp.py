@@ -334,6 +334,23 @@ def test_a_model_is_offered_the_servers_schemas_and_its_calls_are_performed(ws: 
 
 
 @needs_bwrap
+def test_a_timeout_cuts_a_call_never_answered_and_calls_in_par_share_the_server(ws: Path) -> None:
+    marker = ws / "starts"
+    started = time.monotonic()
+    done = run(
+        mcp_programs.cut_then_both,
+        0.5,
+        db=MemoryJournal(),
+        mcp={"h": hostile(marker, timeout=30.0)},
+        workspace=ws,
+    )
+    assert done.status == "completed", done.error
+    assert done.value == ["Failure", "a", "b"]
+    assert starts(marker) == 1  # the cut call left the server running
+    assert time.monotonic() - started < 15
+
+
+@needs_bwrap
 def test_a_resumed_run_says_what_its_servers_offer_now(
     ws: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
