@@ -334,7 +334,10 @@ def test_a_model_is_offered_the_servers_schemas_and_its_calls_are_performed(ws: 
 
 
 @needs_bwrap
-def test_a_timeout_cuts_a_call_never_answered_and_calls_in_par_share_the_server(ws: Path) -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_timeout_cuts_a_call_never_answered_and_calls_in_par_share_the_server(
+    ws: Path, backend: str
+) -> None:
     marker = ws / "starts"
     started = time.monotonic()
     done = run(
@@ -343,6 +346,7 @@ def test_a_timeout_cuts_a_call_never_answered_and_calls_in_par_share_the_server(
         db=MemoryJournal(),
         mcp={"h": hostile(marker, timeout=30.0)},
         workspace=ws,
+        backend=backend,
     )
     assert done.status == "completed", done.error
     assert done.value == ["Failure", "a", "b"]
