@@ -197,7 +197,8 @@ def resolve_model(spec: str | Model | None) -> Model | None:
 
     ``scripted:PATH`` (a JSON list of responses), ``openai:MODEL``, ``anthropic:MODEL``,
     ``ollama:MODEL``, ``openai-compatible:MODEL@BASE_URL`` and any registered with
-    :func:`register_provider`; a model object is returned as it is. Wrong specs are a
+    :func:`register_provider`; specs joined by commas are a
+    :class:`~interpreters.models.FallbackModel`; a model object is returned as it is. Wrong specs are a
     ``ValueError`` of one line that names the spec (its credentials redacted).
     """
     if spec is None or isinstance(spec, Model):
@@ -208,6 +209,11 @@ def resolve_model(spec: str | Model | None) -> Model | None:
             f"model spec {shown!r} was written down without its URL's credentials; give the "
             "model again as you first did (--model SPEC, model= in the API)"
         )
+    from interpreters.models._fallback import FallbackModel, split_chain
+
+    chain = split_chain(spec)
+    if chain is not None:  # ``a:x,b:y``: the next model when one fails after its retries
+        return FallbackModel(chain)
     base, options = _spec_options(spec)
     provider, sep, rest = base.partition(":")
     if not sep or not rest:
