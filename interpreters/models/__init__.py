@@ -1,5 +1,5 @@
 """Models: what answers ``infer``. ``Model`` is the interface, ``ScriptedModel`` answers from
-a list, and the HTTP providers (OpenAI-compatible, Anthropic, Ollama) speak the vendors'
+a list, ``FallbackModel`` asks the next of its models when one fails, and the HTTP providers (OpenAI-compatible, Anthropic, Ollama) speak the vendors'
 APIs; ``resolve_model`` turns a spec such as ``openai:gpt-4.1-mini`` into a model, and
 ``redact_spec`` is how a spec is written down or shown (any URL's credentials redacted).
 The HTTP providers (and httpx) load when first asked for. What a provider is written with
@@ -22,6 +22,7 @@ from interpreters.models._base import (
 )
 
 if TYPE_CHECKING:
+    from interpreters.models._fallback import FallbackModel, ModelsFailed
     from interpreters.models._http import HttpModel
     from interpreters.models._remote import (
         Prices,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from interpreters.models.openai import OpenAIModel
 
 _LAZY = {
+    "FallbackModel": "interpreters.models._fallback",
+    "ModelsFailed": "interpreters.models._fallback",
     "HttpModel": "interpreters.models._http",
     "Prices": "interpreters.models._remote",
     "ProviderError": "interpreters.models._remote",
@@ -49,9 +52,11 @@ _LAZY = {
 __all__ = [
     "AnthropicModel",
     "CallInfo",
+    "FallbackModel",
     "HttpModel",
     "Model",
     "ModelScriptExhausted",
+    "ModelsFailed",
     "OllamaModel",
     "OpenAIModel",
     "Prices",
