@@ -128,6 +128,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
     from interpreters.models._base import (
         resolve_model as resolve_model,
     )
+    from interpreters.models._fallback import (
+        FallbackModel as FallbackModel,
+    )
     from interpreters.runtime._clock import (
         Clock as Clock,
     )
@@ -213,6 +216,7 @@ _WHERE: dict[str, str] = {
     "dry_run": "interpreters._durable",
     "Entry": "interpreters.journal",
     "Expect": "interpreters.testing._scripted",
+    "FallbackModel": "interpreters.models._fallback",
     "expect": "interpreters.testing._scripted",
     "export_run": "interpreters.journal",
     "import_run": "interpreters.journal",
