@@ -40,7 +40,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, final
@@ -693,7 +693,7 @@ def _compare(
     now: Mapping[str, Any],
     depended: set[str],
     accept: bool,
-    warn: Any,
+    warn: Callable[[str], None],
 ) -> None:
     """Say what the servers offer now that they did not when the run started (rule 6)."""
     refused = []
