@@ -8,7 +8,6 @@ and where to look.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -100,13 +99,16 @@ def _sample(workdir: Path) -> Path:
     return repo
 
 
+TESTS = ["python", "-m", "unittest", "discover", "-s", "tests", "-q"]
+"""The sample's tests, with what ``pip install opdsl`` brings: Python's own unittest (the
+sample's tests are unittest cases, which pytest runs as well)."""
+
+BUILD = ["python", "-m", "compileall", "-q", "calc.py", "tests"]
+"""The sample's build step: every file compiles (Python's own compileall)."""
+
+
 def demo(console: Console | None = None) -> int:
     console = console or Console(highlight=False)
-    if importlib.util.find_spec("pytest") is None:
-        console.print(
-            "opdsl demo runs the sample's tests with pytest, which is not installed here: pip install pytest"
-        )
-        return 2
     workdir = Path(tempfile.mkdtemp(prefix="opdsl-demo-"))
     repo = _sample(workdir)
     db = str(workdir / "runs.db")
@@ -154,7 +156,10 @@ def _step(console: Console, text: str) -> None:
 
 def _crash_then_resume(console: Console, repo: Path, db: str, sink: ConsoleSink) -> Any:
     """Steps 1 and 2: the Coder works until the crash stops it, then goes on in place."""
-    config = CoderConfig(task="Make the failing test pass.", repo=str(repo))
+    # the commands are named, so the demo needs no linter or test runner beyond Python's own
+    config = CoderConfig(
+        task="Make the failing test pass.", repo=str(repo), test=TESTS, build=BUILD, lint=None
+    )
     _step(console, f"1. The Coder works on {repo} (a copy of the bundled sample; its test fails)")
     try:
         run(

@@ -1,9 +1,11 @@
+import unittest
+
 from calc import add, mul
 
 
-def test_add() -> None:
-    assert add(2, 3) == 5
+class TestCalc(unittest.TestCase):
+    def test_add(self) -> None:
+        self.assertEqual(add(2, 3), 5)
 
-
-def test_mul() -> None:
-    assert mul(2, 3) == 6
+    def test_mul(self) -> None:
+        self.assertEqual(mul(2, 3), 6)
