@@ -18,7 +18,7 @@ __all__ = ["SHOW"]
 
 def show(a: argparse.Namespace) -> int:
     from interpreters import open_journal
-    from op import Usage
+    from interpreters.runtime._totals import Totals
 
     if a.follow:
         return tail(a)
@@ -29,17 +29,13 @@ def show(a: argparse.Namespace) -> int:
         return 0
     c = console()
     _header(c, r)
-    rows: list[tuple[Any, ...]] = []
-    total = Usage()
     recorded = journal.entries(r.run_id)
-    for e in recorded:
-        row, usage = _row(e)
-        rows.append(row)
-        if usage is not None:
-            total = total + usage
+    rows = [_row(e)[0] for e in recorded]
     c.print(_timeline(rows), soft_wrap=True)
-    cost = "unknown" if total.cost_usd is None else f"${total.cost_usd:.4f}"
-    c.print(f"usage: {total.input_tokens} input, {total.output_tokens} output tokens; cost {cost}")
+    totals = Totals.of_entries(recorded)
+    c.print(text(totals.line()))
+    if totals.price_sources:
+        c.print(text(f"priced by {'; '.join(totals.price_sources)}"))
     line = _state_line(r, recorded)
     if line:
         c.print(text(f"state: {line}"))
@@ -64,8 +60,11 @@ def _whole(journal: Any, r: Any) -> dict[str, Any]:
         item["result"] = reader.result(e.kind, e.result_json)
         item["tool_failed"] = e.tool_failure()
         entries.append(item)
+    from interpreters.runtime._totals import Totals
+
     return {
         **run_json(r),
+        "totals": Totals.of_entries(journal.entries(r.run_id)).as_json(),
         "args": loads(r.args_json),
         "result": loads(r.result_json),
         "error": loads(r.error_json),
