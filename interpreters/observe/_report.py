@@ -25,6 +25,7 @@ from typing import Any
 from interpreters.journal._base import Entry, RunRecord
 from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import ContentError, Reader
+from interpreters.runtime._totals import Totals
 from op import Agent, Ask, Checkpoint, Infer, Limit, Par, Tool, Usage
 from op.effects import SCOPE_KINDS
 
@@ -176,6 +177,7 @@ def report_data(
         if e.kind == Ask.kind and e.status == "started"
     ]
     ends = [t for e in entries for t in (e.started_at, e.finished_at) if t]
+    totals = Totals.of_entries(entries)
     data: dict[str, Any] = _cut(
         {
             "run": {
@@ -193,6 +195,7 @@ def report_data(
                 "final_state": _loads(run.final_state_json),
                 "waiting_for": [q for q in waiting if q],
             },
+            "totals": {**totals.as_json(), "line": totals.line()},
             "start": min([run.created_at, *ends]) if run.created_at or ends else 0.0,
             "end": max([run.finished_at or 0.0, *ends, run.created_at]),
             "entries": items,
@@ -329,6 +332,8 @@ _SCRIPT = r"""
   head.append(el("h1", {}, "run " + run.run_id + " ", el("span", { class: "status-" + run.status }, run.status)));
   head.append(el("div", { class: "meta" }, run.program + "  ·  " + entries.length + " effects  ·  " +
     secs(data.end - data.start)));
+  head.append(el("div", { class: "meta", id: "totals" }, data.totals.line +
+    (data.totals.price_sources.length ? "  ·  priced by " + data.totals.price_sources.join("; ") : "")));
   if (run.parent_run) {
     head.append(el("div", { class: "meta", id: "fork" }, "forked from ",
       run.parent_link ? el("a", { href: run.parent_link }, run.parent_run) : run.parent_run,
