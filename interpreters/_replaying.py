@@ -16,6 +16,7 @@ from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import RunResult, execute
 from interpreters.runtime._frame import Call, Handlers
+from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import Divergence, ReplayLog, divergence, nearest_checkpoint
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
@@ -44,7 +45,9 @@ class ReplayInterpreter:
 
     ``state_type``: the type of the state the run started with (default: the one its journal
     names, imported from the file the run was recorded with, unless that file has changed:
-    ``accept_changed_code``).
+    ``accept_changed_code``). ``redactor``: what replaces secrets, as when the run was
+    recorded (default: the secrets of this process's environment; one made once serves a
+    replay of many runs).
     """
 
     def __init__(
@@ -54,11 +57,13 @@ class ReplayInterpreter:
         db: str | Journal | None = None,
         state_type: type[CRDTModel] | None = None,
         accept_changed_code: bool = False,
+        redactor: Redactor | None = None,
     ) -> None:
         self.run_id = run_id
         self.journal = open_journal(db, read_only=True)
         self.state_type = state_type
         self.accept_changed_code = accept_changed_code
+        self.redactor = redactor
 
     async def arun(
         self, program: Callable[..., Any] | None = None, /, *args: Any, **kwargs: Any
@@ -97,7 +102,9 @@ class ReplayInterpreter:
             else tuple(args or ()),
             recorded.get("kwargs", {}) if args is None and kwargs is None else dict(kwargs or {}),
             run_id=run_id,
-            services=Services(handlers=_Unreachable(), clock=VirtualClock()),
+            services=Services(
+                handlers=_Unreachable(), clock=VirtualClock(), redactor=self.redactor
+            ),
             state=initial_state(record, config, state_type, accept),
             log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
         )
