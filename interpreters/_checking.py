@@ -34,6 +34,7 @@ from interpreters.journal._portable import read_export
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import execute, program_name
 from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer
+from interpreters.runtime._redact import Redactor
 from interpreters.runtime._replay import Divergence, ReplayLog
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
@@ -202,17 +203,21 @@ async def acheck_run(
     *,
     program: Callable[..., Any] | None = None,
     source: str = "",
+    redactor: Redactor | None = None,
 ) -> Checked:
     """Check run ``run_id`` of ``journal`` against the code as it is now (``program``, else
-    the one its journal names, imported as its file is now)."""
+    the one its journal names, imported as its file is now). ``redactor``: what replaces
+    secrets, as when the runs were recorded (default: this process's environment's)."""
+    redactor = redactor if redactor is not None else Redactor.from_env()
     record = journal.run(run_id)
     base = Checked(run_id, record.program, record.status, "same", source=source)
     try:
         if record.status in IN_FLIGHT:
-            return await _in_flight(journal, record, program, base)
-        await ReplayInterpreter(run_id, db=journal, accept_changed_code=True).replayed(
-            program, None, None
+            return await _in_flight(journal, record, program, base, redactor)
+        replaying = ReplayInterpreter(
+            run_id, db=journal, accept_changed_code=True, redactor=redactor
         )
+        await replaying.replayed(program, None, None)
     except Divergence as found:
         return _from_divergence(base, "diverges", found)
     except Exception as exc:
@@ -221,7 +226,11 @@ async def acheck_run(
 
 
 async def _in_flight(
-    journal: Journal, record: RunRecord, program: Callable[..., Any] | None, base: Checked
+    journal: Journal,
+    record: RunRecord,
+    program: Callable[..., Any] | None,
+    base: Checked,
+    redactor: Redactor,
 ) -> Checked:
     """Feed a run in flight its record, and stop where it would go on live."""
     config = json.loads(record.config_json or "{}")
@@ -235,7 +244,9 @@ async def _in_flight(
         tuple(called.get("args", [])),
         called.get("kwargs", {}),
         run_id=record.run_id,
-        services=Services(handlers=handlers, clock=VirtualClock(), interruptible=False),
+        services=Services(
+            handlers=handlers, clock=VirtualClock(), redactor=redactor, interruptible=False
+        ),
         state=initial_state(record, config, state_type, True),
         log=ReplayLog({e.address: e for e in entries}, content=journal.content),
     )
@@ -337,7 +348,7 @@ def _where(journal: Journal) -> str:
     return str(path) if path is not None else type(journal).__name__
 
 
-async def _check_stored(stored: _Stored) -> Checked:
+async def _check_stored(stored: _Stored, redactor: Redactor) -> Checked:
     if stored.refused is not None:
         record = stored.journal.run(stored.run_id)
         return Checked(
@@ -349,7 +360,11 @@ async def _check_stored(stored: _Stored) -> Checked:
             reason=stored.refused,
         )
     return await acheck_run(
-        stored.journal, stored.run_id, program=stored.program, source=stored.source
+        stored.journal,
+        stored.run_id,
+        program=stored.program,
+        source=stored.source,
+        redactor=redactor,
     )
 
 
@@ -358,8 +373,9 @@ async def acheck_runs(
 ) -> list[Checked]:
     """Check each run, one after another; ``on_checked`` is told each as it is done."""
     out = []
+    redactor = Redactor.from_env()  # once for every run
     for s in stored:
-        checked = await _check_stored(s)
+        checked = await _check_stored(s, redactor)
         if on_checked is not None:
             on_checked(checked)
         out.append(checked)
