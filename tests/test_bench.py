@@ -84,3 +84,12 @@ def test_the_growth_bench_measures_a_journal_and_its_readers(tmp_path: Path) -> 
     assert peak > 0 and conversation > 4 * 400
     run_id = SqliteJournal(tmp_path / "kb.db", read_only=True).runs()[0].run_id
     assert growth.timed_command("show", run_id, "--db", str(tmp_path / "kb.db")) > 0
+
+
+def test_the_check_bench_checks_every_run_it_recorded(tmp_path: Path) -> None:
+    check = _bench("check")
+    journal = check.record(tmp_path / "runs.db", 3)
+    assert [len(journal.entries(r.run_id)) for r in journal.runs()] == [100, 100, 100]
+    seconds, n = check.check_api(journal)
+    assert seconds > 0 and n == 3
+    assert check.replay_loop(journal) > 0
