@@ -5,7 +5,14 @@ for."""
 
 from typing import TYPE_CHECKING
 
-from interpreters.tools._bound import BoundTool, ToolLike, ToolRegistry, quick, read_only
+from interpreters.tools._bound import (
+    BoundTool,
+    ToolLike,
+    ToolRegistry,
+    isolated,
+    quick,
+    read_only,
+)
 
 if TYPE_CHECKING:
     from interpreters.tools._mcp import MCPServer, MCPTools, listed_tools, open_mcp
@@ -23,6 +30,7 @@ __all__ = [
     "WorkspaceError",
     "listed_tools",
     "open_mcp",
+    "isolated",
     "quick",
     "read_only",
 ]

@@ -12,13 +12,19 @@ effect a crash left unfinished, so a tool can make a retried side effect happen 
 Sync functions are called inline, except inside a ``timeout``, where they run in a worker
 thread so the deadline fires on time (the thread cannot be stopped: it finishes in the
 background, and its result is dropped); async functions are awaited and are cancelled by
-``timeout``.
+``timeout``. A sync function marked :func:`isolated` (or a ``BoundTool(isolated=True)``)
+runs in a child process of its own, which the deadline kills with everything it started, so
+nothing it does lands after it. The scope's ``TimedOut.cut`` says which kind of tool was cut
+and whether its work can still land.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import pickle
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, final
 
@@ -26,7 +32,10 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from interpreters.runtime._clock import SystemClock
+from interpreters.runtime._events import EventBus
 from interpreters.runtime._frame import Call as CallInfo  # the driver's Call, by its public name
+from interpreters.tools._process import run_process
 from op import DuplicateTool, Fatal, ToolResult, ToolSpec
 from op._marker import Marker
 from op._values import RAW_ARGUMENTS
@@ -38,6 +47,7 @@ __all__ = [
     "ToolLike",
     "ToolRegistry",
     "format_validation_error",
+    "isolated",
     "quick",
     "read_only",
 ]
@@ -94,9 +104,14 @@ class BoundTool:
         args_model: type[BaseModel],
         description: str = "",
         read_only: bool = False,
+        isolated: bool = False,
     ) -> None:
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"tool name {name!r} must be letters, digits, '_' or '-'")
+        if isolated:
+            _check_isolable(name, fn)
+        #: runs in a child process of its own, killed at a ``timeout``'s deadline
+        self.isolated = isolated
         self.name = name
         self.fn = fn
         self.args_model = args_model
@@ -126,8 +141,10 @@ class BoundTool:
         name: str | None = None,
         description: str | None = None,
         read_only: bool = False,
+        isolated: bool = False,
     ) -> BoundTool:
-        """Make a tool of a typed function; every parameter needs an annotation."""
+        """Make a tool of a typed function; every parameter needs an annotation
+        (``isolated``: see :func:`isolated`)."""
         tool_name = name or fn.__name__
         fields: dict[str, Any] = {}
         try:
@@ -150,7 +167,14 @@ class BoundTool:
         model = create_model(f"{tool_name}_args", __base__=_Args, **fields)
         doc = inspect.getdoc(fn) or ""
         desc = description if description is not None else doc.split("\n\n")[0].strip()
-        tool = cls(name=tool_name, fn=fn, args_model=model, description=desc, read_only=read_only)
+        tool = cls(
+            name=tool_name,
+            fn=fn,
+            args_model=model,
+            description=desc,
+            read_only=read_only,
+            isolated=isolated,
+        )
         tool.inject = inject
         return tool
 
@@ -183,7 +207,9 @@ class BoundTool:
         if self.inject is not None:
             kwargs = {**kwargs, self.inject: call}
         try:
-            if not self.is_async and (call is None or not call.off_loop):
+            if self.isolated:
+                out = await _in_child(self, kwargs)
+            elif not self.is_async and (call is None or not call.off_loop):
                 out = self.fn(**kwargs)
             elif self.is_async:
                 out = await self.fn(**kwargs)
@@ -197,6 +223,10 @@ class BoundTool:
             if isinstance(exc, Fatal):
                 raise  # a defect (a divergence, a journal that fails): never the model's to read
             return ToolResult.failure(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
+        except BaseException:
+            if call is not None:  # cut off (a deadline, a failing sibling): say what was left
+                call.cut = self.cut_note(call.address)
+            raise
         if isinstance(out, ToolResult):
             return out
         if isinstance(out, str):
@@ -211,6 +241,105 @@ class BoundTool:
             return ToolResult.failure(
                 f"tool {self.name!r} returned a value that is not JSON: {exc}"
             )
+
+    def cut_note(self, address: str) -> str:
+        """What a ``timeout`` that cut this tool off says of it: its kind, and whether its
+        work can still land."""
+        where = f"tool {self.name!r} at {address}"
+        if self.isolated:
+            return (
+                f"{where}: a synchronous tool in a child process (isolated), killed at the "
+                "deadline with everything it started: nothing it does lands after it (what it "
+                "did before may have)"
+            )
+        if self.is_async:
+            return (
+                f"{where}: an async tool, cancelled at the deadline where it awaited: its work "
+                "stops there (what it did before may have landed)"
+            )
+        return (
+            f"{where}: a synchronous tool in a worker thread, which cannot be stopped: it runs "
+            "on, and its work may still land after the deadline (mark it @isolated to run it "
+            "in a child process that the deadline kills)"
+        )
+
+
+def _check_isolable(name: str, fn: Callable[..., Any]) -> None:
+    """An isolated tool must be a sync function its child process can import."""
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(
+            f"tool {name!r}: only a synchronous tool can be isolated (an async one is "
+            "cancelled at a deadline as it is)"
+        )
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise TypeError(
+            f"tool {name!r} is isolated, so a child process runs it and must import it: "
+            f"define {getattr(fn, '__qualname__', fn)!r} at the top level of a module ({exc})"
+        ) from None
+
+
+# the child: sys.path first (so the tool's module imports), then the call; the tool's own
+# prints go to stderr, the answer to the stdout it was given
+_CHILD = """
+import os, pickle, sys
+answer = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
+sys.path[:0] = pickle.load(sys.stdin.buffer)
+fn, kwargs = pickle.load(sys.stdin.buffer)
+try:
+    out = ("ok", fn(**kwargs))
+except Exception as exc:
+    out = ("raised", type(exc).__name__, str(exc))
+try:
+    data = pickle.dumps(out)
+except Exception as exc:
+    data = pickle.dumps(("raised", "TypeError", f"its value cannot be sent back: {exc}"))
+answer.write(data)
+answer.flush()
+"""
+
+
+async def _in_child(tool: BoundTool, kwargs: Mapping[str, Any]) -> Any:
+    """Run an isolated tool in a child process of its own (a session of its own, killed with
+    what it started when the call is cancelled) and give back what it returned."""
+    if tool.inject is not None:
+        # the call's details without the run's clock and event bus, which stay here
+        sent = kwargs[tool.inject]
+        if isinstance(sent, CallInfo):
+            kwargs = {
+                **kwargs,
+                tool.inject: CallInfo(sent.run_id, sent.address, SystemClock(), EventBus([])),
+            }
+    payload = pickle.dumps(list(sys.path)) + pickle.dumps((tool.fn, dict(kwargs)))
+    got: list[bytes] = []
+
+    def consume(chunk: bytes) -> bool:
+        got.append(chunk)
+        return False
+
+    forever = 10.0**9  # the deadline is the enclosing timeout's, which cancels this
+    finished = await run_process(
+        [sys.executable, "-c", _CHILD],
+        cwd=None,
+        env=os.environ,
+        timeout=forever,
+        idle_timeout=forever,
+        grace=0.0,
+        consume=consume,
+        stdin=payload,
+    )
+    try:
+        out = pickle.loads(b"".join(got))
+    except Exception:
+        return ToolResult.failure(
+            f"tool {tool.name!r} (isolated) ended without an answer: its process exited with "
+            f"status {finished.returncode}"
+        )
+    if out[0] == "raised":
+        return ToolResult.failure(f"tool {tool.name!r} raised {out[1]}: {out[2]}")
+    return out[1]
 
 
 ToolLike = BoundTool | Callable[..., Any] | Callable[..., Awaitable[Any]]
@@ -232,6 +361,33 @@ def read_only(fn: F) -> F:
         True
     """
     READ_ONLY.put(fn, True)
+    return fn
+
+
+ISOLATED = Marker("isolated", bool)
+"""Set by :func:`isolated`: the tool runs in a child process of its own."""
+
+
+def isolated(fn: F) -> F:
+    """Run a synchronous tool in a child process of its own, which a ``timeout``'s deadline
+    kills with everything it started: nothing it does lands after the deadline (a plain
+    synchronous tool runs on in its thread). The process imports the tool's module, so the
+    function must be defined at the top level of one; its arguments and result are sent by
+    pickle. Each call starts a Python process (tens of milliseconds).
+
+    Example:
+        >>> @isolated
+        ... def crunch(n: int) -> int:
+        ...     return n * 2
+        >>> ISOLATED.get(crunch)
+        True
+    """
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(
+            f"@isolated is for synchronous tools; {getattr(fn, '__name__', fn)!r} is async "
+            "(a deadline cancels it as it is)"
+        )
+    ISOLATED.put(fn, True)
     return fn
 
 
@@ -270,7 +426,11 @@ class ToolRegistry:
         if isinstance(tool, BoundTool):
             bound = tool
         else:
-            bound = BoundTool.from_function(tool, read_only=READ_ONLY.get(tool) is True)
+            bound = BoundTool.from_function(
+                tool,
+                read_only=READ_ONLY.get(tool) is True,
+                isolated=ISOLATED.get(tool) is True,
+            )
             bound.quick = QUICK.get(tool) is True
         if bound.name in self._tools:
             raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
