@@ -181,6 +181,9 @@ if TYPE_CHECKING:  # what the type checkers see; a test holds it to _WHERE and _
         ToolRegistry as ToolRegistry,
     )
     from interpreters.tools._bound import (
+        isolated as isolated,
+    )
+    from interpreters.tools._bound import (
         quick as quick,
     )
     from interpreters.tools._bound import (
@@ -235,6 +238,7 @@ _WHERE: dict[str, str] = {
     "DryRunInterpreter": "interpreters._dry_run",
     "Interpreter": "interpreters.runtime._interpreter",
     "ProgramNotFound": "interpreters._durable",
+    "isolated": "interpreters.tools._bound",
     "quick": "interpreters.tools._bound",
     "read_only": "interpreters.tools._bound",
     "replay": "interpreters._durable",
