@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any, final
 
 import httpx
@@ -25,11 +26,43 @@ from op.effects import ModelRequest
 __all__ = ["AnthropicModel"]
 
 
+CACHE_BREAKPOINT: dict[str, Any] = {"type": "ephemeral"}
+"""What a block of the prompt is marked with to end a cached prefix (Anthropic's
+``cache_control``): the prompt up to it is cached for five minutes."""
+
+MAX_BREAKPOINTS = 4
+"""The most ``cache_control`` marks Anthropic takes in one request."""
+
+
 @final
 class AnthropicModel(HttpModel):
-    """Anthropic's Messages API."""
+    """Anthropic's Messages API.
+
+    Prompt caching is on by default (``prompt_cache``): each request marks the end of the
+    tools, of the system prompt and of the conversation so far as cache breakpoints, and the
+    end of the conversation as the previous request sent it, so the next call of a
+    conversation reads from the cache what this one wrote (billed at a tenth of the input
+    price; a cache write at 1.25 times). Off for one model with ``prompt_cache=False`` or
+    ``?prompt_cache=false`` in its spec; for one call with ``infer(..., prompt_cache=False)``.
+    """
 
     provider = "anthropic"
+    #: mark cache breakpoints in each request (Anthropic's prompt caching)
+    prompt_cache: bool = True
+
+    def __init__(self, model: str, *, prompt_cache: bool = True, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.prompt_cache = prompt_cache
+
+    def configure(self, options: Mapping[str, str]) -> None:
+        """The options of every model's spec, and ``prompt_cache`` (true or false)."""
+        rest = dict(options)
+        raw = rest.pop("prompt_cache", None)
+        if raw is not None:
+            if raw not in ("true", "false"):
+                raise ValueError(f"prompt_cache={raw!r}: expected true or false")
+            self.prompt_cache = raw == "true"
+        super().configure(rest)
 
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
         response = await super().complete(request, call)
@@ -115,7 +148,15 @@ class AnthropicModel(HttpModel):
                 }
             ]
             body["tool_choice"] = {"type": "tool", "name": output.name}
-        body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
+        body.update(
+            {
+                k: v
+                for k, v in request.params.items()
+                if k not in ("stream", "max_tokens", "prompt_cache")
+            }
+        )
+        if bool(request.params.get("prompt_cache", self.prompt_cache)):
+            _mark_breakpoints(body)
         if stream:
             body["stream"] = True
         return body
@@ -215,6 +256,52 @@ class AnthropicModel(HttpModel):
             usage=anthropic_usage(usage_in),
             model=model,
         )
+
+
+def _mark_breakpoints(body: dict[str, Any]) -> None:
+    """Mark ``body``'s cache breakpoints (at most :data:`MAX_BREAKPOINTS`): the last tool,
+    the system prompt, the conversation's last block, and the last block the previous request
+    of the conversation ended with (its last user turn before the model's latest answer), so
+    a call that adds many blocks still finds that request's prefix in the cache."""
+    marks = 0
+    tools = body.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": CACHE_BREAKPOINT}
+        marks += 1
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": CACHE_BREAKPOINT}]
+        marks += 1
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    ends = [len(messages) - 1]
+    answered = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if answered and answered[-1] > 0:
+        ends.append(answered[-1] - 1)
+    for i in ends:
+        if marks >= MAX_BREAKPOINTS or i < 0:
+            break
+        if _mark_message(messages, i):
+            marks += 1
+
+
+def _mark_message(messages: list[dict[str, Any]], i: int) -> bool:
+    """Mark the last block of ``messages[i]`` (its text made a block); False when it has
+    no block that can be marked (an empty text)."""
+    content = messages[i].get("content")
+    if isinstance(content, str):
+        if not content:
+            return False
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        return False
+    last = content[-1]
+    if last.get("type") == "text" and not last.get("text"):
+        return False
+    messages[i] = {
+        **messages[i],
+        "content": [*content[:-1], {**last, "cache_control": CACHE_BREAKPOINT}],
+    }
+    return True
 
 
 def _anthropic(name: str, spec: str) -> AnthropicModel:

@@ -39,6 +39,9 @@ def openai_model(srv: ScriptedServer, **kw: Any) -> OpenAIModel:
     return OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key=KEY, **kw)
 
 
+EPHEMERAL = {"type": "ephemeral"}
+
+
 def anthropic_model(srv: ScriptedServer, **kw: Any) -> AnthropicModel:
     return AnthropicModel("claude-sonnet-4-5", base_url=srv.url, api_key=KEY, **kw)
 
@@ -107,7 +110,13 @@ def test_tool_calling_round_trip(provider: str, stream: bool, notes: str) -> Non
             assert second["tools"][0]["function"]["parameters"]["required"] == ["path"]
             assert second.get("stream", False) is stream
         elif provider == "anthropic":
-            assert second["system"] == "You summarize files."
+            # prompt caching: the system prompt, the tools and the conversation end cached
+            # prefixes (cache_control)
+            assert second["system"] == [
+                {"type": "text", "text": "You summarize files.", "cache_control": EPHEMERAL}
+            ]
+            assert second["tools"][-1]["cache_control"] == EPHEMERAL
+            assert second["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL
             assert second["messages"][1]["content"][1] == {
                 "type": "tool_use",
                 "id": "toolu_1",

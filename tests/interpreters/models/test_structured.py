@@ -95,7 +95,12 @@ def test_a_typed_answer_is_asked_in_the_providers_way_retried_once_and_replayed(
     schema = Plan.model_json_schema()
     if provider == "anthropic":
         assert first["tools"] == [
-            {"name": "Plan", "description": "Give the answer as a Plan.", "input_schema": schema}
+            {
+                "name": "Plan",
+                "description": "Give the answer as a Plan.",
+                "input_schema": schema,
+                "cache_control": {"type": "ephemeral"},
+            }
         ]
         assert first["tool_choice"] == {"type": "tool", "name": "Plan"}
     elif provider == "ollama":
