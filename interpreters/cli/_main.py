@@ -26,6 +26,7 @@ from interpreters.cli._interrupt import (
     redelivering,
     set_sigint,
 )
+from interpreters.cli._prices import PRICES
 
 __all__ = ["COMMANDS", "main"]
 
@@ -44,6 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     _store.EXPORT,
     _store.IMPORT,
     _store.GC,
+    PRICES,
     _project.DEMO,
     _project.NEW,
     _run.WORKER,
