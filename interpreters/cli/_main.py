@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from interpreters.cli import _check, _going_on, _project, _reading, _run, _show, _store
+from interpreters.cli import _check, _going_on, _project, _reading, _run, _show, _store, _whatif
 from interpreters.cli._command import Command, OnTemporal, UsageError
 from interpreters.cli._errors import ended_by
 from interpreters.cli._inputs import version
@@ -42,6 +42,8 @@ COMMANDS: tuple[Command, ...] = (
     _going_on.REPLAY,
     _going_on.ANSWER,
     _check.CHECK,
+    _whatif.WHATIF,
+    _whatif.COST,
     _store.EXPORT,
     _store.IMPORT,
     _store.GC,
