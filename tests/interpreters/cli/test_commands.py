@@ -42,6 +42,6 @@ def test_the_commands_that_import_the_code_a_journal_names_are_the_ones_that_go_
     None
 ):
     going_on = {c.name for c in COMMANDS if c.code_from_journal}
-    # check replays the runs a journal holds against the code it names
-    assert going_on == {"resume", "replay", "answer", "check"}
+    # check replays the runs a journal holds, and whatif forks one, with the code it names
+    assert going_on == {"resume", "replay", "answer", "check", "whatif"}
     assert [c.name for c in COMMANDS if c.temporal is OnTemporal.SERVES] == ["worker"]

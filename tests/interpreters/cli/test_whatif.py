@@ -1,0 +1,162 @@
+"""``opdsl whatif`` and ``opdsl cost`` over an OpenAI-compatible server on loopback: a run forked
+at a checkpoint with another model, run for real and shown beside the original (where they
+part, how each ended, tokens and cost); priced without a call (``--dry-run``, ``cost``); the
+original never changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from interpreters import SqliteJournal, run
+from interpreters.cli._main import main
+from tests.servers import ScriptedServer, openai
+
+ROOT = Path(__file__).resolve().parents[3]
+
+PROGRAM = """from op import Op, checkpoint, infer
+
+
+def essay(topic: str) -> Op[str]:
+    yield from checkpoint("start")
+    outline = yield from infer(f"Outline {topic}")
+    yield from checkpoint("outlined")
+    text = yield from infer(f"Write about {topic}: {outline.text}")
+    return text.text
+"""
+
+PRICES = {"small": {"input": 1.0, "output": 2.0}, "big": {"input": 10.0, "output": 30.0}}
+
+
+@pytest.fixture
+def writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "writing.py").write_text(PROGRAM)
+    (tmp_path / "prices.json").write_text(json.dumps(PRICES))
+    monkeypatch.setenv("OPDSL_PRICES", str(tmp_path / "prices.json"))
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("writing", None)
+
+
+def _opdsl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_whatif_forks_with_the_other_model_and_shows_both(
+    writing: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import writing as module  # type: ignore[import-not-found]
+
+    with ScriptedServer() as server:
+        server.add(
+            openai("1. intro 2. end", usage=(1000, 100, 0), model="small"),
+            openai("A short essay.", usage=(2000, 500, 0), model="small"),
+        )
+        small, big = (
+            f"openai-compatible:small@{server.url}/v1",
+            f"openai-compatible:big@{server.url}/v1",
+        )
+        original = run(module.essay, "tides", model=small, db="runs.db")
+        assert original.value == "A short essay."
+        before = [
+            (e.address, e.status, e.result_json)
+            for e in SqliteJournal("runs.db").entries(original.run_id)
+        ]
+
+        # priced at the big model's price, nothing called
+        code, out, _ = _opdsl(capsys, "cost", "--model", big, original.run_id, "--db", "runs.db")
+        assert code == 0, out
+        assert "2 call(s), 3000 input + 600 output tokens: recorded $0.0042 (small)" in out
+        assert f"as {big}: $0.0480" in out and "tokenizer" in out
+        code, out, _ = _opdsl(
+            capsys,
+            "whatif",
+            original.run_id,
+            "--from",
+            "outlined",
+            "--model",
+            big,
+            "--dry-run",
+            "--db",
+            "runs.db",
+        )
+        assert code == 0 and "1 call(s), 2000 input + 500 output tokens, $0.0030" in out, out
+        assert f"as {big}: $0.0350" in out
+        assert len(server.requests) == 2, "a dry run calls no model"
+
+        # for real, in a process of its own: the fork asks the big model after "outlined"
+        server.add(openai("A long and careful essay.", usage=(2100, 900, 0), model="big"))
+        env = {**os.environ, "PYTHONPATH": f"{writing}{os.pathsep}{ROOT}"}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "interpreters",
+                "whatif",
+                original.run_id,
+                "--from",
+                "outlined",
+                "--model",
+                big,
+                "--db",
+                "runs.db",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=writing,
+            env=env,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert f"what if run {original.run_id} had used {big} after checkpoint 'outlined'" in out
+    assert "they part at address 4: the same effect, a different result" in out, out
+    assert '-  "model": "small",' in out and '+  "model": "big",' in out
+    assert (
+        '-  "text": "A short essay.",' in out and '+  "text": "A long and careful essay.",' in out
+    )
+    assert "ended:  completed -> completed" in out
+    assert f"{original.run_id}: 1 call(s), 2000 input + 500 output tokens, $0.0030" in out
+    assert "1 call(s), 2100 input + 900 output tokens, $0.0480" in out
+    assert server.requests[-1]["model"] == "big"
+    journal = SqliteJournal("runs.db")
+    fork = next(r for r in journal.runs() if r.run_id != original.run_id)
+    assert fork.parent_run == original.run_id and fork.fork_checkpoint == "outlined"
+    assert [
+        (e.address, e.status, e.result_json) for e in journal.entries(original.run_id)
+    ] == before
+
+
+def test_bad_input_is_one_line(writing: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import writing as module  # type: ignore[import-not-found]
+
+    with ScriptedServer([openai("o", model="small"), openai("e", model="small")]) as server:
+        done = run(
+            module.essay, "x", model=f"openai-compatible:small@{server.url}/v1", db="runs.db"
+        )
+    code, _, err = _opdsl(
+        capsys,
+        "whatif",
+        done.run_id,
+        "--from",
+        "nope",
+        "--model",
+        "openai:gpt-4.1-mini",
+        "--db",
+        "runs.db",
+    )
+    assert code == 2 and "checkpoint 'nope' not found" in err and err.count("\n") == 1
+    code, _, err = _opdsl(capsys, "cost", "--model", "nonsense", done.run_id, "--db", "runs.db")
+    assert code == 2 and err.count("\n") == 1
