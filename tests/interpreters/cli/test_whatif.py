@@ -140,7 +140,7 @@ def test_whatif_forks_with_the_other_model_and_shows_both(
 
 
 def test_bad_input_is_one_line(writing: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import writing as module  # type: ignore[import-not-found]
+    import writing as module  # pyright: ignore[reportMissingImports]
 
     with ScriptedServer([openai("o", model="small"), openai("e", model="small")]) as server:
         done = run(
