@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -208,3 +209,16 @@ def test_pytest_makes_each_exported_run_a_test(shop: Path, pytester: pytest.Pyte
     text = "\n".join(out.outlines)
     assert "FAILED runs/pear.jsonl" in text and "diverges at 2" in text, text
     assert '+    "item": "PEAR"' in text
+
+
+@pytest.mark.parametrize("version", ["v0.1.0", "v0.3.0"])
+def test_journals_of_earlier_versions_check_the_same_and_are_left_as_they_were(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    shutil.copy(ROOT / "tests" / "fixtures" / "journals" / f"{version}.db", db)
+    before = db.read_bytes()
+    code, out, err = inside(capsys, tmp_path, "check", "--db", str(db))
+    assert code == 0, out + err
+    assert "0 diverge" in out.splitlines()[-1] and "would resume at" in out
+    assert db.read_bytes() == before
