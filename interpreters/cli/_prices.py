@@ -40,12 +40,12 @@ def prices(a: argparse.Namespace) -> int:
         )
     provider = base_url = None
     name = spec
-    table = Prices()
-    if ":" in spec:
-        try:
-            model = resolve_model(spec)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    try:  # a spec that is wrong, a price file that is: the user's to fix
+        model = resolve_model(spec) if ":" in spec else None
+        table = Prices()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if model is not None:
         if not isinstance(model, RemoteModel):
             raise UsageError(
                 f"{spec}: not a model behind an API; its answers say their own cost, if any"
