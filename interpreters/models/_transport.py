@@ -22,18 +22,22 @@ exchange`): what it needs is the status, the headers and the whole body.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import functools
 import ipaddress
 import os
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import httpx
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.helpers import TimerNoop
 from yarl import URL
 
 from interpreters._redact import Redactor
@@ -61,6 +65,13 @@ class Proxy:
     def shown(self) -> str:
         """How errors name it: its URL, without credentials."""
         return self.url
+
+    @functools.cached_property
+    def headers(self) -> dict[str, str] | None:
+        """What a request through it adds: the credentials, if any."""
+        if self.authorization is None:
+            return None
+        return {"proxy-authorization": self.authorization}
 
 
 class ProxyRoutes:
@@ -147,27 +158,30 @@ def _proxy(variable: str, raw: str) -> Proxy:
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """httpx's transport interface over an ``aiohttp.ClientSession``: at most
-    ``max_connections`` connections at once, kept alive between calls, through the proxies
-    ``routes`` names. Made and used inside one running event loop."""
+    """httpx's transport interface over aiohttp's connection pool (its ``TCPConnector``): at
+    most ``max_connections`` connections at once, kept alive between calls, through the
+    proxies ``routes`` names. Made and used inside one running event loop.
+
+    A request goes to the pool as ``ClientSession.request`` sends it (aiohttp's
+    ``ClientRequest`` on a connection from the pool, its answer's head read), without what a
+    model call never uses: cookies, redirects, auth from the URL or ``.netrc``, tracing and
+    middlewares (they are a third of aiohttp's time for a call)."""
 
     def __init__(
         self, *, ssl_context: ssl.SSLContext, max_connections: int, routes: ProxyRoutes
     ) -> None:
         self._routes = routes
+        self._ssl = ssl_context
+        self._loop = asyncio.get_running_loop()
+        self._connector = aiohttp.TCPConnector(limit=max_connections, ssl=ssl_context)
+        # what the answers belong to (their charset, when one is asked for); never sends
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, ssl=ssl_context),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            # opdsl sends its own user agent, and asks for no encoding (it reads gzip and
-            # deflate all the same, within its cap)
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            auto_decompress=False,
-            trust_env=False,  # the routes read the environment, once
-            timeout=aiohttp.ClientTimeout(total=None),
+            connector=self._connector, cookie_jar=aiohttp.DummyCookieJar()
         )
         self._urls: dict[str, URL] = {}
+        self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
 
-    def _url(self, url: httpx.URL | str) -> URL:
+    def _url(self, url: httpx.URL) -> URL:
         text = str(url)
         parsed = self._urls.get(text)
         if parsed is None:
@@ -176,32 +190,68 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 self._urls[text] = parsed
         return parsed
 
-    async def _request(
+    def _connect_timeout(self, timeouts: dict[str, float | None]) -> aiohttp.ClientTimeout:
+        """The wait for a free connection (httpx's ``pool``) and for a new one to open
+        (``connect``), as aiohttp's timeout (one per pair of values)."""
+        key = (timeouts.get("pool"), timeouts.get("connect"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(connect=key[0], sock_connect=key[1])
+            if len(self._timeouts) < 64:
+                self._timeouts[key] = timeout
+        return timeout
+
+    async def _open(
         self,
         method: str,
         url: httpx.URL,
         headers: Any,
         body: bytes,
-        timeout: aiohttp.ClientTimeout,
+        timeouts: dict[str, float | None],
     ) -> aiohttp.ClientResponse:
+        """``body`` sent on a connection from the pool, and its answer's head read."""
         proxy = self._routes(url)
-        with _errors(url, proxy):
+        with _Errors(url, proxy):
             if url.scheme not in ("http", "https"):
                 raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
-            answer = await self._session.request(
+            request = ClientRequest(
                 method,
                 self._url(url),
                 headers=headers,
                 data=body or None,
-                allow_redirects=False,
-                timeout=timeout,
-                proxy=None if proxy is None else proxy.url,
-                proxy_headers=(
-                    None
-                    if proxy is None or proxy.authorization is None
-                    else {"proxy-authorization": proxy.authorization}
-                ),
+                loop=self._loop,
+                response_class=aiohttp.ClientResponse,
+                timer=_NO_TIMER,
+                session=self._session,
+                ssl=self._ssl,
+                traces=[],
+                proxy=None if proxy is None else URL(proxy.url, encoded=True),
+                proxy_headers=None if proxy is None else proxy.headers,
             )
+            try:
+                conn = await self._connector.connect(
+                    request, traces=[], timeout=self._connect_timeout(timeouts)
+                )
+            except TimeoutError:  # the connector's own (the call's deadline is a cancel)
+                raise aiohttp.ConnectionTimeoutError() from None
+            protocol = conn.protocol
+            assert protocol is not None
+            protocol.set_response_params(
+                timer=_NO_TIMER,
+                read_until_eof=True,
+                auto_decompress=False,
+                read_timeout=timeouts.get("read"),
+            )
+            try:
+                answer = await request.send(conn)
+                try:
+                    await answer.start(conn)
+                except BaseException:
+                    answer.close()
+                    raise
+            except BaseException:
+                conn.close()
+                raise
         if answer.status == 101:
             answer.close()
             raise httpx.RemoteProtocolError(
@@ -210,13 +260,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return answer
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        answer = await self._request(
+        headers = request.headers.multi_items()
+        if "accept-encoding" not in request.headers:
+            headers.append(_NO_ENCODING)
+        answer = await self._open(
             request.method,
             request.url,
-            request.headers.multi_items(),
+            headers,
             await request.aread(),
-            _timeout(timeouts),
+            request.extensions.get("timeout", {}),
         )
         return httpx.Response(
             status_code=answer.status,
@@ -241,34 +293,32 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         :class:`AnswerTooLarge`; an error answer (400 and up) is read no further than
         :data:`ERROR_BODY` bytes. What a call that does not stream needs, without httpx's
         request and response objects."""
-        answer = await self._request("POST", url, headers, body, _timeout(timeouts, seconds))
-        whole = False
-        try:
-            encoding = answer.headers.get("content-encoding", "").encode("latin-1")
-            with _errors(url, self._routes(url), answered=True):
-                if answer.status >= 400:
-                    data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
+        headers.setdefault(*_NO_ENCODING)
+        async with asyncio.timeout(seconds):
+            answer = await self._open("POST", url, headers, body, timeouts)
+            whole = False
+            try:
+                encoding = answer.headers.get("content-encoding", "").encode("latin-1")
+                with _Errors(url, self._routes(url), answered=True):
+                    if answer.status >= 400:
+                        data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
+                    else:
+                        data = await _read(answer, encoding, limit)
+                        whole = True
+                return answer.status, answer.headers, data
+            finally:
+                if whole:
+                    answer.release()
                 else:
-                    data = await _read(answer, encoding, limit)
-                    whole = True
-            return answer.status, answer.headers, data
-        finally:
-            if whole:
-                answer.release()
-            else:
-                answer.close()
+                    answer.close()
 
     async def aclose(self) -> None:
         await self._session.close()
 
 
-def _timeout(timeouts: dict[str, float | None], total: float | None = None) -> Any:
-    return aiohttp.ClientTimeout(
-        total=total,
-        connect=timeouts.get("pool"),
-        sock_connect=timeouts.get("connect"),
-        sock_read=timeouts.get("read"),
-    )
+_NO_TIMER = TimerNoop()
+_NO_ENCODING = ("accept-encoding", "identity")
+"""opdsl asks for no encoding (it reads gzip and deflate all the same, within its cap)."""
 
 
 async def _read(
@@ -316,7 +366,7 @@ class _Answer(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         content = self._answer.content
-        with _errors(self._url, self._proxy, answered=True):
+        with _Errors(self._url, self._proxy, answered=True):
             while chunk := await content.readany():
                 yield chunk
         self._done = True
@@ -328,14 +378,34 @@ class _Answer(httpx.AsyncByteStream):
             self._answer.close()
 
 
-@contextlib.contextmanager
-def _errors(url: httpx.URL, proxy: Proxy | None, *, answered: bool = False) -> Iterator[None]:
+class _Errors:
     """aiohttp's errors as httpx's, saying what went wrong (a proxy named without its
-    credentials)."""
+    credentials). A class, not a generator: it is entered on every call."""
+
+    __slots__ = ("_answered", "_proxy", "_url")
+
+    def __init__(self, url: httpx.URL, proxy: Proxy | None, *, answered: bool = False) -> None:
+        self._url = url
+        self._proxy = proxy
+        self._answered = answered
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if isinstance(exc, aiohttp.ClientError):
+            _translate(exc, self._url, self._proxy, self._answered)
+
+
+def _translate(
+    error: aiohttp.ClientError, url: httpx.URL, proxy: Proxy | None, answered: bool
+) -> None:
     where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
     via = "" if proxy is None else f" through the proxy {proxy.shown} ({proxy.variable})"
     try:
-        yield
+        raise error
     except aiohttp.ClientHttpProxyError as exc:
         raise httpx.ProxyError(
             f"the proxy {proxy.shown if proxy else ''} refused the tunnel to {where}: "
@@ -403,9 +473,7 @@ class HttpxTransport(httpx.AsyncBaseTransport):
             return await self._direct.handle_async_request(request)
         transport = self._proxied.get(proxy.url)
         if transport is None:
-            headers = (
-                {} if proxy.authorization is None else {"proxy-authorization": proxy.authorization}
-            )
+            headers = proxy.headers or {}
             transport = self._proxied[proxy.url] = httpx.AsyncHTTPTransport(
                 limits=self._limits,
                 trust_env=False,
