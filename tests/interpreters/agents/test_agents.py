@@ -293,13 +293,13 @@ def test_a_backend_that_cannot_serve_tools_says_so(
     monkeypatch.setenv("FAKE_SCENARIO", "success")
     result = run(
         delegate,
-        "codex",
+        "noop",
         db=MemoryJournal(),
         workspace=str(tmp_path),
         kwargs={"tools": ["read_file"]},
     )
     assert result.status == "failed"
-    assert "the agent backend 'codex' cannot be given opdsl's tools" in str(result.error)
+    assert "the agent backend 'noop' cannot be given opdsl's tools" in str(result.error)
 
 
 def test_a_probe_checks_the_cli_runs_without_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:

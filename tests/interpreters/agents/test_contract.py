@@ -128,7 +128,7 @@ CAPABILITIES = ("serves_tools", "reports_cost", "supports_cooperative_stop", "su
     ("backend", "declared"),
     [
         (ClaudeCodeBackend, (True, True, True, True)),
-        (CodexBackend, (False, False, True, True)),
+        (CodexBackend, (True, False, True, True)),
         (NoopBackend, (False, True, False, True)),
     ],
 )

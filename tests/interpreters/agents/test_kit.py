@@ -66,10 +66,10 @@ def test_a_backend_that_declares_it_reports_no_cost_is_refused_under_a_usd_budge
     assert "the unpriced-agent backend reports no cost" in str(exhausted.reason)
 
 
-def test_codex_declares_it_reports_no_cost_and_claude_code_that_it_serves_tools() -> None:
+def test_codex_declares_it_reports_no_cost_and_both_that_they_serve_tools() -> None:
     from interpreters.agents import ClaudeCodeBackend, CodexBackend, NoopBackend
 
-    assert (CodexBackend.reports_cost, CodexBackend.serves_tools) == (False, False)
+    assert (CodexBackend.reports_cost, CodexBackend.serves_tools) == (False, True)
     assert (ClaudeCodeBackend.reports_cost, ClaudeCodeBackend.serves_tools) == (True, True)
     assert (NoopBackend.reports_cost, NoopBackend.serves_tools) == (True, False)
 
