@@ -29,6 +29,11 @@ def blocking(call: Callable[[], Awaitable[T]], *, backend: str = "asyncio") -> T
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:
+        # outside the except block: an error of the call is not chained to "no running loop"
         return anyio.run(call, backend=backend)
     # called from code an event loop is running (a journal read inside an async replay): a
     # loop of its own, in a thread of its own
