@@ -759,6 +759,54 @@ def director(
         goal = answer.strip()
 
 
+def _try_step(
+    step: PlanStep,
+    pointer: int,
+    summary: str,
+    guidance: str,
+    locked: list[str],
+    commits: list[str],
+    implementor: Backend,
+    params: Mapping[str, Any],
+    *,
+    author: str,
+    max_attempts: int,
+) -> Op[tuple[str, str]]:
+    """IMPLEMENT: up to ``max_attempts`` fresh implementors at one step, each told why the
+    last failed; a ``blocked`` ends the tries at once. ("passed", "") or the last outcome and
+    why it failed; each failed attempt is counted in ``attempts``."""
+    failure, outcome = "", "failed"
+    for _ in range(max_attempts):
+        yield from _lock(locked, runner=True)  # again: locks live as long as a process
+        outcome, detail = yield from _implement(
+            step, pointer, summary, failure, guidance, implementor, params, author
+        )
+        if outcome == "passed":
+            if detail:
+                commits.append(detail)
+            return "passed", ""
+        s = yield from get(DirectorState)
+        yield from update(attempts=Assign((s.attempts.value or 0) + 1))
+        failure = detail
+        if outcome == "blocked":
+            break
+    return outcome, failure
+
+
+def _failed_to_buffer(max_fixes: int) -> Op[bool]:
+    """A step that failed (its attempts spent, or blocked) goes to BUFFER and counts as one
+    more round for the director to fix; True when that is more than ``max_fixes`` rounds: the
+    workflow halts for the user (``user_guided``)."""
+    yield from enter("BUFFER")
+    s = yield from get(DirectorState)
+    fixes = (s.fixes.value or 0) + 1
+    yield from update(fixes=Assign(fixes), attempts=Assign(0))
+    if fixes > max_fixes:
+        yield from update(user_guided=Assign(True))
+        return True
+    return False
+
+
 def _steps(
     plan: Plan,
     summary: str,
@@ -784,35 +832,20 @@ def _steps(
         # it is a plan defect, and the workflow goes back to PLAN from where it is
         yield from _locked_plan(s.plan_hash.value or "")
         yield from enter("IMPLEMENT")
-        failure, outcome = "", "failed"
-        for _ in range(max_attempts):
-            yield from _lock(locked, runner=True)  # again: locks live as long as a process
-            outcome, detail = yield from _implement(
-                steps[pointer - 1],
-                pointer,
-                summary,
-                failure,
-                guidance,
-                implementor,
-                implementor_params,
-                author,
-            )
-            if outcome == "passed":
-                if detail:
-                    commits.append(detail)
-                break
-            s = yield from get(DirectorState)
-            yield from update(attempts=Assign((s.attempts.value or 0) + 1))
-            failure = detail
-            if outcome == "blocked":
-                break
+        outcome, failure = yield from _try_step(
+            steps[pointer - 1],
+            pointer,
+            summary,
+            guidance,
+            locked,
+            commits,
+            implementor,
+            implementor_params,
+            author=author,
+            max_attempts=max_attempts,
+        )
         if outcome != "passed":
-            yield from enter("BUFFER")
-            s = yield from get(DirectorState)
-            fixes = (s.fixes.value or 0) + 1
-            yield from update(fixes=Assign(fixes), attempts=Assign(0))
-            if fixes > max_fixes:
-                yield from update(user_guided=Assign(True))
+            if (yield from _failed_to_buffer(max_fixes)):
                 guidance = yield from ask(
                     f"Step {pointer} ({steps[pointer - 1].goal}) still fails after {max_fixes} "
                     f"revisions:\n{failure}\n\nWhat should the implementor do?"
@@ -839,4 +872,325 @@ def _steps(
                 f"The validator failed this step (validation run {verdict.run}).",
                 roles,
                 params,
+            )
+
+
+# -- the workflow directed from outside (a Claude Code session, over MCP) ---------------------
+
+MOVES = (
+    "status",
+    "to",
+    "handoff_draft",
+    "handoff_verdict",
+    "revise_step",
+    "run_implementor",
+    "abandon",
+)
+"""What a director outside the run may ask of :func:`directed`, one move per answer."""
+
+
+class _Refused(OpdslError):
+    """A move the workflow does not take now; nothing was changed."""
+
+
+@program(state=DirectorState)
+def directed(
+    mode: Literal["progressive", "direct"] = "progressive",
+    implementor: Backend = "model",
+    model: str | None = None,
+    max_attempts: int = 4,
+    max_fixes: int = 2,
+    max_tokens: int = 4096,
+    author: str = AUTHOR,
+) -> Op[str]:
+    """The same workflow with its director outside the run: a person's Claude Code session
+    plans with them, drafts and validates (through its subagents), and moves the machine one
+    step at a time through ``opdsl mcp director``. Each move is the answer to the run's
+    ``ask`` (a JSON object, ``{"move": NAME, ...}``, one of :data:`MOVES`), and the next
+    question is the move's reply, so every move is an effect of this one durable run: it can
+    be closed at any point and resumed where it was. Every move is checked against the same
+    table and rules as :func:`director`; one refused says ``REFUSED: why`` and changes
+    nothing. The implementor (``implementor``, ``model``) is chosen here, once."""
+    check_author(author)
+    if implementor not in BACKENDS:
+        raise OpdslError(f"implementor={implementor!r} is not a backend ({', '.join(BACKENDS)})")
+    if implementor != "model":
+        yield from agent(implementor, "", probe=True)  # refused here, before any change
+    yield from update(implementor=Assign(f"{implementor}:{model or 'default'}"))
+    baseline = _ok(
+        (yield from tool("snapshot_files", {"name": "director/baseline"})), "snapshotting"
+    )
+    w = _Directed(mode, implementor, model, max_attempts, max_fixes, max_tokens, author)
+    reply = yield from w.status()
+    while True:
+        raw = yield from ask(reply)
+        try:
+            move = json.loads(raw)
+            if not isinstance(move, dict) or move.get("move") not in MOVES:
+                raise _Refused(f'a move is a JSON object {{"move": one of {", ".join(MOVES)}}}')
+            if move["move"] == "abandon":
+                restored = yield from tool("restore_files", {"tree": baseline})
+                yield from emit("abandoned", {"restored": restored.ok, "error": restored.error})
+                return "ABANDONED: the files are as they were when the workflow started"
+            reply = yield from w.perform(move)
+        except ValueError:
+            reply = "REFUSED: a move is JSON"
+        except (_Refused, IllegalTransition, PlanError, VerdictError) as exc:
+            reply = f"REFUSED: {exc}"
+
+
+class _Directed:
+    """What :func:`directed` keeps between moves (rebuilt by replay, as any program's locals)."""
+
+    def __init__(
+        self,
+        mode: str,
+        implementor: Backend,
+        model: str | None,
+        max_attempts: int,
+        max_fixes: int,
+        max_tokens: int,
+        author: str,
+    ) -> None:
+        self.mode = mode
+        self.implementor: Backend = implementor
+        self.params: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            **({"model": model} if model else {}),
+        }
+        self.max_attempts = max_attempts
+        self.max_fixes = max_fixes
+        self.author = author
+        self.plan: Plan | None = None
+        self.steps: list[PlanStep] = []
+        self.summary: str | None = None
+        self.tests: list[str] = []
+        self.locked: list[str] = []
+        self.commits: list[str] = []
+        #: what BUFFER waits for before the implementor runs again: "" (nothing), "fix" (the
+        #: director revises the failed step) or "guidance" (the user says what to do)
+        self.need = ""
+
+    def status(self) -> Op[str]:
+        s = yield from get(DirectorState)
+        fsm = s.fsm.value or "PLAN"
+        moves = sorted(TRANSITIONS[fsm])  # type: ignore[index]
+        steps = len(self.steps)
+        fields = [
+            f"state={fsm}",
+            f"step={s.pointer.value or 1}/{steps}",
+            f"attempts={s.attempts.value or 0}",
+            f"fixes={s.fixes.value or 0}",
+            f"validation_run={s.validation_run.value or 0}",
+            f"plan_hash={(s.plan_hash.value or '-')[:12]}",
+            f"implementor={s.implementor.value}",
+            f"user_guided={str(bool(s.user_guided.value)).lower()}",
+            f"next={','.join(moves)}",
+        ]
+        if self.need:
+            fields.append(f"needs={self.need}")
+        return " ".join(fields)
+
+    def perform(self, move: dict[str, Any]) -> Op[str]:
+        name = move["move"]
+        if name == "status":
+            return (yield from self.status())
+        s = yield from get(DirectorState)
+        fsm = s.fsm.value or "PLAN"
+        if name == "to":
+            return (yield from self.to(fsm, str(move.get("state", "")), move))
+        if name == "handoff_draft":
+            return (yield from self.handoff_draft(fsm, move))
+        if name == "handoff_verdict":
+            return (yield from self.handoff_verdict(fsm, s, move))
+        if name == "revise_step":
+            return (yield from self.revise_step(fsm, s, move))
+        return (yield from self.run_implementor(fsm, move))
+
+    # -- fsm_to ------------------------------------------------------------------------------
+
+    def to(self, fsm: str, target: str, move: dict[str, Any]) -> Op[str]:
+        if target not in STATES:
+            raise _Refused(f"{target!r} is not a state of the workflow ({', '.join(STATES)})")
+        if target not in TRANSITIONS[fsm]:  # type: ignore[index]
+            allowed = ", ".join(sorted(TRANSITIONS[fsm]))  # type: ignore[index]
+            raise _Refused(
+                f"the workflow is in {fsm} and cannot move to {target}; from {fsm} it may "
+                f"move to {allowed}"
+            )
+        if target == "IMPLEMENT":
+            raise _Refused("only run_implementor() moves the workflow into IMPLEMENT")
+        if fsm == "IMPLEMENT":
+            raise _Refused("the implementor is at work; its run_implementor() moves on")
+        if target == "DRAFT":
+            return (yield from self._draft(move))
+        if target == "BUFFER" and fsm == "DRAFT":
+            return (yield from self._buffer())
+        if fsm == "VALIDATE":
+            return (yield from self._judged(target))
+        if target == "PLAN":
+            if fsm == "BUFFER" and not str(move.get("reason", "")).strip():
+                raise _Refused("BUFFER -> PLAN is for a plan defect: say it (reason=...)")
+            yield from enter("PLAN")
+            self.need = ""
+            return (yield from self.status())
+        raise _Refused(f"{fsm} -> {target} is not a move a director makes")  # pragma: no cover
+
+    def _draft(self, move: dict[str, Any]) -> Op[str]:
+        raw = move.get("plan")
+        text = raw if isinstance(raw, str) else json.dumps(raw)
+        plan = parse_plan(text)  # refused, as a PlanError, before anything changes
+        _ok(
+            (yield from tool("unlock_files", {"patterns": self.locked, "runner": True})),
+            "unlocking the last goal's files",
+        )
+        for path in (VERDICT_FILE, PLAN_FILE, DRAFT_FILE):
+            yield from _clear(path)
+        written = yield from tool(
+            "write_file", {"path": PLAN_FILE, "content": plan.model_dump_json(indent=2)}
+        )
+        _ok(written, f"writing {PLAN_FILE}")
+        yield from _lock([PLAN_FILE, VERDICT_FILE])
+        yield from update(plan_hash=Assign(plan_hash(plan)), pointer=Assign(1))
+        yield from update(attempts=Assign(0), fixes=Assign(0), user_guided=Assign(False))
+        yield from enter("DRAFT")
+        self.plan, self.steps, self.summary, self.tests = plan, list(plan.steps), None, []
+        self.need = ""
+        return (yield from self.status())
+
+    def _buffer(self) -> Op[str]:
+        s = yield from get(DirectorState)
+        if self.summary is None:
+            raise _Refused(
+                f"the drafter handed over no summary ({DRAFT_FILE}): call handoff_draft first"
+            )
+        yield from _locked_plan(s.plan_hash.value or "")
+        there = yield from tool("read_file", {"path": DRAFT_FILE})
+        if not there.ok or str(there.output) != self.summary:
+            raise _Refused(f"{DRAFT_FILE} is not what the drafter handed over")
+        self.locked = [*self.tests, *HANDOFF_FILES]
+        yield from _lock(self.locked, runner=True)
+        yield from enter("BUFFER")
+        return (yield from self.status())
+
+    def _judged(self, target: str) -> Op[str]:
+        s = yield from get(DirectorState)
+        text = yield from tool("read_file", {"path": VERDICT_FILE})
+        verdict = parse_verdict(
+            str(text.output) if text.ok else None,
+            run=s.validation_run.value or 0,
+            steps=len(self.steps),
+        )
+        left = (s.pointer.value or 1) <= len(self.steps)
+        if target == "DONE" and not verdict.passed:
+            raise VerdictError(f"the verdict is FAIL step={verdict.step}: VALIDATE goes to BUFFER")
+        if target == "DONE" and left:
+            raise _Refused("steps are left: a PASS in direct mode goes to BUFFER")
+        if target == "BUFFER" and verdict.passed and not left:
+            raise VerdictError("the verdict is PASS and every step is done: VALIDATE goes to DONE")
+        yield from enter(target)  # type: ignore[arg-type]
+        if not verdict.passed and verdict.step is not None:
+            yield from update(pointer=Assign(verdict.step))
+            self.need = "fix"
+        return (yield from self.status())
+
+    # -- the roles' hand-overs ---------------------------------------------------------------
+
+    def handoff_draft(self, fsm: str, move: dict[str, Any]) -> Op[str]:
+        if fsm != "DRAFT":
+            raise _Refused(f"the drafter hands over in DRAFT; the workflow is in {fsm}")
+        summary = move.get("summary")
+        tests = move.get("tests")
+        if not isinstance(summary, str) or not summary.strip():
+            raise _Refused("handoff_draft needs the drafter's summary for the implementor")
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+            raise _Refused("handoff_draft needs the test files the drafter wrote (tests=[...])")
+        for test in tests:
+            found = yield from tool("read_file", {"path": test})
+            if not found.ok:
+                raise _Refused(f"the drafter's test {test} cannot be read: {found.error}")
+        _ok((yield from tool("write_file", {"path": DRAFT_FILE, "content": summary})), "writing")
+        self.summary, self.tests = summary, sorted(set(tests))
+        return f"OK {DRAFT_FILE} written; the tests {', '.join(self.tests)} lock at BUFFER"
+
+    def handoff_verdict(self, fsm: str, s: DirectorState, move: dict[str, Any]) -> Op[str]:
+        if fsm != "VALIDATE":
+            raise _Refused(f"the validator hands over in VALIDATE; the workflow is in {fsm}")
+        text = move.get("verdict")
+        run = s.validation_run.value or 0
+        verdict = parse_verdict(
+            text if isinstance(text, str) else None, run=run, steps=len(self.steps)
+        )
+        yield from _clear(VERDICT_FILE)
+        _ok((yield from tool("write_file", {"path": VERDICT_FILE, "content": text})), "writing")
+        yield from _lock([VERDICT_FILE])
+        kind = "PASS" if verdict.passed else f"FAIL step={verdict.step}"
+        return f"OK {VERDICT_FILE}: {kind} run={run}"
+
+    def revise_step(self, fsm: str, s: DirectorState, move: dict[str, Any]) -> Op[str]:
+        if fsm != "BUFFER" or self.need != "fix":
+            raise _Refused("a step is revised in BUFFER after it failed (the director's fix)")
+        try:
+            step = PlanStep.model_validate(move.get("step"))
+        except ValidationError as exc:
+            raise _Refused(f"not a step: {exc.errors()[0]['msg']}") from None
+        pointer = s.pointer.value or 1
+        self.steps[pointer - 1] = step
+        self.need = ""
+        yield from emit("step_revised", {"step": pointer, "goal": step.goal})
+        return (yield from self.status())
+
+    # -- run_implementor ---------------------------------------------------------------------
+
+    def run_implementor(self, fsm: str, move: dict[str, Any]) -> Op[str]:
+        """BUFFER -> IMPLEMENT: the remaining steps (progressive) or the one at the pointer
+        (direct); one HANDOFF line when the implementor is done."""
+        if fsm != "BUFFER":
+            raise _Refused(f"run_implementor() starts from BUFFER; the workflow is in {fsm}")
+        guidance = str(move.get("guidance") or "")
+        if self.need == "fix":
+            raise _Refused("the step failed: revise it first (revise_step), a director fix")
+        if self.need == "guidance" and not guidance.strip():
+            raise _Refused("halted for the user (user_guided=true): pass their guidance=...")
+        while True:
+            s = yield from get(DirectorState)
+            pointer = s.pointer.value or 1
+            try:
+                yield from _locked_plan(s.plan_hash.value or "")
+            except PlanError as defect:
+                yield from emit("plan_defect", {"error": str(defect)})
+                if s.fsm.value != "BUFFER":
+                    yield from enter("BUFFER")
+                yield from enter("PLAN")
+                self.need = ""
+                return f"HANDOFF state=PLAN reason={defect}"
+            yield from enter("IMPLEMENT")
+            outcome, failure = yield from _try_step(
+                self.steps[pointer - 1],
+                pointer,
+                self.summary or "",
+                guidance,
+                self.locked,
+                self.commits,
+                self.implementor,
+                self.params,
+                author=self.author,
+                max_attempts=self.max_attempts,
+            )
+            if outcome != "passed":
+                halted = yield from _failed_to_buffer(self.max_fixes)
+                self.need = "guidance" if halted else "fix"
+                said = failure.strip().splitlines()[0][:300] if failure.strip() else outcome
+                return (
+                    f"HANDOFF state=BUFFER step={pointer} outcome={outcome} "
+                    f"user_guided={str(halted).lower()} reason={said}"
+                )
+            guidance, self.need = "", ""
+            yield from update(pointer=Assign(pointer + 1), attempts=Assign(0), fixes=Assign(0))
+            if self.mode == "progressive" and pointer < len(self.steps):
+                continue
+            s = yield from enter("VALIDATE")
+            return (
+                f"HANDOFF state=VALIDATE run={s.validation_run.value} step={pointer} "
+                f"commits={len(self.commits)}"
             )
