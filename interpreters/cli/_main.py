@@ -26,6 +26,7 @@ from interpreters.cli._interrupt import (
     redelivering,
     set_sigint,
 )
+from interpreters.cli._mcp import MCP
 from interpreters.cli._prices import PRICES
 
 __all__ = ["COMMANDS", "main"]
@@ -50,6 +51,7 @@ COMMANDS: tuple[Command, ...] = (
     PRICES,
     _project.DEMO,
     _project.NEW,
+    MCP,
     _run.WORKER,
 )
 """Every command, in the order ``opdsl --help`` lists them."""
