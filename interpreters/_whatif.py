@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, final
 
 from interpreters.journal import Entry, Journal, RunRecord
@@ -149,7 +149,17 @@ class WhatIf:
     cost_before: RunCost
     cost_after: RunCost
     from_checkpoint: str | None = None
-    notes: list[str] = field(default_factory=list)
+    #: the fork as its journal holds it (how it ended, its result)
+    forked: RunRecord | None = None
+
+    @property
+    def ended_the_same(self) -> bool | None:
+        """Whether the fork ended as the original did, with the same result (None: a dry
+        run, nothing was run)."""
+        if self.forked is None:
+            return None
+        a, b = self.original, self.forked
+        return a.status == b.status and a.result_json == b.result_json
 
 
 def whatif(
@@ -197,7 +207,7 @@ def whatif(
     # the fork numbers its entries afresh: its copy of the checkpoint is found by address
     at = next((e.seq for e in fork_entries if e.address == cp.address), cp.seq)
     after = cost_of(forked, fork_entries, after_seq=at)
-    return WhatIf(record, fork, found, before, after, from_checkpoint)
+    return WhatIf(record, fork, found, before, after, from_checkpoint, forked)
 
 
 def _maybe_priced(spec: str) -> RemoteModel | None:

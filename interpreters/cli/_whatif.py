@@ -4,7 +4,8 @@
 first) with the model swapped, runs the fork, and prints where the two part (``opdsl diff``'s
 view), how each ended, and the tokens and cost of each after the checkpoint; ``--dry-run``
 prices the original's calls after the checkpoint at the model's price instead, calling
-nothing. ``cost --model SPEC RUN ...`` prices the recorded token counts of runs at another
+nothing. Given several runs, one line each and the table's sum: how many ended the same,
+where the others first parted, and the cost of each model. ``cost --model SPEC RUN ...`` prices the recorded token counts of runs at another
 model's price. The original runs are never changed.
 """
 
@@ -57,52 +58,118 @@ def cost(a: argparse.Namespace) -> int:
 
 
 def whatif(a: argparse.Namespace) -> int:
-    from interpreters._whatif import TOKENIZER_CAVEAT
     from interpreters._whatif import whatif as what_if
 
-    found = what_if(
-        a.run,
-        db=a.db,
-        model=a.model,
-        from_checkpoint=a.from_checkpoint,
-        dry_run=a.dry_run,
-        accept_changed_code=a.accept_changed_code,
-    )
-    before, after = found.cost_before, found.cost_after
-    if a.json:
-        print_json(
-            {
-                "run_id": a.run,
-                "from_checkpoint": found.from_checkpoint,
-                "model": a.model,
-                "fork": None if found.fork is None else found.fork.run_id,
-                "status": None if found.fork is None else found.fork.status,
-                "diff": None if found.diff is None else found.diff.as_json(),
-                "original": before.to_json(),
-                "what_if": after.to_json(),
-                "caveat": TOKENIZER_CAVEAT if found.fork is None else None,
-            }
+    found = [
+        what_if(
+            run_id,
+            db=a.db,
+            model=a.model,
+            from_checkpoint=a.from_checkpoint,
+            dry_run=a.dry_run,
+            accept_changed_code=a.accept_changed_code,
         )
-        return 0
-    cp = found.from_checkpoint
+        for run_id in a.runs
+    ]
+    if a.json:
+        shown = [_as_json(a, w) for w in found]
+        print_json(shown[0] if len(shown) == 1 else {"runs": shown, "summary": _totals(found)})
+    elif len(found) == 1:
+        _one(a, found[0])
+    else:
+        _table(a, found)
+    return 0
+
+
+def _as_json(a: argparse.Namespace, found: Any) -> dict[str, Any]:
+    from interpreters._whatif import TOKENIZER_CAVEAT
+
+    return {
+        "run_id": found.original.run_id,
+        "from_checkpoint": found.from_checkpoint,
+        "model": a.model,
+        "fork": None if found.fork is None else found.fork.run_id,
+        "status": None if found.fork is None else found.fork.status,
+        "ended_the_same": found.ended_the_same,
+        "diff": None if found.diff is None else found.diff.as_json(),
+        "original": found.cost_before.to_json(),
+        "what_if": found.cost_after.to_json(),
+        "caveat": TOKENIZER_CAVEAT if found.fork is None else None,
+    }
+
+
+def _one(a: argparse.Namespace, found: Any) -> None:
+    from interpreters._whatif import TOKENIZER_CAVEAT
+
+    before, after, cp = found.cost_before, found.cost_after, found.from_checkpoint
+    run_id = found.original.run_id
     if found.fork is None:
         print(
-            f"what if run {a.run} had used {a.model} after checkpoint {cp!r} (dry run, nothing called):"
+            f"what if run {run_id} had used {a.model} after checkpoint {cp!r} (dry run, nothing called):"
         )
         print(f"  recorded: {_tokens(before)}, {_usd(before.recorded_usd)}")
         print(f"  as {a.model}: {_usd(before.priced_usd)}")
         print(f"note: {TOKENIZER_CAVEAT}")
-        return 0
+        return
     fork = found.fork
-    print(f"what if run {a.run} had used {a.model} after checkpoint {cp!r}: run {fork.run_id}")
+    print(f"what if run {run_id} had used {a.model} after checkpoint {cp!r}: run {fork.run_id}")
     if found.diff is not None:
         for line in found.diff.lines():
             print(line)
     print(f"ended:  {found.original.status} -> {fork.status}")
     print(f"after {cp!r}:")
-    print(f"  {a.run}: {_tokens(before)}, {_usd(before.recorded_usd)}")
+    print(f"  {run_id}: {_tokens(before)}, {_usd(before.recorded_usd)}")
     print(f"  {fork.run_id}: {_tokens(after)}, {_usd(after.recorded_usd)}")
-    return 0
+
+
+def _sum(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _totals(found: list[Any]) -> dict[str, Any]:
+    dry = found[0].fork is None
+    parted: dict[str, int] = {}
+    for w in found:
+        if w.diff is not None and w.diff.address is not None:
+            parted[w.diff.address] = parted.get(w.diff.address, 0) + 1
+    return {
+        "runs": len(found),
+        "ended_the_same": None if dry else sum(1 for w in found if w.ended_the_same),
+        "first_parted_at": parted,
+        "original_usd": _sum([w.cost_before.recorded_usd for w in found]),
+        "what_if_usd": _sum(
+            [w.cost_before.priced_usd if dry else w.cost_after.recorded_usd for w in found]
+        ),
+    }
+
+
+def _table(a: argparse.Namespace, found: list[Any]) -> None:
+    from interpreters._whatif import TOKENIZER_CAVEAT
+
+    dry = found[0].fork is None
+    for w in found:
+        run_id, before = w.original.run_id, w.cost_before
+        new = before.priced_usd if dry else w.cost_after.recorded_usd
+        if dry:
+            what = f"{before.calls} call(s) after {w.from_checkpoint!r}"
+        elif w.ended_the_same:
+            what = f"run {w.fork.run_id} ended the same ({w.forked.status})"
+        else:
+            where = (
+                "" if w.diff is None or w.diff.address is None else f", parting at {w.diff.address}"
+            )
+            what = f"run {w.fork.run_id} ended otherwise ({w.original.status} -> {w.forked.status}{where})"
+        print(f"{run_id}  {what}; {_usd(before.recorded_usd)} -> {_usd(new)}")
+    totals = _totals(found)
+    parted = ", ".join(f"{at} ({n})" for at, n in sorted(totals["first_parted_at"].items()))
+    same = "" if dry else f"{totals['ended_the_same']} ended the same; "
+    print(
+        f"{len(found)} runs with {a.model}{' (dry run, nothing called)' if dry else ''}: {same}"
+        f"first parting at: {parted or 'nowhere'}; cost after the checkpoint: "
+        f"{_usd(totals['original_usd'])} as recorded, {_usd(totals['what_if_usd'])} with {a.model}"
+    )
+    if dry:
+        print(f"note: {TOKENIZER_CAVEAT}")
 
 
 WHATIF = Command(
@@ -111,7 +178,7 @@ WHATIF = Command(
     run=whatif,
     code_from_journal=True,
     options=(
-        Option("run"),
+        Option("runs", nargs="+", metavar="RUN", help="the run (or runs) to fork"),
         Option("--model", required=True, help="the model to fork the run with (a model spec)"),
         Option(
             "--from",
