@@ -160,3 +160,54 @@ def test_bad_input_is_one_line(writing: Path, capsys: pytest.CaptureFixture[str]
     assert code == 2 and "checkpoint 'nope' not found" in err and err.count("\n") == 1
     code, _, err = _opdsl(capsys, "cost", "--model", "nonsense", done.run_id, "--db", "runs.db")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_whatif_over_several_runs_sums_them_up(
+    writing: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import writing as module  # pyright: ignore[reportMissingImports]
+
+    with ScriptedServer() as server:
+        small = f"openai-compatible:small@{server.url}/v1"
+        big = f"openai-compatible:big@{server.url}/v1"
+        ids = []
+        for essay in ("Kept.", "Short."):
+            server.add(openai("outline", usage=(100, 10, 0), model="small"))
+            server.add(openai(essay, usage=(1000, 100, 0), model="small"))
+            ids.append(run(module.essay, "x", model=small, db="runs.db").run_id)
+        server.add(openai("Kept.", usage=(1000, 100, 0), model="big"))
+        server.add(openai("Longer.", usage=(1000, 200, 0), model="big"))
+        code, out, err = _opdsl(
+            capsys, "whatif", *ids, "--from", "outlined", "--model", big, "--db", "runs.db"
+        )
+        assert code == 0, out + err
+        lines = out.splitlines()
+        assert (
+            lines[0].startswith(f"{ids[0]}  run ")
+            and "ended the same (completed); $0.0012 -> $0.0130" in lines[0]
+        )
+        assert (
+            "ended otherwise (completed -> completed, parting at 4); $0.0012 -> $0.0160" in lines[1]
+        )
+        assert lines[2] == (
+            f"2 runs with {big}: 1 ended the same; first parting at: 4 (2); cost after the "
+            f"checkpoint: $0.0024 as recorded, $0.0290 with {big}"
+        )
+        asked = len(server.requests)
+        code, out, _ = _opdsl(
+            capsys,
+            "whatif",
+            *ids,
+            "--from",
+            "outlined",
+            "--model",
+            big,
+            "--dry-run",
+            "--db",
+            "runs.db",
+        )
+        assert code == 0 and len(server.requests) == asked
+        assert (
+            "(dry run, nothing called): first parting at: nowhere; cost after the checkpoint: $0.0024 as recorded, $0.0260 with"
+            in out
+        )
