@@ -422,14 +422,17 @@ class Replay(Layer):
             if entry.status != "completed":  # a crash between its begin and its finish
                 return await self.inner(effect, address, frame)
             taken = decode_result(effect, d.whole(entry.result_json, effect.kind))
-            if effect.deprecated and not taken:
-                raise self._old_code_gone(effect, address, frame, entry)
+            if not taken:
+                log.old_code.append(effect.name)
+                if effect.deprecated:
+                    raise self._old_code_gone(effect, address, frame, entry)
             return taken
         if entry is None and frame.finished_scope is None and not log.strict:
             return await self.inner(effect, address, frame)  # the record never got here
         if entry is None and cut_off(frame):
             raise ReplayStop()
         frame.take_back()
+        log.old_code.append(effect.name)
         if effect.deprecated:
             raise self._old_code_gone(effect, address, frame, entry)
         return False

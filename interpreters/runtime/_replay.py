@@ -97,6 +97,9 @@ class ReplayLog:
     used: set[str] = field(default_factory=set)
     #: the pieces of content the entries refer to, by hash (the record's journal's)
     content: Callable[[Iterable[str]], Mapping[str, str]] | None = None
+    #: the names of the ``patched`` markers this record took the old code at (it passed them
+    #: without the marker, or recorded False), in the order met
+    old_code: list[str] = field(default_factory=list)
 
 
 _DECODED: dict[tuple[str, str], Any] = {}
