@@ -64,6 +64,9 @@ class ReplayInterpreter:
         self.state_type = state_type
         self.accept_changed_code = accept_changed_code
         self.redactor = redactor
+        #: the record the last replay was fed from, as it used it (``ReplayLog.old_code``: the
+        #: patches it took the old code at)
+        self.log: ReplayLog | None = None
 
     async def arun(
         self, program: Callable[..., Any] | None = None, /, *args: Any, **kwargs: Any
@@ -95,6 +98,7 @@ class ReplayInterpreter:
         program = program_of(record, config, program, accept)
         recorded = json.loads(record.args_json)
         entries = journal.entries(run_id)
+        self.log = ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content)
         result = await execute(
             program,
             tuple(recorded.get("args", []))
@@ -106,7 +110,7 @@ class ReplayInterpreter:
                 handlers=_Unreachable(), clock=VirtualClock(), redactor=self.redactor
             ),
             state=initial_state(record, config, state_type, accept),
-            log=ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content),
+            log=self.log,
         )
         if isinstance(result.error, Divergence | JournalError):  # a record that cannot be read
             raise result.error
