@@ -16,6 +16,7 @@ imported run does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ __all__ = [
     "check_runs",
     "exported_runs",
     "journal_runs",
+    "patches",
     "summary",
 ]
 
@@ -82,6 +84,9 @@ class Checked:
     resume_at: str | None = None
     resume_with: str | None = None
     diff: tuple[str, ...] = ()
+    #: the ``patched`` markers the run took the old code at, and those its record holds
+    old_code: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -135,6 +140,8 @@ class Checked:
             "diff": list(self.diff),
             "resume_at": self.resume_at,
             "resume_with": self.resume_with,
+            "old_code": list(self.old_code),
+            "markers": list(self.markers),
         }
 
 
@@ -211,18 +218,40 @@ async def acheck_run(
     redactor = redactor if redactor is not None else Redactor.from_env()
     record = journal.run(run_id)
     base = Checked(run_id, record.program, record.status, "same", source=source)
+    logs: list[ReplayLog] = []
     try:
         if record.status in IN_FLIGHT:
-            return await _in_flight(journal, record, program, base, redactor)
-        replaying = ReplayInterpreter(
-            run_id, db=journal, accept_changed_code=True, redactor=redactor
-        )
-        await replaying.replayed(program, None, None)
+            checked = await _in_flight(journal, record, program, base, redactor, logs)
+        else:
+            replaying = ReplayInterpreter(
+                run_id, db=journal, accept_changed_code=True, redactor=redactor
+            )
+            try:
+                await replaying.replayed(program, None, None)
+                checked = base
+            finally:
+                if replaying.log is not None:
+                    logs.append(replaying.log)
     except Divergence as found:
-        return _from_divergence(base, "diverges", found)
+        checked = _from_divergence(base, "diverges", found)
     except Exception as exc:
         return _error(base, exc)
-    return base
+    return checked if not logs else _with_patches(checked, logs[0])
+
+
+def _with_patches(checked: Checked, log: ReplayLog) -> Checked:
+    """``checked`` with the patches the run took the old code at and the markers it holds."""
+    markers = []
+    for e in log.entries.values():
+        if e.kind == Patched.kind:
+            name = json.loads(e.effect_json).get("name")
+            if isinstance(name, str):
+                markers.append(name)
+    if not markers and not log.old_code:
+        return checked
+    return dataclasses.replace(
+        checked, old_code=tuple(dict.fromkeys(log.old_code)), markers=tuple(dict.fromkeys(markers))
+    )
 
 
 async def _in_flight(
@@ -231,14 +260,18 @@ async def _in_flight(
     program: Callable[..., Any] | None,
     base: Checked,
     redactor: Redactor,
+    logs: list[ReplayLog],
 ) -> Checked:
-    """Feed a run in flight its record, and stop where it would go on live."""
+    """Feed a run in flight its record, and stop where it would go on live (``logs`` is
+    given the record as the run used it)."""
     config = json.loads(record.config_json or "{}")
     state_type = declared_state(program, config)
     program = program_of(record, config, program, True)
     called = json.loads(record.args_json)
     entries = journal.entries(record.run_id)
     handlers = _ResumePoint()
+    log = ReplayLog({e.address: e for e in entries}, content=journal.content)
+    logs.append(log)
     result = await execute(
         program,
         tuple(called.get("args", [])),
@@ -248,7 +281,7 @@ async def _in_flight(
             handlers=handlers, clock=VirtualClock(), redactor=redactor, interruptible=False
         ),
         state=initial_state(record, config, state_type, True),
-        log=ReplayLog({e.address: e for e in entries}, content=journal.content),
+        log=log,
     )
     if isinstance(result.error, Divergence):
         return _from_divergence(base, "diverges-before-resume", result.error)
@@ -390,6 +423,18 @@ def check_runs(
 
 
 VERDICTS: tuple[Verdict, ...] = ("same", "diverges", "resumes", "diverges-before-resume", "error")
+
+
+def patches(checked: Sequence[Checked]) -> dict[str, dict[str, int]]:
+    """For each patch name: how many runs took its old code, and how many hold its marker
+    (``deprecate_patched`` is safe once the first is 0; removing the call, the second)."""
+    out: dict[str, dict[str, int]] = {}
+    for c in checked:
+        for name in c.old_code:
+            out.setdefault(name, {"old_code": 0, "marker": 0})["old_code"] += 1
+        for name in c.markers:
+            out.setdefault(name, {"old_code": 0, "marker": 0})["marker"] += 1
+    return dict(sorted(out.items()))
 
 
 def summary(checked: Sequence[Checked]) -> dict[str, int]:

@@ -4,7 +4,9 @@ of the exported files given) is replayed against the code as it is now, offline 
 
 One line for each run that diverges, or is in flight (where it would resume, or that it
 diverges before), or cannot be checked; ``--all`` lists the runs that replay the same too. Then
-a summary. The status is 1 when a run diverges or cannot be checked, else 0; nothing is
+a summary, with each patch's count of runs that take its old code and of runs that hold its
+marker (``deprecate_patched`` can replace a ``patched`` none takes the old code of; the call
+can go once none holds the marker). The status is 1 when a run diverges or cannot be checked, else 0; nothing is
 changed, not even a run that waits or runs.
 """
 
@@ -25,6 +27,7 @@ def check(a: argparse.Namespace) -> int:
         check_runs,
         exported_runs,
         journal_runs,
+        patches,
         summary,
     )
     from interpreters.journal import open_journal
@@ -48,11 +51,17 @@ def check(a: argparse.Namespace) -> int:
                 print(f"    {line}")
 
     checked = [c for runs in stored for c in check_runs(runs, shown)]
-    counts = summary(checked)
+    counts, patched = summary(checked), patches(checked)
     if a.json:
-        print_json({"runs": [c.to_json() for c in checked], "summary": counts})
+        print_json({"runs": [c.to_json() for c in checked], "summary": counts, "patches": patched})
     else:
         print(_summary_line(counts, len(checked)))
+        for name, n in patched.items():
+            print(
+                f"patched({name!r}): {n['old_code']} run(s) take the old code, "
+                f"{n['marker']} hold the marker"
+                + (f" (deprecate_patched({name!r}) can replace it)" if not n["old_code"] else "")
+            )
     return 0 if all(c.ok for c in checked) else 1
 
 
