@@ -222,3 +222,53 @@ def test_journals_of_earlier_versions_check_the_same_and_are_left_as_they_were(
     assert code == 0, out + err
     assert "0 diverge" in out.splitlines()[-1] and "would resume at" in out
     assert db.read_bytes() == before
+
+
+GATE_OLD = """from op import Op, ask
+
+
+def gate() -> Op[str]:
+    return (yield from ask("Go?"))
+"""
+
+GATE_NEW = """from op import Op, ask, patched
+
+
+def gate() -> Op[str]:
+    if (yield from patched("twice")):
+        yield from ask("Sure?")
+    return (yield from ask("Go?"))
+"""
+
+
+def test_check_counts_the_runs_that_take_a_patch_s_old_code(
+    shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (shop / "gate.py").write_text(GATE_OLD)
+    import gate  # type: ignore[import-not-found]
+
+    db = str(shop / "runs.db")
+    old = [run(gate.gate, db=db, answer=lambda q: "yes").run_id for _ in range(2)]
+    (shop / "gate.py").write_text(GATE_NEW)
+    sys.modules.pop("gate", None)
+    import gate as new_gate  # pyright: ignore[reportMissingImports]
+
+    new = run(new_gate.gate, db=db, answer=lambda q: "yes").run_id
+    sys.modules.pop("gate", None)
+    code, out, err = inside(capsys, shop, "check", "--db", db)
+    assert code == 0, out + err
+    assert out.splitlines()[-1] == "patched('twice'): 2 run(s) take the old code, 1 hold the marker"
+    as_json = json.loads(inside(capsys, shop, "check", "--db", db, "--json")[1])
+    assert as_json["patches"] == {"twice": {"old_code": 2, "marker": 1}}
+    taking = {r["run_id"] for r in as_json["runs"] if r["old_code"] == ["twice"]}
+    assert taking == set(old) and new not in taking
+
+    journal = SqliteJournal(db)
+    for run_id in old:
+        journal.delete_run(run_id)
+    journal.close()
+    code, out, _ = inside(capsys, shop, "check", "--db", db)
+    assert out.splitlines()[-1] == (
+        "patched('twice'): 0 run(s) take the old code, 1 hold the marker "
+        "(deprecate_patched('twice') can replace it)"
+    )
