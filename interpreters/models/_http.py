@@ -167,10 +167,10 @@ class Stream:
         """The response's lines (ended by CRLF, LF or CR, as server-sent events and JSON lines
         are), decoded (UTF-8), every decoded byte counted against the cap: a line is never
         held past it, however long it goes on without a line break."""
-        decoder = Decoded(_encoding(response), self.limit or _NO_CAP)
+        pieces, encoding = _pieces(response)
+        decoder = Decoded(encoding, self.limit or _NO_CAP)
         line = bytearray()  # the line so far
         after_cr = False  # the last piece ended with CR: an LF that starts the next ends it
-        pieces = response.aiter_raw()
         while True:
             raw = await anext(pieces, None)
             data = decoder.feed(raw) if raw is not None else decoder.end()
@@ -209,9 +209,18 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NO_CAP = 1 << 62
 
 
-def _encoding(response: httpx.Response) -> bytes:
-    """The answer's content codings, as its headers list them."""
-    return str(response.headers.get("content-encoding", "")).encode("latin-1")
+def _pieces(response: httpx.Response) -> tuple[AsyncIterator[bytes], bytes]:
+    """The answer's body as it comes, and its content codings, as its headers list them; an
+    answer its transport has already read (httpx's ``MockTransport`` answers so) is its
+    content, decoded."""
+    if response.is_stream_consumed:
+        return _once(response.content), b""
+    encoding = str(response.headers.get("content-encoding", "")).encode("latin-1")
+    return response.aiter_raw(), encoding
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def _body(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
@@ -219,8 +228,9 @@ async def _body(response: httpx.Response, limit: int, *, cut: bool = False) -> b
     :class:`AnswerTooLarge`, or with ``cut`` its first ``limit`` bytes, the rest not read."""
     out = bytearray()
     try:
-        decoder = Decoded(_encoding(response), limit, cut=cut)
-        async for raw in response.aiter_raw():
+        pieces, encoding = _pieces(response)
+        decoder = Decoded(encoding, limit, cut=cut)
+        async for raw in pieces:
             out += decoder.feed(raw)
             if decoder.full:
                 return bytes(out)

@@ -336,3 +336,26 @@ def test_a_users_client_keeps_the_deadline_and_the_size_cap() -> None:
     finally:
         srv.close()
     assert result.status == "failed" and "over 10,000 bytes" in str(result.error)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_users_client_whose_transport_answers_already_read(stream: bool) -> None:
+    """httpx's ``MockTransport`` hands back answers already read: they are taken as they are,
+    under the same cap."""
+    sse = 'data: {"choices": [{"index": 0, "delta": {"content": "mocked"}}]}\n\ndata: [DONE]\n\n'
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if stream:
+            return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, content=_answer("mocked"))
+
+    async def main(cap: int) -> Any:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            model = _model(
+                "https://llm.test/v1", stream=stream, http_client=client, max_answer_bytes=cap
+            )
+            return await arun(ask, model=model)
+
+    assert asyncio.run(main(10_000)).value == "mocked"
+    capped = asyncio.run(main(20))
+    assert capped.status == "failed" and "over 20 bytes" in str(capped.error)
