@@ -48,6 +48,7 @@ __all__ = [
     "Verdict",
     "acheck_run",
     "acheck_runs",
+    "check_journal",
     "check_runs",
     "exported_runs",
     "journal_runs",
@@ -351,6 +352,55 @@ def journal_runs(journal: Journal, programs: Sequence[str] = ()) -> Iterator[_St
         if programs and named.get(record.program) is None:
             continue
         yield _Stored(journal, record.run_id, named.get(record.program), _where(journal))
+
+
+def check_journal(
+    path: str | None,
+    programs: Sequence[str] = (),
+    *,
+    jobs: int = 1,
+    on_checked: Callable[[Checked], None] | None = None,
+) -> list[Checked]:
+    """Check every run of the journal file at ``path`` (None: the default journal; only the
+    runs of ``programs``, when named),
+    in ``jobs`` processes, each a share of the runs in the order they were made; the checks
+    come back in that order (``on_checked`` is told each as its share is done)."""
+    from interpreters.journal import open_journal
+
+    journal = open_journal(path, read_only=True, create=False)
+    if jobs <= 1:
+        return check_runs(journal_runs(journal, programs), on_checked)
+    named = _Programs(programs)  # a wrong --program is said once, here
+    run_ids = [r.run_id for r in journal.runs() if not programs or named.get(r.program)]
+    shares = [run_ids[i::jobs] for i in range(jobs)]
+    order = {run_id: i for i, run_id in enumerate(run_ids)}
+    import concurrent.futures
+    import multiprocessing
+
+    out: list[Checked] = []
+    context = multiprocessing.get_context("spawn")  # nothing of this process's state is shared
+    with concurrent.futures.ProcessPoolExecutor(len(shares), mp_context=context) as pool:
+        futures = [pool.submit(_check_share, path, share, tuple(programs)) for share in shares]
+        for future in concurrent.futures.as_completed(futures):
+            for checked in future.result():
+                if on_checked is not None:
+                    on_checked(checked)
+                out.append(checked)
+    return sorted(out, key=lambda c: order[c.run_id])
+
+
+def _check_share(path: str | None, run_ids: list[str], programs: tuple[str, ...]) -> list[Checked]:
+    """One process's share of :func:`check_journal`."""
+    from interpreters.journal import open_journal
+
+    journal = open_journal(path, read_only=True, create=False)
+    named = _Programs(programs)
+    where = _where(journal)
+    stored = []
+    for run_id in run_ids:
+        program = named.get(journal.run(run_id).program) if programs else None
+        stored.append(_Stored(journal, run_id, program, where))
+    return check_runs(stored)
 
 
 def exported_runs(paths: Iterable[Path], programs: Sequence[str] = ()) -> Iterator[_Stored]:

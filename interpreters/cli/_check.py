@@ -24,23 +24,19 @@ __all__ = ["CHECK"]
 def check(a: argparse.Namespace) -> int:
     from interpreters._checking import (
         Checked,
+        check_journal,
         check_runs,
         exported_runs,
-        journal_runs,
         patches,
         summary,
     )
-    from interpreters.journal import open_journal
 
     files = [Path(f) for f in a.files]
     for f in files:
         if not f.is_file():
             raise UsageError(f"{f}: no such file (an exported run, as opdsl export writes it)")
-    stored = []
-    if files:
-        stored.append(exported_runs(files, a.program))
-    if a.db or not files:
-        stored.append(journal_runs(open_journal(a.db, read_only=True, create=False), a.program))
+    if a.jobs < 1:
+        raise UsageError(f"--jobs {a.jobs}: give a number of processes from 1")
 
     def shown(c: Checked) -> None:
         if a.json or (c.verdict == "same" and not a.all):
@@ -50,7 +46,9 @@ def check(a: argparse.Namespace) -> int:
             for line in c.diff:
                 print(f"    {line}")
 
-    checked = [c for runs in stored for c in check_runs(runs, shown)]
+    checked = check_runs(exported_runs(files, a.program), shown) if files else []
+    if a.db or not files:
+        checked += check_journal(a.db, a.program, jobs=a.jobs, on_checked=shown)
     counts, patched = summary(checked), patches(checked)
     if a.json:
         print_json({"runs": [c.to_json() for c in checked], "summary": counts, "patches": patched})
@@ -99,6 +97,13 @@ CHECK = Command(
             "checked only against a program named here",
         ),
         Option("--all", action="store_true", help="list the runs that replay the same too"),
+        Option(
+            "--jobs",
+            type=int,
+            default=1,
+            metavar="N",
+            help="check a journal's runs in N processes (default: 1)",
+        ),
         JSON,
     ),
 )
