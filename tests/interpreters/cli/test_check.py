@@ -143,6 +143,11 @@ def test_check_prints_exactly_the_runs_that_diverge(
 
     as_json = json.loads(inside(capsys, shop, "check", "--db", "runs.db", "--json")[1])
     assert as_json["summary"]["diverges"] == 3 and as_json["summary"]["same"] == 100
+    # in two processes, each a share of the runs: the same verdicts, in the same order
+    in_two = json.loads(
+        inside(capsys, shop, "check", "--db", "runs.db", "--json", "--jobs", "2")[1]
+    )
+    assert in_two == as_json
     pear = next(r for r in as_json["runs"] if ids[r["run_id"]] == "pear")
     assert pear["verdict"] == "diverges" and pear["address"] == "2"
     assert pear["checkpoint"] == {"name": "start", "address": "1"}
