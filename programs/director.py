@@ -954,9 +954,10 @@ class _Directed:
     ) -> None:
         self.mode = mode
         self.implementor: Backend = implementor
+        # on the model backend the run's own model implements (``model`` only names it)
         self.params: dict[str, Any] = {
             "max_tokens": max_tokens,
-            **({"model": model} if model else {}),
+            **({"model": model} if model and implementor != "model" else {}),
         }
         self.max_attempts = max_attempts
         self.max_fixes = max_fixes
@@ -1038,6 +1039,8 @@ class _Directed:
 
     def _draft(self, move: dict[str, Any]) -> Op[str]:
         raw = move.get("plan")
+        if raw is None:
+            raise _Refused("PLAN -> DRAFT takes the plan the user approved (plan={goal, steps})")
         text = raw if isinstance(raw, str) else json.dumps(raw)
         plan = parse_plan(text)  # refused, as a PlanError, before anything changes
         _ok(

@@ -148,10 +148,9 @@ class Director:
         if named is not None:
             return str(named["run_id"])
         kwargs: dict[str, Any] = {"mode": self.mode, "implementor": self.implementor}
-        model_spec: str | None = None
-        if self.implementor == "model":
-            model_spec = self.model  # the run's own model carries the implementor
-        elif self.model:
+        # on the model backend the run's own model implements; ``model`` names it either way
+        model_spec = self.model if self.implementor == "model" else None
+        if self.model:
             kwargs["model"] = self.model
         Path(self.db).parent.mkdir(parents=True, exist_ok=True)
         result = run(
@@ -189,7 +188,7 @@ class Director:
             result = resume(run_id, db=journal, answer=json.dumps(move))
         if result.status == "waiting":
             reply = result.question or ""
-            return reply + (f" run={run_id}" if move.get("move") == "status" else "")
+            return reply + (f" run={run_id}" if reply.startswith("state=") else "")
         if result.status == "completed":
             self.pointer.unlink(missing_ok=True)
             return str(result.value)
