@@ -17,8 +17,9 @@ Rules, in one place:
    hint makes a tool "read-only" there: a server's annotations are its own word).
 4. Every failure is a failed ``ToolResult`` naming the server and the tool: the server's own
    error, a call that took longer than the server's ``timeout``, a result over
-   :data:`MAX_OUTPUT` characters (cut, and said so), a server that died during the call (it is
-   started again at the next call).
+   :data:`MAX_OUTPUT` characters (cut, and said so), a server that died during the call or
+   sent a message over :data:`MAX_MESSAGE` bytes (it is started again at the next call; one
+   that died between calls is started again before the next).
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
    file system read-only; no network unless allowed for that server; an environment of
@@ -38,6 +39,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -55,6 +57,7 @@ from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import OpdslError, ToolResult, ToolSpec
 
 __all__ = [
+    "MAX_MESSAGE",
     "MAX_OUTPUT",
     "MCPError",
     "MCPServer",
@@ -363,6 +366,96 @@ async def _watched(transport: Any, gone: anyio.Event) -> AsyncIterator[tuple[Any
         yield _WatchedRead(read, gone), write
 
 
+MAX_MESSAGE = 32 * 1024 * 1024
+"""The longest message a stdio server may send (bytes): past it, the server is stopped."""
+
+
+@contextlib.asynccontextmanager
+async def _stdio(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | None,
+    errlog: IO[str],
+    overlong: Callable[[], None],
+) -> AsyncIterator[tuple[Any, Any]]:
+    """A stdio transport for the MCP SDK's ``Client``: newline-delimited JSON-RPC on the
+    server's stdin and stdout. Its own, not the SDK's ``stdio_client``, because that one joins
+    a long line chunk by chunk (time the square of the line's length: a 50 MB answer takes
+    minutes) and holds any length; here a line is gathered in one buffer, and a server that
+    sends one over :data:`MAX_MESSAGE` bytes is stopped (``overlong`` is told). Ended as the
+    spec says: stdin closed, a moment to exit, then its process group killed."""
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    process = await anyio.open_process(
+        argv, env=env, cwd=cwd, stderr=errlog, start_new_session=True
+    )
+    read_in, read_out = anyio.create_memory_object_stream[Any](0)
+    write_in, write_out = anyio.create_memory_object_stream[Any](0)
+
+    def parse(line: bytes) -> Any:
+        try:
+            return SessionMessage(
+                mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            )
+        except ValueError as exc:
+            return exc  # the session says what was wrong with it
+
+    async def reader() -> None:
+        assert process.stdout is not None
+        buffer = bytearray()
+        async with read_in:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                async for chunk in process.stdout:
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        buffer += chunk[start:end]
+                        start = end + 1
+                        if buffer.strip():
+                            await read_in.send(parse(bytes(buffer)))
+                        buffer.clear()
+                    buffer += chunk[start:]
+                    if len(buffer) > MAX_MESSAGE:
+                        overlong()
+                        _kill(process)
+                        return
+
+    async def writer() -> None:
+        assert process.stdin is not None
+        async with write_out:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for message in write_out:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(data.encode() + b"\n")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        tg.start_soon(writer)
+        try:
+            yield read_out, write_in
+        finally:
+            with anyio.CancelScope(shield=True):
+                await write_in.aclose()
+                if process.stdin is not None:
+                    with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                        await process.stdin.aclose()
+                with anyio.move_on_after(2):
+                    await process.wait()
+                if process.returncode is None:
+                    _kill(process)
+                with anyio.move_on_after(2):
+                    await process.aclose()  # its pipes closed, and it reaped
+                await read_out.aclose()
+            tg.cancel_scope.cancel()
+
+
+def _kill(process: Any) -> None:
+    """Kill the server's whole process group (it was started in a session of its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 @final
 class _Connection:
     """One server, started when first needed and again after it died; its client lives in a
@@ -380,11 +473,12 @@ class _Connection:
         #: set when the server's stream has ended: it died, or is being stopped
         self._gone = anyio.Event()
         self._stderr: IO[str] | None = None
+        #: the server sent a message over MAX_MESSAGE bytes, and was stopped
+        self.overlong = False
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
 
     def _transport(self) -> Any:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
         server = self.server
@@ -415,10 +509,17 @@ class _Connection:
             argv = [*wrapped[:cut], *unset, *home, *wrapped[cut:]]
         # kept open while the server runs (its last line says why it failed); closed by end()
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-        params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env=env, cwd=None if server.confined else self.root
+        self.overlong = False
+        return _stdio(
+            argv,
+            env=env,
+            cwd=None if server.confined else self.root,
+            errlog=self._stderr,
+            overlong=self._overlong,
         )
-        return stdio_client(params, errlog=self._stderr)
+
+    def _overlong(self) -> None:
+        self.overlong = True
 
     async def _serve(
         self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
@@ -541,7 +642,14 @@ class _Connection:
             closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
             if closed or isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
                 said = self._said()
+                overlong = self.overlong
                 await self.end()
+                if overlong:
+                    return ToolResult.failure(
+                        f"MCP server {self.name!r} sent an answer to {shown!r} over "
+                        f"{MAX_MESSAGE // 2**20} MB, and was stopped; it is started again at "
+                        "the next call"
+                    )
                 return ToolResult.failure(
                     f"MCP server {self.name!r} ended during the call to {shown!r}{said}; "
                     "it is started again at the next call"

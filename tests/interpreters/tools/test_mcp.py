@@ -167,6 +167,36 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
 
 
 @needs_bwrap
+def test_a_huge_answer_is_read_at_once_and_one_too_long_stops_the_server(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreters.tools import _mcp
+
+    monkeypatch.setattr(_mcp, "MAX_MESSAGE", 30 * 2**20)
+    marker = ws / "starts"
+
+    async def main() -> list[Any]:
+        async with open_mcp({"h": hostile(marker, timeout=20.0)}, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            started = time.monotonic()
+            big = await by["h_huge"].call({"size": 20_000_000})  # 20 MB on one line
+            seconds = time.monotonic() - started
+            monkeypatch.setattr(_mcp, "MAX_MESSAGE", 2**20)
+            too_long = await by["h_huge"].call({"size": 2_000_000})
+            after = await by["h_echo"].call({"text": "after"})
+            return [big, seconds, too_long, after]
+
+    big, seconds, too_long, after = anyio.run(main)
+    assert big.ok and big.output.endswith(f"[{20_000_000 - MAX_OUTPUT} more characters left out]")
+    assert seconds < 10  # the SDK's own reader takes minutes: it joins a line chunk by chunk
+    assert too_long.error == (
+        "MCP server 'h' sent an answer to 'h_huge' over 1 MB, and was stopped; it is started "
+        "again at the next call"
+    )
+    assert after.ok and starts(marker) == 2
+
+
+@needs_bwrap
 def test_a_server_that_ended_between_calls_is_started_again_before_the_next(
     ws: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
