@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 __all__ = [
+    "Attempt",
     "DEFAULT_DB",
     "Entry",
     "EntryStatus",
@@ -158,6 +159,20 @@ def _holder() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """An earlier attempt of an entry, which a resume began again: when it started, how the
+    journal last had it (``started``: cut off by a crash or a stop; ``cancelled``), when it
+    finished if it did, and when it was begun again (``again_at``)."""
+
+    address: str
+    kind: str
+    started_at: float
+    status: str
+    finished_at: float | None
+    again_at: float
+
+
 class Journal(ABC):
     """Where runs and entries are kept.
 
@@ -178,8 +193,18 @@ class Journal(ABC):
     def create_run(self, run: RunRecord) -> None: ...
 
     @abstractmethod
-    def reopen_run(self, run_id: str) -> None:
-        """Mark a run ``running`` again (it is being resumed)."""
+    def reopen_run(self, run_id: str, at: float | None = None) -> None:
+        """Mark a run ``running`` again (it is being resumed, at ``at``: kept, see
+        :meth:`resumes`)."""
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """The earlier attempts of the run's entries, in the order they were begun again (a
+        journal that keeps none: empty)."""
+        return []
+
+    def resumes(self, run_id: str) -> list[float]:
+        """When the run was resumed, in order (a journal that keeps none: empty)."""
+        return []
 
     @abstractmethod
     def finish_run(

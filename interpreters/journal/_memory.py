@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import final
 
 from interpreters.journal._base import (
+    Attempt,
     Entry,
     Journal,
     JournalError,
@@ -15,7 +16,7 @@ from interpreters.journal._base import (
     RunStatus,
 )
 from interpreters.journal._content import SHORT_MIN, kept_body, stored_body
-from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd, EntryStatus
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, GOES_ON, EntryEnd, EntryStatus
 
 
 def _stored(text: str | None) -> str | bytes | None:
@@ -80,6 +81,8 @@ class MemoryJournal(Journal):
         self._entries: dict[str, dict[str, _Kept]] = {}
         self._locks: set[str] = set()
         self._content: dict[str, str | bytes] = {}
+        self._attempts: dict[str, list[Attempt]] = {}
+        self._resumes: dict[str, list[float]] = {}
 
     def create_run(self, run: RunRecord) -> None:
         if run.run_id in self._runs:
@@ -87,10 +90,18 @@ class MemoryJournal(Journal):
         self._runs[run.run_id] = run.model_copy()
         self._entries[run.run_id] = {}
 
-    def reopen_run(self, run_id: str) -> None:
+    def reopen_run(self, run_id: str, at: float | None = None) -> None:
         self._runs[run_id] = self.run(run_id).model_copy(
             update={"status": "running", "finished_at": None, "error_json": None}
         )
+        if at is not None:
+            self._resumes.setdefault(run_id, []).append(at)
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        return list(self._attempts.get(run_id, ()))
+
+    def resumes(self, run_id: str) -> list[float]:
+        return list(self._resumes.get(run_id, ()))
 
     def finish_run(
         self,
@@ -128,7 +139,14 @@ class MemoryJournal(Journal):
         seq = old.seq if old is not None else len(entries)
         # a short text (most are) is kept as it is: no call for it
         effect = effect_json if len(effect_json) < SHORT_MIN else stored_body(effect_json)
-        entries[address] = _Kept(seq, kind, effect, at)
+        started = at
+        if old is not None and kind in GOES_ON:
+            started = old.started_at
+        elif old is not None:
+            self._attempts.setdefault(run_id, []).append(
+                Attempt(address, old.kind, old.started_at, old.status, old.finished_at, at)
+            )
+        entries[address] = _Kept(seq, kind, effect, started)
 
     def finish(
         self,
@@ -197,6 +215,8 @@ class MemoryJournal(Journal):
         self.run(run_id)
         del self._runs[run_id]
         self._entries.pop(run_id, None)
+        self._attempts.pop(run_id, None)
+        self._resumes.pop(run_id, None)
 
     def acquire(self, run_id: str) -> None:
         if run_id in self._locks:

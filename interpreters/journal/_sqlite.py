@@ -29,6 +29,7 @@ from interpreters.journal._base import (
     _HELD,
     _STATUSES,
     DEFAULT_DB,
+    Attempt,
     Entry,
     Journal,
     JournalError,
@@ -45,7 +46,7 @@ from interpreters.journal._content import (
     piece_key,
     stored_body,
 )
-from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, EntryEnd
+from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, GOES_ON, EntryEnd
 
 SCHEMA_VERSION = 2
 """1: entries hold their whole text; 2: the ``content`` table, each piece of content once, and
@@ -87,6 +88,19 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE TABLE IF NOT EXISTS content (
     hash BLOB PRIMARY KEY,
     body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id TEXT NOT NULL,
+    address TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    finished_at REAL,
+    again_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS resumes (
+    run_id TEXT NOT NULL,
+    at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS locks (
     run_id TEXT PRIMARY KEY,
@@ -255,6 +269,7 @@ class SqliteJournal(Journal):
         #: this file, as the process-wide set of held runs knows it
         self._key = str(self.path.resolve())
         self._runs_known: dict[str, tuple[list[int], set[str]]] = {}
+        self._has_history: bool | None = None  # the attempts and resumes tables: see _older
         self._content_table: bool | None = None
         #: pieces given by :meth:`put_content`, written with the next entry's write
         self._pieces: dict[str, str] = {}
@@ -527,12 +542,33 @@ class SqliteJournal(Journal):
         except apsw.ConstraintError:
             raise JournalError(f"run {run.run_id} already exists") from None
 
-    def reopen_run(self, run_id: str) -> None:
+    def reopen_run(self, run_id: str, at: float | None = None) -> None:
         self.run(run_id)
         self._exec(
             "UPDATE runs SET status='running', finished_at=NULL, error_json=NULL WHERE run_id=?",
             (run_id,),
         )
+        if at is not None:
+            self._exec("INSERT INTO resumes (run_id, at) VALUES (?, ?)", (run_id, at))
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        rows = self._older(
+            "SELECT address, kind, started_at, status, finished_at, again_at FROM attempts "
+            "WHERE run_id=? ORDER BY rowid",
+            run_id,
+        )
+        return [Attempt(*row) for row in rows]
+
+    def resumes(self, run_id: str) -> list[float]:
+        rows = self._older("SELECT at FROM resumes WHERE run_id=? ORDER BY rowid", run_id)
+        return [float(row[0]) for row in rows]
+
+    def _older(self, sql: str, run_id: str) -> list[tuple[Any, ...]]:
+        """Rows of a table a journal made by an older opdsl, opened read-only, may not have
+        (it is made when the file is next opened for writing): none, then."""
+        if self._has_history is None:
+            self._has_history = {"attempts", "resumes"} <= self._tables()
+        return self._exec(sql, (run_id,)).fetchall() if self._has_history else []
 
     def finish_run(
         self,
@@ -587,11 +623,22 @@ class SqliteJournal(Journal):
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
         if address in addresses:
-            # begun before and left unfinished by a crash or a stop: begin it again
+            # begun before and left unfinished by a crash or a stop: begin it again (a scope or
+            # a question goes on from its first start; an effect's earlier attempt is kept)
+            goes_on = kind in GOES_ON
+            if not goes_on:
+                self._write_entry(
+                    "INSERT INTO attempts (run_id, address, kind, started_at, status, "
+                    "finished_at, again_at) SELECT run_id, address, kind, started_at, status, "
+                    f"finished_at, ? FROM entries WHERE run_id=? AND address=? AND status IN "
+                    f"({_BEGIN_FROM_SQL})",
+                    (at, run_id, address),
+                )
             changed = self._write_entry(
-                "UPDATE entries SET effect_json=?, started_at=?, status='started', finished_at=NULL, "
-                f"error_json=NULL WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
-                (effect_json, at, run_id, address),
+                "UPDATE entries SET effect_json=?, started_at=CASE WHEN ? THEN started_at "
+                "ELSE ? END, status='started', finished_at=NULL, error_json=NULL "
+                f"WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
+                (effect_json, goes_on, at, run_id, address),
             )
             if changed == 0:
                 raise JournalError(
@@ -748,8 +795,8 @@ class SqliteJournal(Journal):
             with self._mutex:
                 self._db.execute("BEGIN")
                 try:
-                    self._db.execute("DELETE FROM entries WHERE run_id=?", (run_id,))
-                    self._db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+                    for table in ("entries", "attempts", "resumes", "runs"):
+                        self._db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise

@@ -5,6 +5,8 @@ Entries::
 
     (new) --begin--> started --finish--> completed | failed | cancelled
     started, cancelled --begin again (a resume performs it once more)--> started
+        an effect's earlier attempt is kept (``attempts``); a scope or a question that a
+        resume reaches again goes on, and keeps its first start (:data:`GOES_ON`)
     completed, failed: final (append-only)
 
 Runs::
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from op import Ask
+from op.effects import SCOPE_KINDS
+
 __all__ = [
     "BEGIN_FROM",
     "ENTRY_STATUSES",
@@ -28,6 +33,7 @@ __all__ = [
     "EntryEnd",
     "FINISH_FROM",
     "FINISHED",
+    "GOES_ON",
     "REMOVABLE",
     "RESUMABLE",
     "RUN_STATUSES",
@@ -52,6 +58,9 @@ RUN_STATUSES: frozenset[str] = frozenset({"running", *get_args(EndStatus)})
 
 #: an entry may be begun (again) from these: never yet, or left unfinished by a crash or a stop
 BEGIN_FROM: frozenset[str] = frozenset({"started", "cancelled"})
+#: kinds whose entry, begun again by a resume, is the same scope or question going on (its
+#: start stays the first one); any other kind begun again is another attempt of the effect
+GOES_ON: frozenset[str] = SCOPE_KINDS | {Ask.kind}
 #: an entry may be finished only from this
 FINISH_FROM: frozenset[str] = frozenset({"started"})
 #: entries whose outcome a resume or a replay feeds back instead of performing them again

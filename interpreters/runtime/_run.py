@@ -94,7 +94,7 @@ class RunLife:
                     raise JournalError(
                         f"run {run_id} is {prior.status}: it cannot be resumed in place"
                     )
-                journal.reopen_run(run_id)
+                journal.reopen_run(run_id, at)
             else:
                 base = record or RunRecord(run_id=run_id, program=program)
                 journal.create_run(

@@ -426,7 +426,7 @@ class TemporalJournal(Journal):
     def create_run(self, run: RunRecord) -> None:
         raise self._read_only()
 
-    def reopen_run(self, run_id: str) -> None:
+    def reopen_run(self, run_id: str, at: float | None = None) -> None:
         raise self._read_only()
 
     def finish_run(
