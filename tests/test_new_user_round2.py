@@ -176,3 +176,70 @@ def test_json_piped_into_a_reader_that_goes_away_ends_quietly(tmp_path: Path) ->
         opdsl.stdout.close()
         err = opdsl.stderr.read().decode()
         assert (opdsl.wait(timeout=60), err) == (141, ""), argv
+
+
+# -- 8. a run killed and resumed, as show and the report tell it ---------------------------------
+
+
+def test_show_and_the_report_tell_a_run_that_was_killed_and_resumed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from interpreters import SqliteJournal
+    from interpreters.observe._report import report_data
+
+    db = str(tmp_path / "runs.db")
+
+    def opdsl(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "interpreters", *argv, "--db", db],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    program = "tests.fixtures.round2_programs:budgeted_steps"
+    tools = "tests.fixtures.round2_programs:crash_once"
+    marker = f"marker={tmp_path / 'crashed'}"
+    killed = opdsl("run", program, "--arg", marker, "--tools", tools, "--run-id", "k1", "--quiet")
+    assert killed.returncode == 9, killed.stderr  # the process died in step 2
+    resumed = opdsl("resume", "k1", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "step1;step2;"
+
+    shown = opdsl("show", "k1")
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines[1:]]
+    # the limit, the first step, the second's cut-off attempt, the resume, its second attempt
+    assert [(c[0], c[1], c[2]) for c in cells] == [
+        ("1", "checkpoint", "completed"),
+        ("2", "limit", "completed"),
+        ("2.1", "tool", "completed"),
+        ("2.2", "tool", "stopped"),
+        ("↻", "resumed", cells[4][2]),
+        ("2.2", "tool", "completed"),
+    ], shown.stdout
+    assert "(attempt 1 of 2: the run stopped during it)" in cells[3][5]
+    assert "(attempt 2 of 2)" in cells[5][5]
+    # the scope spans the whole scope: from its start before the kill to its end after it
+    assert float(cells[1][3].removesuffix("s")) >= 0.3
+
+    journal = SqliteJournal(db, read_only=True)
+    record, entries = journal.run("k1"), journal.entries("k1")
+    (attempt,) = journal.attempts("k1")
+    (resumed_at,) = journal.resumes("k1")
+    scope = next(e for e in entries if e.kind == "limit")
+    assert scope.started_at < attempt.started_at < resumed_at <= attempt.again_at
+    assert scope.finished_at is not None and scope.finished_at > resumed_at
+    data = report_data(record, entries, attempts=journal.attempts("k1"), resumes=[resumed_at])
+    tried = [e for e in data["entries"] if e["address"] == "2.2"]
+    assert [(e["status"], e["attempt"], e["attempts"]) for e in tried] == [
+        ("stopped", 1, 2),
+        ("completed", 2, 2),
+    ]
+    assert data["resumes"] == [resumed_at]
+    page = opdsl("report", "k1", "-o", str(tmp_path / "k1.html"))
+    assert page.returncode == 0, page.stderr
+    assert f'"resumes": [{resumed_at}]' in (tmp_path / "k1.html").read_text()

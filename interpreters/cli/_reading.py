@@ -66,7 +66,13 @@ def report(a: argparse.Namespace) -> int:
     r = journal.run(a.run)
     if not a.output and not RUN_ID.fullmatch(r.run_id):
         raise UsageError(f"run {r.run_id!r} cannot name a file; say where with -o FILE")
-    page = render_report(r, list(journal.entries(r.run_id)), journal.content)
+    page = render_report(
+        r,
+        list(journal.entries(r.run_id)),
+        journal.content,
+        attempts=journal.attempts(r.run_id),
+        resumes=journal.resumes(r.run_id),
+    )
     out = Path(a.output or f"{r.run_id}.html")
     out.write_text(page, encoding="utf-8")
     print(f"wrote {out} ({len(page.encode()):,} bytes): open it in a browser")

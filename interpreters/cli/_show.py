@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from interpreters.cli._command import JSON, RUN, Command, OnTemporal, Option
-from interpreters.cli._output import console, json_object, loads, print_json, run_json, text
+from interpreters.cli._output import (
+    console,
+    json_object,
+    loads,
+    print_json,
+    run_json,
+    text,
+    when,
+)
 from interpreters.cli._reading import tail
 
 __all__ = ["SHOW"]
@@ -30,8 +38,7 @@ def show(a: argparse.Namespace) -> int:
     c = console()
     _header(c, r)
     recorded = journal.entries(r.run_id)
-    rows = [_row(e)[0] for e in recorded]
-    c.print(_timeline(rows), soft_wrap=True)
+    c.print(_timeline(_rows(journal, r.run_id, recorded)), soft_wrap=True)
     totals = Totals.of_entries(recorded)
     c.print(text(totals.line()))
     if totals.price_sources:
@@ -90,8 +97,51 @@ def _header(c: Any, r: Any) -> None:
         c.print(text((f"error at address {err.get('address')}: {said}", "red")))
 
 
-def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
-    """An entry's line of the timeline, and what it spent (None: nothing recorded)."""
+def _rows(journal: Any, run_id: str, recorded: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The timeline's rows: each entry's, after the earlier attempts of its effect (which a
+    resume began again), and a mark where the run was resumed."""
+    tries: dict[str, list[Any]] = {}
+    for attempt in journal.attempts(run_id):
+        tries.setdefault(attempt.address, []).append(attempt)
+    resumes = sorted(journal.resumes(run_id))
+    rows: list[tuple[Any, ...]] = []
+    for e in recorded:
+        earlier = tries.get(e.address, [])
+        n = len(earlier) + 1
+        rows += [_attempt_row(e, attempt, k, n) for k, attempt in enumerate(earlier, 1)]
+        while resumes and e.started_at >= resumes[0]:
+            rows.append(_resume_row(resumes.pop(0)))
+        rows.append(_row(e, attempt=n if earlier else None)[0])
+    return rows + [_resume_row(at) for at in resumes]
+
+
+def _attempt_row(e: Any, attempt: Any, k: int, n: int) -> tuple[Any, ...]:
+    """An earlier attempt of ``e``'s effect, which a resume began again: cut off by a crash
+    or a stop (its end unknown: at most until the resume), or cancelled."""
+    cut = attempt.status == "started"
+    end = attempt.finished_at if attempt.finished_at is not None else attempt.again_at
+    took = end - attempt.started_at
+    duration = f"{'≤' if cut else ''}{took:.2f}s" if 0 <= took < 1e9 else "?"
+    how = "the run stopped during it" if cut else str(attempt.status)
+    return (
+        text(e.address),
+        text(e.kind),
+        text(("stopped" if cut else str(attempt.status), "red")),
+        text(duration),
+        text(""),
+        text(f"{_what(e)} ", (f"(attempt {k} of {n}: {how})", "red")),
+    )
+
+
+def _resume_row(at: float) -> tuple[Any, ...]:
+    """A mark between the rows: the run was resumed here."""
+    mark = ("↻", "resumed", when(at), "", "", "")
+    return tuple(text((cell, "yellow")) for cell in mark)
+
+
+def _row(e: Any, *, attempt: int | None = None) -> tuple[tuple[Any, ...], Any]:
+    """An entry's line of the timeline, and what it spent (None: nothing recorded);
+    ``attempt``: its number, when a resume began its effect again (it is the last)."""
     from op import Checkpoint, Emit, Usage
 
     try:
@@ -111,6 +161,8 @@ def _row(e: Any) -> tuple[tuple[Any, ...], Any]:
         status, why = text(("failed", "red")), text(f"{what} ", (message, "red"))
     elif _waits(e):
         status = text(("waiting", "yellow"))
+    if attempt is not None:
+        why.append(f" (attempt {attempt} of {attempt})")
     cells = (
         text(e.address),
         text((e.kind, style)),

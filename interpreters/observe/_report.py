@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._base import Attempt, Entry, RunRecord
 from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import ContentError, Reader
 from interpreters.runtime._totals import Totals
@@ -114,6 +114,7 @@ def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
         budget = (_loads(scope.effect_json) or {}).get("budget")
     return {
         "tokens": total.total_tokens,
+        "cached_tokens": total.cached_tokens,
         "cost_usd": None if unknown else (total.cost_usd or 0.0),
         "cost_unknown_calls": unknown,
         "model_calls": model_calls,
@@ -126,15 +127,23 @@ def report_data(
     run: RunRecord,
     entries: Sequence[Entry],
     content: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+    *,
+    attempts: Sequence[Attempt] = (),
+    resumes: Sequence[float] = (),
 ) -> dict[str, Any]:
     """What the page shows, as plain data (the tests read it too). ``content``: the
-    journal's pieces; each ``infer`` then shows the messages it added, once."""
+    journal's pieces; each ``infer`` then shows the messages it added, once. ``attempts``:
+    the earlier attempts of effects a resume began again, each a bar of its own before its
+    effect's; ``resumes``: when the run was resumed, marks on the time axis."""
     from interpreters._durable import checkpoint_labels
 
     labels = {e.address: label for label, e in checkpoint_labels(list(entries))}
     reader = None if content is None else Reader(content)
     pars = {e.address for e in entries if e.kind == Par.kind}
-    items = []
+    tries: dict[str, list[Attempt]] = {}
+    for a in attempts:
+        tries.setdefault(a.address, []).append(a)
+    items: list[dict[str, Any]] = []
     for e in entries:
         usage = None if e.usage_json is None else Usage.model_validate_json(e.usage_json)
         result = (
@@ -170,6 +179,11 @@ def report_data(
         if e.address in labels:
             item["label"] = labels[e.address]
             item["command"] = f"opdsl resume {run.run_id} --from {labels[e.address]}"
+        earlier = tries.get(e.address, [])
+        if earlier:
+            n = len(earlier) + 1
+            items += [_attempt_item(a, item, k, n) for k, a in enumerate(earlier, 1)]
+            item["attempt"], item["attempts"] = n, n
         items.append(item)
     waiting = [
         (_loads(e.effect_json) or {}).get("question")
@@ -177,6 +191,7 @@ def report_data(
         if e.kind == Ask.kind and e.status == "started"
     ]
     ends = [t for e in entries for t in (e.started_at, e.finished_at) if t]
+    ends += [t for a in attempts for t in (a.started_at, a.again_at)] + list(resumes)
     totals = Totals.of_entries(entries)
     data: dict[str, Any] = _cut(
         {
@@ -199,9 +214,33 @@ def report_data(
             "start": min([run.created_at, *ends]) if run.created_at or ends else 0.0,
             "end": max([run.finished_at or 0.0, *ends, run.created_at]),
             "entries": items,
+            "resumes": sorted(resumes),
         }
     )
     return data
+
+
+def _attempt_item(a: Attempt, entry: dict[str, Any], k: int, n: int) -> dict[str, Any]:
+    """Attempt ``k`` of ``n`` of an effect, the last being ``entry``: a bar from its start to
+    its end, or, cut off by a crash or a stop, to when a resume began it again."""
+    cut = a.status == "started"
+    return {
+        **entry,
+        "status": "stopped" if cut else a.status,
+        "started_at": a.started_at,
+        "finished_at": a.finished_at if a.finished_at is not None else a.again_at,
+        "result": None,
+        "usage": None,
+        "tool_error": None,
+        "error": {
+            "type": "stopped" if cut else a.status,
+            "message": f"attempt {k} of {n}: "
+            + ("the run stopped during it" if cut else f"it was {a.status}")
+            + "; a resume began the effect again",
+        },
+        "attempt": k,
+        "attempts": n,
+    }
 
 
 def _link(run_id: str | None) -> str | None:
@@ -213,9 +252,14 @@ def render_report(
     run: RunRecord,
     entries: Sequence[Entry],
     content: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+    *,
+    attempts: Sequence[Attempt] = (),
+    resumes: Sequence[float] = (),
 ) -> str:
-    """The page for ``run``: HTML with its style, script and data inlined."""
-    data = json.dumps(report_data(run, entries, content), ensure_ascii=False, sort_keys=True)
+    """The page for ``run``: HTML with its style, script and data inlined (``attempts`` and
+    ``resumes``: see :func:`report_data`)."""
+    found = report_data(run, entries, content, attempts=attempts, resumes=resumes)
+    data = json.dumps(found, ensure_ascii=False, sort_keys=True)
     # inside <script>: no "</script>", no "<!--", whatever the run's text holds
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = f"opdsl run {run.run_id}"
@@ -270,8 +314,8 @@ main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(280px, 2fr); 
 #timeline { border-right: 1px solid var(--line); overflow: auto; padding: 8px 0; }
 #axis { position: relative; height: 22px; margin-left: 300px; margin-right: 12px; border-bottom: 1px solid var(--line); color: var(--muted); font-size: 11px; }
 #axis span { position: absolute; transform: translateX(-50%); white-space: nowrap; }
-#axis span:last-child { transform: translateX(-100%); }
-#axis span:first-child { transform: none; }
+#axis span:last-of-type { transform: translateX(-100%); }
+#axis span:first-of-type { transform: none; }
 .row { display: grid; grid-template-columns: 300px 1fr; align-items: center; min-height: 24px; cursor: pointer; border-bottom: 1px solid #f4f5f8; }
 .row:hover, .row.selected { background: #f3f6ff; }
 .label { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; padding: 0 8px; font-family: ui-monospace, monospace; font-size: 12px; }
@@ -282,6 +326,9 @@ main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(280px, 2fr); 
 .bar.scope { top: 2px; height: 16px; background: var(--scope); border: 1px solid #b7c3ec; opacity: 1; }
 .bar.failed, .bar.cancelled { background: var(--bad); }
 .bar.started { background: var(--warn); }
+.bar.stopped { background: repeating-linear-gradient(45deg, var(--bad), var(--bad) 3px, #f3c4c4 3px, #f3c4c4 6px); }
+.resume { position: absolute; top: 0; bottom: 0; border-left: 2px dashed var(--warn); }
+#axis .resume { color: var(--warn); padding-left: 3px; white-space: nowrap; }
 .bar.tool { background: #6d4fc2; }
 .bar.agent { background: #0f8a8a; }
 .bar.tool-failed { background: var(--bad); }
@@ -351,6 +398,10 @@ _SCRIPT = r"""
 
   // -- the time axis ---------------------------------------------------------------------
   const axis = document.getElementById("axis");
+  const resumes = data.resumes || [];
+  for (const t of resumes) axis.append(el("div", { class: "resume", style: "left:" + pct(t), title: "resumed" }, "resumed"));
+  if (resumes.length) head.append(el("div", { class: "meta", id: "resumes" }, "resumed " + resumes.length +
+    (resumes.length === 1 ? " time" : " times") + " (the dashed lines)"));
   for (let i = 0; i <= 4; i++) {
     const t = data.start + span * i / 4;
     axis.append(el("span", { style: "left:" + (25 * i) + "%" }, secs(t - data.start)));
@@ -389,7 +440,9 @@ _SCRIPT = r"""
     const over = (b.tokens != null && t.tokens > b.tokens) || (b.model_calls != null && t.model_calls > b.model_calls) ||
       (b.tool_calls != null && t.tool_calls > b.tool_calls);
     const parts = [];
-    if (t.tokens || b.tokens != null) parts.push(part("tokens", t.tokens, b.tokens));
+    if (t.tokens || b.tokens != null) {
+      parts.push(part("tokens", t.tokens, b.tokens) + (t.cached_tokens ? " (" + t.cached_tokens + " cached)" : ""));
+    }
     if (t.model_calls || b.usd != null) parts.push("cost " + money(t.cost_usd) + (b.usd != null ? "/" + money(b.usd) : ""));
     if (t.model_calls || b.model_calls != null) parts.push(part("model", t.model_calls, b.model_calls));
     if (t.tool_calls || b.tool_calls != null) parts.push(part("tools", t.tool_calls, b.tool_calls));
@@ -400,8 +453,10 @@ _SCRIPT = r"""
     const branch = e.lane;
     const label = el("div", { class: "label", style: "padding-left:" + (8 + 14 * depth) + "px" },
       branch ? el("span", { class: "lane" }, branch) : null,
-      el("span", { class: "addr" }, e.address + " "), e.kind + " ", what(e));
+      el("span", { class: "addr" }, e.address + " "), e.kind + " ", what(e),
+      e.attempts ? el("span", { class: "attempt" }, " (attempt " + e.attempt + " of " + e.attempts + ")") : null);
     const track = el("div", { class: "track" });
+    for (const t of resumes) track.append(el("div", { class: "resume", style: "left:" + pct(t) }));
     const end = e.finished_at || data.end;
     if (e.kind === "checkpoint") {
       track.append(el("div", { class: "marker", style: "left:" + pct(e.started_at), title: e.command || "" }));
@@ -440,6 +495,7 @@ _SCRIPT = r"""
     const facts = el("dl", {},
       el("dt", {}, "status"), el("dd", {}, e.tool_error ? "failed (tool)" : e.status),
       el("dt", {}, "duration"), el("dd", {}, e.finished_at ? secs(e.finished_at - e.started_at) : "unfinished"));
+    if (e.attempts) facts.append(el("dt", {}, "attempt"), el("dd", {}, e.attempt + " of " + e.attempts));
     if (u) {
       facts.append(el("dt", {}, "tokens"), el("dd", {}, u.input_tokens + " in, " + u.output_tokens + " out" +
         (u.cached_tokens ? ", " + u.cached_tokens + " cached" : "")));
