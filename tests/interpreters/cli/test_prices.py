@@ -155,6 +155,12 @@ def test_a_budget_says_how_many_of_its_tokens_were_cached() -> None:
     spent = result.value.failure().spent  # type: ignore[attr-defined]
     assert (spent.tokens, spent.cached_tokens, spent.model_calls) == (6080, 4096, 2)
     assert result.totals.cached_tokens == 4096
+    # the report's limit scope says it too
+    journal = SqliteJournal(".opdsl/runs.db")
+    data = report_data(journal.run(result.run_id), list(journal.entries(result.run_id)))
+    journal.close()
+    scope = next(e for e in data["entries"] if e["kind"] == "limit")
+    assert (scope["totals"]["tokens"], scope["totals"]["cached_tokens"]) == (6080, 4096)
 
 
 def test_journals_from_before_prices_were_recorded_still_read(
