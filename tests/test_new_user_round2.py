@@ -89,6 +89,13 @@ def test_two_open_questions_print_the_exact_answer_commands_and_say_waiting(
     assert [line.split("│")[3].strip() for line in out.splitlines() if "│ 1" in line] == [
         "waiting"
     ] * 3
+    from interpreters import SqliteJournal
+    from interpreters.observe._report import report_data
+
+    journal = SqliteJournal(tmp_path / "runs.db", read_only=True)
+    asked = report_data(journal.run(run_id), journal.entries(run_id))["run"]["waiting_at"]
+    assert asked == [["1.1.1", "Which colour?"], ["1.2.1", "Which size?"]]
+    journal.close()
     # each printed command works as it is (TEXT replaced by the answer)
     argv = shlex.split(commands[0].replace("TEXT", "red"))[1:]
     code, out, err = opdsl(capsys, *argv)

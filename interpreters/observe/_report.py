@@ -185,11 +185,12 @@ def report_data(
             items += [_attempt_item(a, item, k, n) for k, a in enumerate(earlier, 1)]
             item["attempt"], item["attempts"] = n, n
         items.append(item)
-    waiting = [
-        (_loads(e.effect_json) or {}).get("question")
+    asked = [
+        (e.address, (_loads(e.effect_json) or {}).get("question"))
         for e in entries
         if e.kind == Ask.kind and e.status == "started"
     ]
+    waiting = [q for _, q in asked]
     ends = [t for e in entries for t in (e.started_at, e.finished_at) if t]
     ends += [t for a in attempts for t in (a.started_at, a.again_at)] + list(resumes)
     totals = Totals.of_entries(entries)
@@ -209,6 +210,7 @@ def report_data(
                 "error": _loads(run.error_json),
                 "final_state": _loads(run.final_state_json),
                 "waiting_for": [q for q in waiting if q],
+                "waiting_at": [[a, q] for a, q in asked if q],
             },
             "totals": {**totals.as_json(), "line": totals.line()},
             "start": min([run.created_at, *ends]) if run.created_at or ends else 0.0,
@@ -386,9 +388,12 @@ _SCRIPT = r"""
       run.parent_link ? el("a", { href: run.parent_link }, run.parent_run) : run.parent_run,
       " at checkpoint " + (run.fork_checkpoint || "?")));
   }
-  for (const q of run.waiting_for) {
+  const asked = run.waiting_at || run.waiting_for.map((q) => ["", q]);
+  for (const [at, q] of asked) {
+    // with several questions open, opdsl answer needs to be told which
+    const which = asked.length > 1 && at ? " --at " + at : "";
     head.append(el("div", { class: "question", id: "question" }, "waiting for an answer: " + q +
-      "  —  opdsl answer " + run.run_id + " TEXT"));
+      "  —  opdsl answer " + run.run_id + which + " TEXT"));
   }
   if (run.error) {
     head.append(el("div", { class: "meta error-line" },
