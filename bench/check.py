@@ -2,7 +2,7 @@
 same run.
 
     (a) ``opdsl check --db J`` in a process of its own: every run replayed against the code
-        as it is now, by value (the time includes the process's start)
+        as it is now, by value (the time includes the process's start); (a2) with ``--jobs 2``
     (b) the same check from the API (``check_runs``), in this process
     (c) a plain loop of ``replay(run_id)`` over every run, in this process (what (a) does for
         each run, without the verdicts)
@@ -60,10 +60,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def check_command(path: Path) -> tuple[float, float, str]:
-    """Wall and CPU seconds of ``opdsl check`` in a process of its own, and its summary."""
+def check_command(path: Path, jobs: int = 1) -> tuple[float, float, str]:
+    """Wall and CPU seconds of ``opdsl check`` in a process of its own (``--jobs``), and its
+    summary."""
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    out = _opdsl("check", "--db", str(path))
+    out = _opdsl("check", "--db", str(path), "--jobs", str(jobs))
     seconds, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     assert out.returncode == 0, out.stdout + out.stderr
     return seconds, cpu, out.stdout.strip().splitlines()[-1]
@@ -106,6 +107,10 @@ def main() -> None:
         print(
             f"(a) opdsl check, one process:   {seconds:6.2f} s   ({cpu:.2f} s of CPU; best of "
             f"{ROUNDS}; {said})"
+        )
+        seconds, cpu, _ = min(check_command(path, jobs=2) for _ in range(ROUNDS))
+        print(
+            f"(a2) the same, --jobs 2:        {seconds:6.2f} s   ({cpu:.2f} s of CPU; best of {ROUNDS})"
         )
         seconds, n = check_api(journal)
         print(f"(b) check_runs, in process:     {seconds:6.2f} s   ({n:,} runs the same)")
