@@ -356,3 +356,171 @@ def test_an_author_that_is_not_name_and_email_is_refused_before_anything_changes
     kinds = {e.kind for e in journal.entries(result.run_id)}
     assert not kinds & {"ask", "infer", "tool"}
     assert not (repo / "handoff").exists()
+
+
+# -- the same rules, the workflow directed from outside (each move a resume of one run) -------
+
+
+class Moves:
+    """:func:`programs.director.directed` on a fresh repository, moved as ``opdsl mcp
+    director`` moves it: each move answers the question the run waits on, and the next
+    question is the move's reply."""
+
+    def __init__(self, tmp_path: Path, roles: Roles, **kwargs: Any) -> None:
+        from programs.director import directed
+
+        tmp_path.mkdir(exist_ok=True)
+        self.repo = make_repo(tmp_path)
+        self.roles = roles
+        self.journal = MemoryJournal()
+        result = run(
+            directed,
+            kwargs=kwargs,
+            model=ScriptedModel(roles),
+            tools=TOOLS,
+            workspace=Workspace(self.repo),
+            db=self.journal,
+        )
+        assert result.status == "waiting", result.describe()
+        self.run_id = result.run_id
+
+    def __call__(self, move: str, **arguments: Any) -> str:
+        from interpreters import resume
+
+        result = resume(
+            self.run_id,
+            db=self.journal,
+            answer=json.dumps({"move": move, **arguments}),
+            model=ScriptedModel(self.roles),
+            workspace=Workspace(self.repo),
+        )
+        assert result.status == "waiting", result.describe()
+        return result.question or ""
+
+    def to_buffer(self) -> None:
+        """PLAN -> DRAFT (the plan), the drafter's test and hand-over, DRAFT -> BUFFER."""
+        assert self("to", state="DRAFT", plan=JOURNEY_PLAN).startswith("state=DRAFT")
+        (self.repo / "test_greet.py").write_text(TEST_GREET)
+        self("handoff_draft", summary="greet.py, tested", tests=["test_greet.py"])
+        assert self("to", state="BUFFER").startswith("state=BUFFER")
+
+    def state(self) -> DirectorState:
+        from interpreters import resume
+
+        result = resume(self.run_id, db=self.journal, answer=json.dumps({"move": "status"}))
+        return state_of(result)
+
+    def checkpoints(self) -> list[str]:
+        return checkpoints(self.journal, self.run_id)
+
+
+def said(reply: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in reply.split() if "=" in p)
+
+
+def test_directed_more_than_max_attempts_failed_go_to_buffer(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: RIGHT[step] if step == 1 or n > 4 else WRONG))
+    moves.to_buffer()
+    handoff = moves("run_implementor")
+    assert handoff.startswith("HANDOFF state=BUFFER step=2 outcome=failed user_guided=false")
+    assert "the step's test failed" in handoff
+    assert moves.roles.attempts == {1: 1, 2: 4}
+    assert moves.checkpoints()[-3:] == ["implement-step-1", "implement-step-2", "buffer"]
+    # the director must fix the step before the implementor goes again
+    assert "revise it first (revise_step)" in moves("run_implementor")
+    step = {
+        "goal": "greet(name) greets by name, with a default",
+        "files": ["greet.py"],
+        "test": "python test_greet.py",
+    }
+    assert said(moves("status"))["needs"] == "fix"
+    assert "needs" not in said(moves("revise_step", step=step))
+    assert moves("run_implementor").startswith("HANDOFF state=VALIDATE run=1 step=2")
+    assert "greets by name, with a default" in moves.roles.briefs[-1]
+
+
+def test_directed_after_max_fixes_it_halts_for_the_user(tmp_path: Path) -> None:
+    moves = Moves(
+        tmp_path, Roles(lambda step, n: RIGHT[step] if step == 1 else WRONG), max_attempts=1
+    )
+    moves.to_buffer()
+    step = JOURNEY_PLAN["steps"][1]
+    for _ in (1, 2):
+        handoff = moves("run_implementor")
+        assert "state=BUFFER step=2" in handoff and "user_guided=false" in handoff, handoff
+        moves("revise_step", step=step)  # a director fix
+    handoff = moves("run_implementor")
+    assert "state=BUFFER step=2" in handoff and "user_guided=true" in handoff, handoff
+    state = moves.state()
+    assert state.user_guided.value is True and state.fixes.value == 3
+    assert "halted for the user (user_guided=true)" in moves("run_implementor")
+    assert "revised in BUFFER after it failed" in moves("revise_step", step=step)
+    moves.roles.implementor = lambda step, n: RIGHT[step]
+    handoff = moves("run_implementor", guidance="use a default argument")
+    assert handoff.startswith("HANDOFF state=VALIDATE"), handoff
+    assert "Guidance from the user:\nuse a default argument" in moves.roles.briefs[-1]
+
+
+def test_directed_direct_mode_validates_after_every_step(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: RIGHT[step]), mode="direct")
+    moves.to_buffer()
+    assert moves("run_implementor").startswith("HANDOFF state=VALIDATE run=1 step=1")
+    moves("handoff_verdict", verdict="PASS run=1")
+    assert "steps are left" in moves("to", state="DONE")
+    assert moves("to", state="BUFFER").startswith("state=BUFFER step=2/2")
+    assert moves("run_implementor").startswith("HANDOFF state=VALIDATE run=2 step=2")
+    moves("handoff_verdict", verdict="PASS run=2")
+    assert moves("to", state="DONE").startswith("state=DONE")
+    assert moves.checkpoints() == [
+        "draft",
+        "buffer",
+        "implement-step-1",
+        "validate-run-1",
+        "buffer",
+        "implement-step-2",
+        "validate-run-2",
+        "done",
+    ]
+
+
+def test_directed_a_fail_verdict_goes_to_buffer(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: RIGHT[step]), mode="direct")
+    moves.to_buffer()
+    moves("run_implementor")
+    moves("handoff_verdict", verdict="FAIL step=1 run=1")
+    assert "the verdict is FAIL step=1: VALIDATE goes to BUFFER" in moves("to", state="DONE")
+    back = said(moves("to", state="BUFFER"))
+    assert (back["state"], back["step"], back["needs"]) == ("BUFFER", "1/2", "fix")
+    moves("revise_step", step=JOURNEY_PLAN["steps"][0])
+    assert moves("run_implementor").startswith("HANDOFF state=VALIDATE run=2 step=1")
+    assert moves.roles.attempts == {1: 2}
+
+
+def test_directed_blocked_goes_to_buffer(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: None if (step, n) == (2, 1) else RIGHT[step]))
+    moves.to_buffer()
+    handoff = moves("run_implementor")
+    assert handoff.startswith("HANDOFF state=BUFFER step=2 outcome=blocked"), handoff
+    assert "step 2 cannot be done" in handoff and moves.roles.attempts == {1: 1, 2: 1}
+
+
+def test_directed_a_plan_edited_after_it_was_locked_goes_back_to_plan(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: RIGHT[step]))
+    moves.to_buffer()
+    plan = moves.repo / "handoff" / "plan.json"
+    plan.write_text(plan.read_text().replace("greets by name", "waves"))
+    handoff = moves("run_implementor")
+    assert handoff.startswith("HANDOFF state=PLAN reason=handoff/plan.json changed after it")
+    assert moves.roles.attempts == {}  # no implementor started on the edited plan
+    assert list(moves.state().moves.items)[-1] == "BUFFER -> PLAN"
+
+
+def test_directed_commits_carry_the_identity_given(tmp_path: Path) -> None:
+    moves = Moves(tmp_path, Roles(lambda step, n: RIGHT[step]), author="Robo <robo@example.org>")
+    moves.to_buffer()
+    moves("run_implementor")
+    log = _git(moves.repo, "log", "--format=%an <%ae>|%G?|%s").splitlines()
+    assert log[:2] == [
+        "Robo <robo@example.org>|N|step 2: greet(name) greets by name",
+        "Robo <robo@example.org>|N|step 1: greet() returns hello",
+    ]
