@@ -1,0 +1,112 @@
+"""``opdsl mcp install`` and ``uninstall`` in a project, run as the user runs them: what is
+written is listed, merged into Claude Code's own files beside what the user has there, the
+same twice over, printed and not written with ``--dry-run``, and taken out exactly again; the
+SessionStart hook it installs says when a workflow is in progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WRITTEN = [
+    ".claude/agents/drafter.md",
+    ".claude/agents/unblocker.md",
+    ".claude/agents/validator.md",
+    ".claude/commands/agent.md",
+    ".claude/settings.json",
+    ".mcp.json",
+]
+
+
+def opdsl(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "interpreters", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+def files(project: Path) -> list[str]:
+    return sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+
+
+def test_install_merges_lists_and_uninstall_takes_exactly_that_out(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".claude").mkdir(parents=True)
+    mine = {"permissions": {"allow": ["Bash(ls:*)"]}, "model": "opus"}
+    (project / ".claude" / "settings.json").write_text(json.dumps(mine))
+
+    dry = opdsl(project, "mcp", "install", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert files(project) == [".claude/settings.json"]  # nothing written
+    assert json.loads((project / ".claude" / "settings.json").read_text()) == mine
+    assert sorted(
+        line.split()[2][:-1] for line in dry.stdout.splitlines() if line.startswith("would write")
+    ) == sorted(str(project / f) for f in WRITTEN)
+
+    for _ in range(2):  # twice: the same files, nothing added twice
+        done = opdsl(project, "mcp", "install")
+        assert done.returncode == 0, done.stderr
+        assert sorted(line.split()[1] for line in done.stdout.splitlines()) == sorted(
+            str(project / f) for f in WRITTEN
+        )
+    assert files(project) == WRITTEN
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    tools = ["fsm_status", "fsm_to", "run_implementor", "handoff_draft", "handoff_verdict"]
+    assert settings["permissions"]["allow"][0] == "Bash(ls:*)" and settings["model"] == "opus"
+    for tool in tools:
+        assert settings["permissions"]["allow"].count(f"mcp__opdsl-director__{tool}") == 1
+    assert settings["env"]["MCP_TOOL_TIMEOUT"] == "14400000"
+    assert settings["enabledMcpjsonServers"] == ["opdsl-director"]
+    assert len(settings["hooks"]["SessionStart"]) == 1
+    server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["opdsl-director"]
+    assert server["args"] == ["-m", "interpreters", "mcp", "director"]
+    assert "opdsl-director" in (project / ".claude" / "commands" / "agent.md").read_text()
+
+    # the hook: silent with no workflow, one line with one in progress
+    hook = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    quiet = subprocess.run(shlex.split(hook), cwd=project, env=env, capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stdout == ""
+    (project / ".opdsl").mkdir()
+    named = {"run_id": "abc123", "implementor": "claude-code:haiku"}
+    (project / ".opdsl" / "director.json").write_text(json.dumps(named))
+    told = subprocess.run(shlex.split(hook), cwd=project, env=env, capture_output=True, text=True)
+    assert "in progress here (run abc123, implementor claude-code:haiku)" in told.stdout
+
+    # a prompt the user changed is left; everything else opdsl wrote goes
+    validator = project / ".claude" / "agents" / "validator.md"
+    validator.write_text(validator.read_text() + "Be strict.\n")
+    gone = opdsl(project, "mcp", "uninstall")
+    assert gone.returncode == 0, gone.stderr
+    assert f"left {validator}: it was changed since opdsl wrote it" in gone.stdout
+    assert files(project) == [
+        ".claude/agents/validator.md",
+        ".claude/settings.json",
+        ".opdsl/director.json",
+    ]
+    assert json.loads((project / ".claude" / "settings.json").read_text()) == mine
+
+
+def test_install_refuses_to_overwrite_a_file_that_is_not_its_own(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".claude" / "commands").mkdir(parents=True)
+    (project / ".claude" / "commands" / "agent.md").write_text("my own /agent\n")
+    refused = opdsl(project, "mcp", "install")
+    assert refused.returncode == 2
+    assert "agent.md exists and is not opdsl's; nothing was written" in refused.stderr
+    assert files(project) == [".claude/commands/agent.md"]
+    (project / ".mcp.json").write_text("{broken")
+    (project / ".claude" / "commands" / "agent.md").unlink()
+    refused = opdsl(project, "mcp", "install")
+    assert refused.returncode == 2 and ".mcp.json is not JSON" in refused.stderr
+    assert files(project) == [".mcp.json"]
