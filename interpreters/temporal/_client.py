@@ -364,17 +364,23 @@ class TemporalJournal(Journal):
     def _read(self, run_id: str) -> Exported:
         if run_id not in self._cache:
 
-            async def fetch() -> str:
+            async def fetch() -> tuple[str, bool]:
                 client = await connect(self.target, self.namespace, content=self.content_spec)
-                return await export(client, run_id)
+                text = await export(client, run_id)
+                memo = await (await client.get_workflow_handle(run_id).describe()).memo()
+                return text, bool(memo.get("waiting"))
 
             try:
-                text = blocking(fetch)
+                text, waiting = blocking(fetch)
             except TemporalError as exc:
                 if "not found" in str(exc).lower():
                     raise JournalError(f"no run {run_id!r} on Temporal at {self.target}") from None
                 raise JournalError(str(exc)) from None
-            self._cache[run_id] = read_export(text, source=f"run {run_id} on {self.target}")
+            exported = read_export(text, source=f"run {run_id} on {self.target}")
+            if waiting and exported.run.status == "running":  # at an ask, as runs() says
+                record = exported.run.model_copy(update={"status": "waiting"})
+                exported = dataclasses.replace(exported, run=record)
+            self._cache[run_id] = exported
         return self._cache[run_id]
 
     def run(self, run_id: str) -> RunRecord:

@@ -110,6 +110,9 @@ def test_runs_that_ask_end_the_command_waiting_as_locally(temporal: Server, tmp_
         ]
         listed = {r["run_id"]: r for r in json.loads(opdsl("runs", "--json", *t).stdout)}
         assert listed[run_id]["status"] == "waiting"
+        shown = opdsl("show", run_id, *t)
+        assert f"run {run_id} {PLAN}  waiting" in shown.stdout, shown.stdout + shown.stderr
+        assert "│ 2       │ ask        │ waiting" in shown.stdout, shown.stdout
 
         # resume --from: the fork ends at its question too, and names its checkpoint
         forked = opdsl("resume", run_id, "--from", "plan", *t, *q)
