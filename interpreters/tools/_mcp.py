@@ -40,12 +40,12 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, final
+from typing import Any, final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -376,7 +376,7 @@ async def _stdio(
     *,
     env: dict[str, str],
     cwd: Path | None,
-    errlog: IO[str],
+    errlog: _Tail,
     overlong: Callable[[], None],
 ) -> AsyncIterator[tuple[Any, Any]]:
     """A stdio transport for the MCP SDK's ``Client``: newline-delimited JSON-RPC on the
@@ -389,7 +389,7 @@ async def _stdio(
     from mcp.shared.message import SessionMessage
 
     process = await anyio.open_process(
-        argv, env=env, cwd=cwd, stderr=errlog, start_new_session=True
+        argv, env=env, cwd=cwd, stderr=subprocess.PIPE, start_new_session=True
     )
     read_in, read_out = anyio.create_memory_object_stream[Any](0)
     write_in, write_out = anyio.create_memory_object_stream[Any](0)
@@ -421,6 +421,12 @@ async def _stdio(
                         _kill(process)
                         return
 
+    async def drain() -> None:
+        assert process.stderr is not None
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in process.stderr:
+                errlog.add(chunk)
+
     async def writer() -> None:
         assert process.stdin is not None
         async with write_out:
@@ -431,6 +437,7 @@ async def _stdio(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
+        tg.start_soon(drain)
         tg.start_soon(writer)
         try:
             yield read_out, write_in
@@ -448,6 +455,27 @@ async def _stdio(
                     await process.aclose()  # its pipes closed, and it reaped
                 await read_out.aclose()
             tg.cancel_scope.cancel()
+
+
+@final
+class _Tail:
+    """The end of what a server wrote on its stderr (what a failure quotes), never more than
+    a few kilobytes however much it writes."""
+
+    KEEP = 8192
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * self.KEEP:
+            del self._data[: -self.KEEP]
+
+    def last_line(self) -> str:
+        text = self._data[-self.KEEP :].decode("utf-8", "replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[-1][:300] if lines else ""
 
 
 def _kill(process: Any) -> None:
@@ -472,7 +500,7 @@ class _Connection:
         self._ended = anyio.Event()
         #: set when the server's stream has ended: it died, or is being stopped
         self._gone = anyio.Event()
-        self._stderr: IO[str] | None = None
+        self._stderr: _Tail | None = None
         #: the server sent a message over MAX_MESSAGE bytes, and was stopped
         self.overlong = False
         #: the tools' JSON Schemas by the server's names, for checking arguments
@@ -507,8 +535,7 @@ class _Connection:
             unset = [a for v in _SDK_DEFAULT_ENV if v not in env for a in ("--unsetenv", v)]
             home = [] if "HOME" in server.env else ["--setenv", "HOME", "/tmp"]
             argv = [*wrapped[:cut], *unset, *home, *wrapped[cut:]]
-        # kept open while the server runs (its last line says why it failed); closed by end()
-        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self._stderr = _Tail()  # its last line says why it failed
         self.overlong = False
         return _stdio(
             argv,
@@ -569,16 +596,8 @@ class _Connection:
 
     def _said(self) -> str:
         """The last line the server wrote on its stderr, if any."""
-        if self._stderr is None:
-            return ""
-        with contextlib.suppress(OSError, ValueError):
-            self._stderr.flush()
-            self._stderr.seek(0)
-            lines = [ln for ln in self._stderr.read()[-4000:].splitlines() if ln.strip()]
-            self._stderr.seek(0, 2)
-            if lines:
-                return f" (its stderr: {lines[-1].strip()[:300]})"
-        return ""
+        line = "" if self._stderr is None else self._stderr.last_line()
+        return f" (its stderr: {line})" if line else ""
 
     async def end(self) -> None:
         """Stop the server, if it runs, and wait until it has ended."""
@@ -590,9 +609,7 @@ class _Connection:
             self._client = None
             self._stop.set()
             await self._ended.wait()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        self._stderr = None
 
     async def list_tools(self) -> list[Any]:
         client = await self.client()

@@ -117,6 +117,7 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
                 ("h_write", {"path": str(tmp_path / "outside.txt")}),  # a hidden sibling
                 ("h_write", {"path": OUTSIDE}),  # the read-only rest of the machine
                 ("h_hang", {}),
+                ("h_noisy", {}),  # its stderr drained, never blocking it
                 ("h_die", {}),
                 ("h_echo", {"text": "again"}),
             ]
@@ -131,7 +132,8 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
     # markup, a listing twice and a schema that is not one are left out, each said once
     assert sorted(specs) == sorted(
         f"h_{n}"
-        for n in ("echo", "huge", "hang", "die", "fail", "quit", "env", "write", "connect", "a_b")
+        for n in ("echo", "huge", "hang", "die", "fail", "quit", "noisy", "env", "write")
+        + ("connect", "a_b")
     )
     assert any("'<b>bold</b>' is left out: no model API takes that name" in w for w in warnings)
     assert sum("'dup' is left out: the server lists it more than once" in w for w in warnings) == 1
@@ -156,11 +158,12 @@ def test_a_hostile_server_gives_its_usable_tools_and_every_failure_is_a_result(
     assert not results[7].ok and "Read-only file system" in str(results[7].error)
     assert not Path(OUTSIDE).exists()
     assert results[8].error == "MCP server 'h' gave no answer to 'h_hang' within 3s"
-    assert results[9].error == (
+    assert results[9].ok and results[9].output == "said a lot"
+    assert results[10].error == (
         "MCP server 'h' ended during the call to 'h_die' (its stderr: dying as asked); "
         "it is started again at the next call"
     )
-    assert results[10].ok and results[10].output == "again"  # started again
+    assert results[11].ok and results[11].output == "again"  # started again
     assert out["starts"] == 2
     assert starts(marker) == 2
     assert time.monotonic() - started < 30
@@ -274,13 +277,13 @@ def test_servers_that_cannot_be_used_say_why_in_one_line(ws: Path) -> None:
         (
             {"s": hostile(None, "--variant", "string", confined=False)},
             MCPError,
-            "MCP server 's' lists tools that are not MCP tools: tools.14.inputSchema.type: Input "
+            "MCP server 's' lists tools that are not MCP tools: tools.0.inputSchema.type: Input "
             "should be 'object'",
         ),
         (
             {"a": hostile(prefix="t_", confined=False), "b": hostile(prefix="t_", confined=False)},
             DuplicateTool,
-            "MCP servers 'a' and 'b' both offer 't_echo' (and 9 more); give a server a prefix",
+            "MCP servers 'a' and 'b' both offer 't_echo' (and 10 more); give a server a prefix",
         ),
         ({"bad name": hostile(confined=False)}, MCPError, "MCP server name 'bad name'"),
     ]
