@@ -41,7 +41,6 @@ from op import (
     Tool,
     ToolResult,
     TurnRecord,
-    Usage,
     Uuid,
 )
 from op.effects import LeafEffect, ModelRequest
@@ -126,7 +125,7 @@ class LiveHandlers(RunHandlers):
         if not isinstance(model, RemoteModel):
             return None  # a scripted or custom model: its answers say their cost, if they know it
         name = effect.model or model.model
-        if model.prices.cost(name, Usage()) is not None:
+        if model.prices.price(name, provider=model.provider, base_url=model.base_url):
             return None
         return (
             f"no price is known for model {name!r} ({model.provider}), so a usd budget cannot be kept; "
