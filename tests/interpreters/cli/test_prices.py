@@ -16,7 +16,7 @@ import pytest
 from interpreters import run
 from interpreters.cli._main import main
 from interpreters.journal import SqliteJournal
-from interpreters.models import OpenAIModel
+from interpreters.models import OllamaModel, OpenAIModel
 from interpreters.observe._report import report_data
 from op import Budget, Message, Op, infer, limit
 from tests.servers import ScriptedServer, openai
@@ -178,3 +178,24 @@ def test_journals_from_before_prices_were_recorded_still_read(
             code, out, err = opdsl(capsys, "show", run_id, "--db", str(db), "--json")
             assert code == 0, err
             assert json.loads(out)["totals"]["price_sources"] == []
+
+
+def ask_once() -> Op[object]:
+    def body() -> Op[str]:
+        reply = yield from infer([Message.user("hi")])
+        return reply.text
+
+    return (yield from limit(Budget(usd=1.0), body()))
+
+
+def test_a_usd_budget_stops_a_local_model_named_like_an_api_model_before_calling_it() -> None:
+    from tests.servers import ollama
+
+    with ScriptedServer([ollama("x")]) as srv:
+        result = run(ask_once, model=OllamaModel("deepseek-r1:7b", base_url=srv.url))
+        assert srv.requests == []  # DeepSeek's API price is not this machine's
+    stopped = result.value.failure()  # type: ignore[attr-defined]
+    assert (
+        stopped.exceeded == "usd"
+        and "no price is known for model 'deepseek-r1:7b'" in stopped.reason
+    )
