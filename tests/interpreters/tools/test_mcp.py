@@ -32,7 +32,7 @@ from interpreters.tools._mcp import (
     parse_mcp,
 )
 from interpreters.tools._sandbox import sandbox_problem
-from op import DuplicateTool, Response, ToolCall
+from op import DuplicateTool, OpdslError, Response, ToolCall
 from tests.fixtures import mcp_programs
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
@@ -422,6 +422,41 @@ def test_resume_starts_the_recorded_servers_again(ws: Path, tmp_path: Path) -> N
     done = resume(waiting.run_id, db=db, answer="yes")  # the servers as the run recorded them
     assert (done.status, done.value) == ("completed", "hi yes dotted")
     assert starts(marker) == 2
+
+
+@needs_bwrap
+def test_an_imported_run_starts_no_server_it_names_until_named_again(
+    ws: Path, tmp_path: Path
+) -> None:
+    from interpreters import export_run, import_run
+
+    marker = ws / "starts"
+    first = SqliteJournal(tmp_path / "first.db")
+    waiting = run(
+        mcp_programs.echo_then_ask, "hi", db=first, mcp={"h": hostile(marker)}, workspace=ws
+    )
+    other = SqliteJournal(tmp_path / "other.db")
+    import_run(other, export_run(first, waiting.run_id), source="run.jsonl")
+    with pytest.raises(OpdslError, match="names MCP servers; name them again"):
+        resume(
+            waiting.run_id,
+            db=other,
+            answer="yes",
+            program=mcp_programs.echo_then_ask,
+            tools=[],
+            workspace=str(ws),
+        )
+    assert starts(marker) == 1  # the command the file names never ran
+    done = resume(
+        waiting.run_id,
+        db=other,
+        answer="yes",
+        program=mcp_programs.echo_then_ask,
+        tools=[],
+        workspace=str(ws),
+        mcp={"h": hostile(marker)},
+    )
+    assert (done.status, done.value) == ("completed", "hi yes dotted")
 
 
 @needs_bwrap
