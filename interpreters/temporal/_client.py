@@ -228,7 +228,8 @@ async def outcome_or_waiting(
                 message = await _task_failure(handle)
                 if message is not None and message not in told:
                     told.add(message)
-                    on_task_failure(f"its workflow task failed {attempt - 1} times: {message}")
+                    times = "once" if attempt == 2 else f"{attempt - 1} times"
+                    on_task_failure(f"its workflow task failed {times}, and is retried: {message}")
     finally:
         if not ended.done():
             ended.cancel()
