@@ -551,8 +551,10 @@ class _Connection:
     async def _serve(
         self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
     ) -> None:
-        from mcp import Client
-
+        try:
+            from mcp import Client
+        except ImportError:
+            raise MCPError("MCP servers need the mcp extra: pip install 'opdsl[mcp]'") from None
         started = False
         try:
             transport = _watched(self._transport(), self._gone)

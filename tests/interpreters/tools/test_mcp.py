@@ -294,6 +294,22 @@ def test_servers_that_cannot_be_used_say_why_in_one_line(ws: Path) -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_without_the_mcp_extra_a_server_is_one_clear_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if it were not installed
+
+    async def open_one() -> None:
+        async with open_mcp({"h": hostile(confined=False)}, root=ws):
+            pass
+
+    with pytest.raises(
+        MCPError, match=r"MCP servers need the mcp extra: pip install 'opdsl\[mcp\]'"
+    ):
+        anyio.run(open_one)
+    assert listed_tools({}) == [] and listed_tools(None) == []  # no server: nothing imported
+
+
 @needs_bwrap
 def test_calls_are_journaled_redacted_budgeted_and_replayed_without_the_server(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
