@@ -11,7 +11,10 @@
   leaf or not, by ``Driver.perform``.
 - ``Replay`` looks the address up in the record: a finished entry is fed back as the program
   saw it the first time; a changed effect is a divergence; an unfinished one runs again. A
-  ``patched`` marker the record passed without is answered False and takes no address.
+  ``patched`` marker the record passed without is answered False.
+- A ``patched`` marker answered False (by the record, or live: Temporal's replay of an older
+  history, a script) is neither told, journaled nor numbered: the driver gives its address
+  back, so a run down the old code is numbered as it was before the change.
 - ``Announced`` sends ``EffectStarted``/``EffectFinished`` (and ``Emitted``,
   ``CheckpointSaved``) to the event bus; every start is closed by exactly one finish.
 - ``Journaled`` writes the entry ``started`` before the handler runs and finishes it before
@@ -214,7 +217,19 @@ class Journaled(Layer):
         """Finish the entry with ``exc``: failed (an error), or cancelled (a cancellation)."""
         self.finish(address, _status(exc), exc=exc)
 
+    async def marker(self, effect: Patched, address: str, frame: Frame) -> Any:
+        """A ``patched`` marker is journaled once decided, and only where it takes the new
+        code: the old code is a run without the marker (it performs nothing either way)."""
+        taken = await self.inner(effect, address, frame)
+        if taken:
+            d = self.driver
+            self.begin(effect, address, d.recorded(effect, address), d.clock.now())
+            self.finish(address, "completed", recorded=d.recorded_result(True, "patched", address))
+        return taken
+
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
+        if type(effect) is Patched:
+            return await self.marker(effect, address, frame)
         d = self.driver
         self.begin(effect, address, d.recorded(effect, address), d.clock.now())
         journal = d.journal
@@ -285,6 +300,17 @@ class Announced(Layer):
 
     async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
         d = self.driver
+        if type(effect) is Patched:
+            # told once decided, and only where it takes the new code (as it is journaled)
+            taken = await self.inner(effect, address, frame)
+            if taken:
+                self.finished(
+                    effect,
+                    address,
+                    self.started(effect, address, d.payload(effect, address)),
+                    "completed",
+                )
+            return taken
         t0 = self.started(effect, address, d.payload(effect, address))
         try:
             result = await self.inner(effect, address, frame)
@@ -411,8 +437,8 @@ class Replay(Layer):
     async def patched(self, effect: Patched, address: str, frame: Frame) -> Any:
         """A ``patched`` marker: the recorded decision where the record has this marker here;
         where the recorded run passed this point without it (the record goes on past it),
-        False, and the marker gives its address back, so the old code's effects keep theirs;
-        where the record ends before it, live (the new code, recorded)."""
+        False (the driver then gives its address back, so the old code's effects keep theirs);
+        where the record ends before it, live."""
         d = self.driver
         log = d.log
         assert log is not None
@@ -431,7 +457,7 @@ class Replay(Layer):
             return await self.inner(effect, address, frame)  # the record never got here
         if entry is None and cut_off(frame):
             raise ReplayStop()
-        frame.take_back()
+        # the driver gives the address back (``Driver.perform``), as for a handler's False
         log.old_code.append(effect.name)
         if effect.deprecated:
             raise self._old_code_gone(effect, address, frame, entry)
