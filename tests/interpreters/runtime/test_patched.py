@@ -11,6 +11,7 @@ import pytest
 
 from interpreters import (
     Divergence,
+    MemoryJournal,
     ScriptedInterpreter,
     SqliteJournal,
     dry_run,
@@ -182,7 +183,13 @@ def test_a_script_answers_a_marker_either_way() -> None:
     # unasked, the marker passes as the new code
     assert ScriptedInterpreter(answers).run(confirm).value == "did a (b)"
     old_side = [(expect("patched", name="ask-twice"), False), (expect("ask"), "a")]
-    assert ScriptedInterpreter(old_side).run(confirm).value == "did a"
+    journal = MemoryJournal()
+    old = ScriptedInterpreter(old_side, journal=journal).run(confirm)
+    assert old.value == "did a"
+    # the old side is a run without the marker: not journaled, and numbered as before it
+    kinds = [(e.address, e.kind) for e in journal.entries(old.run_id)]
+    assert kinds[:3] == [("1", "checkpoint"), ("2", "ask"), ("3", "checkpoint")]
+    assert "patched" not in [k for _, k in kinds[:3]]
     with pytest.raises(ScriptMismatch, match=r"patched\('ask-twice'\) at address 2 with 'no'"):
         ScriptedInterpreter([(expect("patched"), "no")]).run(confirm)
     CODE["version"] = "deprecated"

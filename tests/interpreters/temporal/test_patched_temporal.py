@@ -23,22 +23,28 @@ from interpreters.temporal import (
     start_run,
 )
 from tests.interpreters.temporal.conftest import Server
+from tests.interpreters.temporal.tools import slow
 
+# a tool (an activity, whose id carries its address) comes before the question, so the run
+# waiting there has it in its history: the old code must number it as it was
 OLD = (
-    "from op import Op, ask\n\n"
+    "from op import Op, ask, tool\n\n"
     "def confirm() -> Op[str]:\n"
+    "    r = yield from tool('slow', {'label': 'ready', 'seconds': 0.0})\n"
     "    first = yield from ask('What now?')\n"
-    "    return f'did {first}'\n"
+    "    return f'did {first} when {r.output}'\n"
 )
 NEW = (
-    "from op import Op, ask, patched\n\n"
+    "from op import Op, ask, patched, tool\n\n"
     "def confirm() -> Op[str]:\n"
     "    if (yield from patched('ask-twice')):\n"
+    "        r = yield from tool('slow', {'label': 'ready', 'seconds': 0.0})\n"
     "        first = yield from ask('What now?')\n"
     "        sure = yield from ask(f'Sure about {first}?')\n"
-    "        return f'did {first} ({sure})'\n"
+    "        return f'did {first} ({sure}) when {r.output}'\n"
+    "    r = yield from tool('slow', {'label': 'ready', 'seconds': 0.0})\n"
     "    first = yield from ask('What now?')\n"
-    "    return f'did {first}'\n"
+    "    return f'did {first} when {r.output}'\n"
 )
 PROGRAM = "patched_program:confirm"
 
@@ -46,7 +52,10 @@ PROGRAM = "patched_program:confirm"
 @asynccontextmanager
 async def _serving(server: Server, queue: str) -> AsyncIterator[Client]:
     client = await connect(server.target)
-    async with make_worker(client, task_queue=queue, programs=[PROGRAM], sticky_seconds=0.5):
+    worker = make_worker(
+        client, task_queue=queue, programs=[PROGRAM], tools=[slow], sticky_seconds=0.5
+    )
+    async with worker:
         yield client
 
 
@@ -83,14 +92,14 @@ def test_a_waiting_run_takes_the_old_code_and_a_new_run_the_new(
         sys.modules.pop("patched_program", None)
         async with _serving(temporal, "patched") as client:
             await answer(client, "patched-old", "tests")
-            assert (await outcome(old)).result_json == '"did tests"'
+            assert (await outcome(old)).result_json == '"did tests when ready"'
 
             new = await start_run(client, PROGRAM, task_queue="patched", run_id="patched-new")
             await _asked(client, "patched-new")
             await answer(client, "patched-new", "docs")
             assert list((await _asked(client, "patched-new")).values()) == ["Sure about docs?"]
             await answer(client, "patched-new", "yes")
-            assert (await outcome(new)).result_json == '"did docs (yes)"'
+            assert (await outcome(new)).result_json == '"did docs (yes) when ready"'
             for handle in (old, new):
                 assert await _replays(client, await handle.fetch_history()) is None
 
