@@ -56,6 +56,7 @@ from interpreters.models._remote import (
 from interpreters.models._transport import (
     AiohttpTransport,
     HttpxTransport,
+    ProxyRefused,
     ProxyRoutes,
     ssl_environment,
 )
@@ -631,6 +632,8 @@ class HttpModel(RemoteModel):
             ) from None
         except httpx.TimeoutException as exc:
             raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
+        except ProxyRefused as exc:  # asking again gets the same answer
+            raise self.error(f"cannot reach {self.base_url}: {exc}") from None
         except httpx.TransportError as exc:
             cut = seen is not None and seen.delivered
             what = "the stream was cut" if cut else f"cannot reach {self.base_url}"

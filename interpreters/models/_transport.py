@@ -9,7 +9,8 @@ no decoding: opdsl decodes and caps an answer itself) and gives aiohttp's answer
 ``httpx.Response``. aiohttp's errors become httpx's, each saying what went wrong in words:
 
 - a server that cannot be reached, or a TLS handshake refused: :class:`httpx.ConnectError`
-  (a proxy that cannot be reached or that refuses the tunnel: :class:`httpx.ProxyError`);
+  (a proxy that cannot be reached: :class:`httpx.ProxyError`; one that refuses the tunnel,
+  its credentials wrong, say: :class:`ProxyRefused`, not worth trying again);
 - no connection in time: :class:`httpx.ConnectTimeout`; no bytes in time:
   :class:`httpx.ReadTimeout`;
 - an answer that is not HTTP, a head too long, a body cut short, a connection closed before
@@ -43,9 +44,13 @@ from yarl import URL
 from interpreters._redact import Redactor
 from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 
-__all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRoutes"]
+__all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes"]
 
 _SCRUB = Redactor()
+
+
+class ProxyRefused(httpx.ProxyError):
+    """The proxy answered the tunnel's CONNECT with an error (407: the credentials)."""
 
 
 @dataclass(frozen=True)
@@ -407,13 +412,12 @@ def _translate(
     try:
         raise error
     except aiohttp.ClientHttpProxyError as exc:
-        raise httpx.ProxyError(
-            f"the proxy {proxy.shown if proxy else ''} refused the tunnel to {where}: "
-            f"{exc.status} {exc.message}"
+        raise ProxyRefused(
+            f"the proxy {_named(proxy)} refused the tunnel to {where}: {exc.status} {exc.message}"
         ) from None
     except aiohttp.ClientProxyConnectionError as exc:
         raise httpx.ProxyError(
-            f"cannot connect to the proxy {proxy.shown if proxy else ''}: {_os_error(exc)}"
+            f"cannot connect to the proxy {_named(proxy)}: {_os_error(exc)}"
         ) from None
     except aiohttp.ClientSSLError as exc:
         raise httpx.ConnectError(f"cannot connect to {where}{via}: {_os_error(exc)}") from None
@@ -440,6 +444,10 @@ def _translate(
         raise httpx.ReadError(f"the connection to {where}{via} failed: {_os_error(exc)}") from None
     except aiohttp.ClientError as exc:
         raise httpx.TransportError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _named(proxy: Proxy | None) -> str:
+    return "" if proxy is None else f"{proxy.shown} ({proxy.variable})"
 
 
 def _os_error(exc: aiohttp.ClientOSError) -> str:
@@ -482,8 +490,10 @@ class HttpxTransport(httpx.AsyncBaseTransport):
             )
         try:
             return await transport.handle_async_request(request)
-        except httpx.ProxyError as exc:
-            raise httpx.ProxyError(f"the proxy {proxy.shown} ({proxy.variable}): {exc}") from None
+        except httpx.ProxyError as exc:  # httpx's: the proxy answered CONNECT with an error
+            raise ProxyRefused(
+                f"the proxy {proxy.shown} ({proxy.variable}) refused the tunnel: {exc}"
+            ) from None
         except httpx.ConnectError as exc:
             raise httpx.ProxyError(
                 f"cannot connect through the proxy {proxy.shown} ({proxy.variable}): {exc}"

@@ -196,13 +196,17 @@ def test_wrong_proxy_credentials_are_an_error_that_names_the_proxy_not_the_passw
     proxy = ForwardProxy(credentials="me:the-right-one")
     try:
         monkeypatch.setenv("HTTPS_PROXY", proxy.url("me:hunter2-secret"))
-        result = run(ask, model=_model(f"https://127.0.0.1:{tls_server.port}/v1"), backend=backend)
+        model = _model(f"https://127.0.0.1:{tls_server.port}/v1")
+        model.retry = RetryPolicy(max_retries=2, base=0.01)
+        result = run(ask, model=model, backend=backend)
     finally:
         proxy.close()
     text = str(result.error)
     assert result.status == "failed" and "407" in text and proxy.url() in text, text
+    assert "refused the tunnel" in text and "HTTPS_PROXY" in text
     assert "hunter2-secret" not in text and "hunter2-secret" not in result.describe()
     assert tls_server.accepted == 0  # nothing reached the server
+    assert len(proxy.seen) == 1  # not asked again: it would answer the same
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
