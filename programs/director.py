@@ -1155,6 +1155,11 @@ class _Directed:
             raise _Refused("the step failed: revise it first (revise_step), a director fix")
         if self.need == "guidance" and not guidance.strip():
             raise _Refused("halted for the user (user_guided=true): pass their guidance=...")
+        if self.implementor != "model":
+            try:  # its CLI must still start: else refused here, before any change
+                yield from agent(self.implementor, "", probe=True)
+            except ModelError as exc:
+                raise _Refused(f"the implementor backend cannot run: {exc}") from None
         while True:
             s = yield from get(DirectorState)
             pointer = s.pointer.value or 1

@@ -366,12 +366,15 @@ class Moves:
     director`` moves it: each move answers the question the run waits on, and the next
     question is the move's reply."""
 
-    def __init__(self, tmp_path: Path, roles: Roles, **kwargs: Any) -> None:
+    def __init__(
+        self, tmp_path: Path, roles: Roles, agents: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         from programs.director import directed
 
         tmp_path.mkdir(exist_ok=True)
         self.repo = make_repo(tmp_path)
         self.roles = roles
+        self.agents = agents
         self.journal = MemoryJournal()
         result = run(
             directed,
@@ -380,8 +383,9 @@ class Moves:
             tools=TOOLS,
             workspace=Workspace(self.repo),
             db=self.journal,
+            agents=agents,
         )
-        assert result.status == "waiting", result.describe()
+        self.started = result
         self.run_id = result.run_id
 
     def __call__(self, move: str, **arguments: Any) -> str:
@@ -393,11 +397,13 @@ class Moves:
             answer=json.dumps({"move": move, **arguments}),
             model=ScriptedModel(self.roles),
             workspace=Workspace(self.repo),
+            agents=self.agents,
         )
         assert result.status == "waiting", result.describe()
         return result.question or ""
 
     def to_buffer(self) -> None:
+        assert self.started.status == "waiting", self.started.describe()
         """PLAN -> DRAFT (the plan), the drafter's test and hand-over, DRAFT -> BUFFER."""
         assert self("to", state="DRAFT", plan=JOURNEY_PLAN).startswith("state=DRAFT")
         (self.repo / "test_greet.py").write_text(TEST_GREET)
@@ -524,3 +530,37 @@ def test_directed_commits_carry_the_identity_given(tmp_path: Path) -> None:
         "Robo <robo@example.org>|N|step 2: greet(name) greets by name",
         "Robo <robo@example.org>|N|step 1: greet() returns hello",
     ]
+
+
+def test_directed_a_backend_that_cannot_run_is_refused_changing_nothing(tmp_path: Path) -> None:
+    import shutil
+
+    from interpreters import ClaudeCodeBackend
+
+    gone = Moves(
+        tmp_path / "gone",
+        Roles(lambda step, n: RIGHT[step]),
+        agents={"claude-code": ClaudeCodeBackend(executable=str(tmp_path / "no" / "claude"))},
+        implementor="claude-code",
+    )
+    # at the start: the run fails before it asks anything or touches the repository
+    assert gone.started.status == "failed"
+    assert "needs the `claude` executable" in str(gone.started.error)
+    assert not (gone.repo / "handoff").exists()
+    # at the hand-over: its CLI gone since the start, run_implementor() is refused
+    cli = tmp_path / "bin" / "claude"
+    cli.parent.mkdir()
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "fake_cli" / "claude", cli)
+    moves = Moves(
+        tmp_path / "later",
+        Roles(lambda step, n: RIGHT[step]),
+        agents={"claude-code": ClaudeCodeBackend(executable=str(cli))},
+        implementor="claude-code",
+    )
+    moves.to_buffer()
+    before = moves("status")
+    cli.unlink()
+    refused = moves("run_implementor")
+    assert refused.startswith("REFUSED: the implementor backend cannot run"), refused
+    assert "needs the `claude` executable" in refused
+    assert moves("status") == before and moves.checkpoints()[-1] == "buffer"
