@@ -30,7 +30,9 @@ def asks_twice() -> Op[list[str]]:
 def two(tmp_path: Path) -> tuple[str, str, str]:
     db = str(tmp_path / "runs.db")
     parent = run(asks_twice, model=ScriptedModel(["one", "two"]), state=Seen(), db=db)
-    fork = resume(parent.run_id, from_checkpoint="between", db=db, model=ScriptedModel(["TWO"]))
+    # a scripted model's place is the run's: the fork's second call gets its second answer
+    model = ScriptedModel(["one", "TWO"])
+    fork = resume(parent.run_id, from_checkpoint="between", db=db, model=model)
     return db, parent.run_id, fork.run_id
 
 

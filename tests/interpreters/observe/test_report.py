@@ -231,9 +231,8 @@ def test_the_report_in_a_browser(recorded: tuple[str, str], tmp_path: Path, brow
 
 
 def _model_after_fork() -> SlowModel:
-    return SlowModel(
-        [Response(text=f"the answer {HOSTILE}", usage=Usage(input_tokens=90, output_tokens=12))]
-    )
+    # a scripted model's place is the run's: the fork's second call gets the second answer
+    return _model()
 
 
 def test_a_waiting_run_shows_its_question(tmp_path: Path, browser: Any) -> None:
