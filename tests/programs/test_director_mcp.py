@@ -223,3 +223,57 @@ def test_the_workflow_outlives_its_server_and_abandon_puts_the_files_back(
     assert not (repo / "test_greet.py").exists() and not (repo / "handoff").exists()
     assert not (repo / ".opdsl" / "director.json").exists()
     assert git_log(repo) == [git_log(repo)[0]] and git_log(repo)[0].endswith("|start|N")
+
+
+MOVE = """
+import json, sys
+from pathlib import Path
+from interpreters.cli._mcp import Director
+print(Director(Path.cwd(), None).move(json.loads(sys.argv[1])), flush=True)
+"""
+
+
+def test_a_move_cut_off_with_its_server_is_taken_up_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ends (SIGKILL) while the implementor works: the next server's first move
+    takes the cut-off run_implementor() up where the journal has it, then answers."""
+    import time
+
+    from interpreters.cli._mcp import Director as Server
+
+    repo = _repo(tmp_path)
+    honest = Director()
+    first = [True]
+
+    def answers(req: dict[str, Any]) -> Any:
+        from tests.servers import Reply
+
+        if first[0]:  # the first implementor call never answers: the server is killed in it
+            first[0] = False
+            return Reply(hang=True)
+        return honest(req)
+
+    with ScriptedServer([answers] * 40) as srv:
+        env = _env(srv)
+        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+            monkeypatch.setenv(name, env[name])
+        server = Server(repo, None, "model", "openai:gpt-4.1-mini")
+        server.move({"move": "to", "state": "DRAFT", "plan": JOURNEY_PLAN})
+        (repo / "test_greet.py").write_text(TEST_GREET)
+        server.move({"move": "handoff_draft", "summary": "greet.py", "tests": ["test_greet.py"]})
+        assert server.move({"move": "to", "state": "BUFFER"}).startswith("state=BUFFER")
+        cut = subprocess.Popen(
+            [sys.executable, "-c", MOVE, json.dumps({"move": "run_implementor"})],
+            cwd=repo,
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while not srv.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.requests, "the implementor was never asked"
+        cut.kill()
+        cut.wait()
+        status = fields(server.move({"move": "status"}))
+    assert status["state"] == "VALIDATE" and status["validation_run"] == "1", status
+    assert git_log(repo)[:2] == STEP_COMMITS
