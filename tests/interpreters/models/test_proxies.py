@@ -363,3 +363,19 @@ def test_a_users_client_whose_transport_answers_already_read(stream: bool) -> No
     assert asyncio.run(main(10_000)).value == "mocked"
     capped = asyncio.run(main(20))
     assert capped.status == "failed" and "over 20 bytes" in str(capped.error)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_run_takes_a_model_with_a_users_client(backend: str) -> None:
+    """``run(..., model=...)`` from synchronous code, on either event loop: the client is
+    made outside any loop and used in the one the run makes."""
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(request.headers["idempotency-key"])
+
+    client = httpx.AsyncClient(event_hooks={"request": [hook]})
+    with ScriptedServer([openai("sync")]) as srv:
+        result = run(ask, model=_model(f"{srv.url}/v1", http_client=client), backend=backend)
+    assert result.value == "sync", result.describe()
+    assert seen == [srv.headers[0]["idempotency-key"]]
