@@ -96,6 +96,12 @@ def test_two_open_questions_print_the_exact_answer_commands_and_say_waiting(
     asked = report_data(journal.run(run_id), journal.entries(run_id))["run"]["waiting_at"]
     assert asked == [["1.1.1", "Which colour?"], ["1.2.1", "Which size?"]]
     journal.close()
+    # without --at, the refusal names the exact command for each question
+    code, _, err = opdsl(capsys, "answer", run_id, "--db", "runs.db", "red")
+    assert code == 2 and err.count("\n") == 1, err
+    assert (
+        f"answer one: opdsl answer {run_id} --db runs.db --at 1.1.1 TEXT (Which colour?); " in err
+    )
     # each printed command works as it is (TEXT replaced by the answer)
     argv = shlex.split(commands[0].replace("TEXT", "red"))[1:]
     code, out, err = opdsl(capsys, *argv)

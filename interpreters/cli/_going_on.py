@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import Any
 
 from interpreters.cli._command import (
@@ -92,10 +93,26 @@ def answer(a: argparse.Namespace) -> int:
 
     if a.temporal:
         return _answer_on_temporal(a)
+    _say_which(a)
     kwargs = _named_code(a)
     return report_result(
         resume_run(a.run, answer=a.text, answer_at=a.at, on_event=sinks(a), **kwargs), db=a.db
     )
+
+
+def _say_which(a: argparse.Namespace) -> None:
+    """Without ``--at``, a run that waits on several questions is refused with the exact
+    command for each."""
+    from interpreters import open_journal
+    from interpreters.cli._output import open_questions
+
+    if a.at is not None:
+        return
+    asked = open_questions(open_journal(a.db, read_only=True), a.run)
+    if len(asked) > 1:
+        db = f" --db {shlex.quote(a.db)}" if a.db else ""
+        each = "; ".join(f"opdsl answer {a.run}{db} --at {at} TEXT ({q})" for at, q in asked)
+        raise UsageError(f"run {a.run} waits on {len(asked)} questions; answer one: {each}")
 
 
 def _answer_on_temporal(a: argparse.Namespace) -> int:
