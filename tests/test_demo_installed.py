@@ -43,10 +43,28 @@ def _dependencies(into: Path) -> Path:
     return into
 
 
+def _source(into: Path) -> Path:
+    """What building the wheel reads, copied (a build writes its build/ folder beside it)."""
+    import shutil
+
+    into.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, into / name)
+    for package in ("op", "state", "interpreters", "programs"):
+        shutil.copytree(
+            ROOT / package, into / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return into
+
+
 def test_pip_install_then_opdsl_demo_works_without_pytest(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     pip = (sys.executable, "-m", "pip")
-    _run(*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT, cwd=tmp_path)
+    source = _source(tmp_path / "source")
+    _run(
+        *pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, source, cwd=tmp_path
+    )
     (wheel,) = wheels.glob("opdsl-*.whl")
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
