@@ -165,6 +165,45 @@ def test_replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     }
 
 
+def test_replay_json_of_a_run_that_diverges(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "notes.py").write_text(
+        "from op import Op, checkpoint, tool\n\n\n"
+        "def note(text: str) -> str:\n    return text\n\n\n"
+        "def keep(text: str) -> Op[str]:\n"
+        "    yield from checkpoint('before')\n"
+        "    done = yield from tool('note', {'text': text})\n"
+        "    return done.output\n"
+    )
+
+    def opdsl(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "interpreters", *argv, "--db", "runs.db"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = opdsl("run", "notes:keep", "--arg", "text=hi", "--tools", "notes:note", "--run-id", "n1")
+    assert ran.returncode == 0, ran.stderr
+    source = (tmp_path / "notes.py").read_text()
+    (tmp_path / "notes.py").write_text(source.replace("{'text': text}", "{'text': text.upper()}"))
+    replayed = opdsl("replay", "n1", "--json", "--accept-changed-code")
+    assert replayed.returncode == 1, replayed.stderr
+    said = json.loads(replayed.stdout)
+    assert (said["replayed"], said["address"], said["checkpoint"]) == (
+        False,
+        "2",
+        {"name": "before", "address": "1"},
+    )
+    assert said["where"].endswith("notes.py:10 in keep")
+    assert (said["recorded"]["args"], said["now"]["args"]) == ({"text": "hi"}, {"text": "HI"})
+    assert said["divergence"].startswith("notes:keep diverged from its journal at address 2")
+
+
 def test_json_piped_into_a_reader_that_goes_away_ends_quietly(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -62,7 +62,20 @@ def replay(a: argparse.Namespace) -> int:
     except Divergence as diverged:
         if not a.json:
             raise
-        print_json({"run_id": a.run, "replayed": False, "divergence": str(diverged)})
+        cp = diverged.checkpoint
+        print_json(
+            {
+                "run_id": a.run,
+                "replayed": False,
+                "address": diverged.address,
+                "where": diverged.where,
+                "checkpoint": None if cp is None else {"name": cp[0], "address": cp[1]},
+                "reason": diverged.reason,
+                "recorded": _parsed(diverged.recorded),
+                "now": _parsed(diverged.now),
+                "divergence": str(diverged),
+            }
+        )
         return 1
     if a.json:
         print_json(
@@ -77,6 +90,14 @@ def replay(a: argparse.Namespace) -> int:
         return 0
     print(f"run {a.run} replayed from its journal: {result.status}, same value and state")
     return 0
+
+
+def _parsed(text: str | None) -> Any:
+    """Recorded JSON text as its value (text that is not JSON as it is)."""
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
+        return text
 
 
 def _jsonable(value: Any) -> Any:
