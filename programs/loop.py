@@ -21,7 +21,7 @@ from op import (
 )
 from op._text_calls import CALL_FORMAT
 
-__all__ = ["CUT_OFF", "NO_CALL", "Hook", "text_result", "tool_loop"]
+__all__ = ["CUT_OFF", "NO_CALL", "Hook", "echoed", "text_result", "tool_loop"]
 
 CUT_OFF = (
     "Your answer was cut off at the limit on its length. Go on from where it stopped, "
@@ -44,6 +44,40 @@ def text_result(call: ToolCall, result: ToolResult) -> str:
     return f"{call.name} failed: {result.error}" + (f"\n{result.output}" if result.output else "")
 
 
+def echoed(text: str, earlier: Sequence[tuple[ToolCall, ToolResult]]) -> ToolCall | None:
+    """The earlier call whose result ``text`` is (its output or error as it was, or as this
+    loop gave it back: :func:`text_result`, or a tool message), or None.
+
+    What a program refuses as a file's content: a small model writes the result it was just
+    given (``wrote 38 characters to calc.py``, ``Result of read_file: ...``) back into the file
+    it meant to change.
+
+    Example:
+        >>> from op import ToolCall, ToolResult
+        >>> call = ToolCall(id="c1", name="write_file", arguments={})
+        >>> done = ToolResult(output="wrote 3 characters to a.py")
+        >>> echoed("wrote 3 characters to a.py", [(call, done)]) is call
+        True
+        >>> echoed("def add(a, b): ...", [(call, done)]) is None
+        True
+    """
+    said = text.strip()
+    if not said:
+        return None
+    for call, result in reversed(earlier):
+        framed = text_result(call, result).strip()
+        heads = (f"Result of {call.name}:", f"{call.name} failed:")
+        words = {
+            result.output.strip(),
+            (result.error or "").strip(),
+            framed,
+            Message.tool_result(call, result).content.strip(),
+        } - {""}
+        if said in words or said.startswith(heads):
+            return call
+    return None
+
+
 Hook = Op[None] | None
 """What a hook returns: effects to run (a generator), or None when it has none."""
 
@@ -58,6 +92,7 @@ def tool_loop(
     on_result: Callable[[ToolCall, ToolResult], Hook] | None = None,
     on_turn: Callable[[int, Sequence[tuple[ToolCall, ToolResult]]], Hook] | None = None,
     on_max_steps: Callable[[int], Hook] | None = None,
+    on_call: Callable[[ToolCall], ToolResult | None] | None = None,
     params: Mapping[str, Any] | None = None,
     constrained: bool = False,
 ) -> Op[tuple[Response, list[Message]]]:
@@ -94,7 +129,9 @@ def tool_loop(
     ``on_reply(response)`` after every model call (charge its cost), ``on_result(call,
     result)`` after every tool call (note a written file), ``on_turn(step, calls)`` after the
     tools of model call number ``step`` ran (stop a loop that is stuck, checkpoint). A hook
-    stops the loop by raising.
+    stops the loop by raising. ``on_call(call)``, a plain function, is asked before each call
+    runs: a result it returns is the call's (a refusal the model reads: content that is an
+    earlier result, :func:`echoed`), and the tool does not run; None runs it.
 
     Example:
         >>> from op import Message
@@ -127,7 +164,12 @@ def tool_loop(
                         f"{', '.join(offered) or 'none'}"
                     )
                 else:
-                    result = yield from tool(call.name, call.arguments)
+                    refused = None if on_call is None else on_call(call)
+                    result = (
+                        refused
+                        if refused is not None
+                        else (yield from tool(call.name, call.arguments))
+                    )
                 if reply.tool_calls:
                     history.append(Message.tool_result(call, result))
                 calls.append((call, result))

@@ -113,7 +113,12 @@ def test_verify_retries_then_gives_up_and_recovery_restores_the_repository(repo:
     (repo / "scratch.txt").write_text("the user's own uncommitted work\n")
     before = (repo / "calc.py").read_text()
     wrong = [call("edit_file", WRONG), say("Done.")]
-    still_wrong = [call("read_file", {"path": "calc.py"}), say("Looks right to me.")]
+    # each retry: a read, an answer with no change, and again after it is asked for one
+    still_wrong = [
+        call("read_file", {"path": "calc.py"}),
+        say("Looks right to me."),
+        say("It needs no change."),
+    ]
     model = ScriptedModel([*wrong, *still_wrong, *still_wrong])
     out = run(
         coder, config(repo, verify_retries=3), model=model, state=CodeState(), db=MemoryJournal()

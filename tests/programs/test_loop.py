@@ -8,7 +8,7 @@ import pytest
 
 from interpreters import MemoryJournal, ScriptedModel, run
 from op import Inc, Message, Op, Response, RunFailed, ToolCall, ToolResult, emit, update
-from programs.loop import CUT_OFF, tool_loop
+from programs.loop import CUT_OFF, echoed, text_result, tool_loop
 from state import CRDTModel, GCounter
 
 
@@ -278,3 +278,42 @@ def test_two_calls_written_as_text_are_both_performed_and_answered_in_one_messag
     assert run(prog, model=model, tools=[add]).value == "2 and 4"
     assert seen == ["text_1_1 2", "text_1_2 4"]
     assert model.requests[1].messages[-1].content == "Result of add:\n2\n\nResult of add:\n4"
+
+
+def test_on_call_answers_a_call_in_place_of_the_tool_and_the_model_reads_it() -> None:
+    ran: list[str] = []
+
+    def echo(text: str) -> str:  # the tool, counting its runs
+        ran.append(text)
+        return text
+
+    def refuse_pong(call: ToolCall) -> ToolResult | None:
+        if call.arguments.get("text") == "pong":
+            return ToolResult.failure("refused: no pong")
+        return None
+
+    def prog() -> Op[str]:
+        reply, _ = yield from tool_loop(
+            [Message.user("go")], tools=["echo"], on_call=refuse_pong, max_steps=4
+        )
+        return reply.text
+
+    model = ScriptedModel([_call(1, "pong"), _call(2, "ping"), Response(text="done")])
+    assert run(prog, model=model, tools=[echo]).value == "done"
+    assert ran == ["ping"], "the refused call did not run"
+    told = model.requests[1].messages[-1]
+    assert told.role == "tool" and told.content == "error: refused: no pong"
+
+
+def test_echoed_finds_a_result_given_back_as_it_was_or_as_it_was_framed() -> None:
+    read = ToolCall(id="c1", name="read_file", arguments={"path": "a.py"})
+    wrote = ToolCall(id="c2", name="write_file", arguments={"path": "a.py", "content": "x"})
+    done = ToolResult(output="wrote 1 characters to a.py")
+    missing = ToolResult.failure("b.py does not exist")
+    earlier = [(read, missing), (wrote, done)]
+    assert echoed("wrote 1 characters to a.py\n", earlier) is wrote
+    assert echoed(text_result(wrote, done), earlier) is wrote
+    assert echoed("error: b.py does not exist", earlier) is read
+    assert echoed("read_file failed: b.py does not exist\n", earlier) is read
+    assert echoed("Result of read_file:\nsomething else", earlier) is read
+    assert echoed("x = 1\n", earlier) is None and echoed("  \n", earlier) is None
