@@ -63,6 +63,9 @@ HOW = {
     "opdsl run programs.director:director": "needs a real model (OPENAI_API_KEY), or Claude Code",
     "temporal server start-dev": "run: tests/interpreters/temporal/test_workers.py::"
     "test_the_readme_commands_run_as_written (a test program in place of the reader's myagent)",
+    "$ opdsl prices": "run: test_shown_commands_print_what_the_readme_shows",
+    "opdsl mcp install": "needs Claude Code (claude); tests/programs/test_director_mcp_install.py "
+    "runs opdsl mcp install and uninstall in a project of the tests",
     "@program(state=CodeState": "a fragment of programs/coder.py, not a whole example",
     "PLAN -> DRAFT": "a diagram",
     "def test_plan(opdsl_cassette)": "a fragment: real_model and note are the reader's",
@@ -153,3 +156,22 @@ def test_the_llama_server_example_names_what_make_model_fetches() -> None:
     assert block(".cache/real-model/llama/llama-server -m qwen").text.startswith(
         ".cache/real-model/llama/llama-server"
     )
+
+
+def test_shown_commands_print_what_the_readme_shows(tmp_path: Path) -> None:
+    """A block that shows a command (``$ opdsl ...``) and what it prints: run as written, it
+    prints that."""
+    shown = [b for b in blocks() if b.first.startswith("$ opdsl")]
+    assert shown
+    for example in shown:
+        command, *printed = example.text.strip().splitlines()
+        argv = shlex.split(command.removeprefix("$ "))
+        out = subprocess.run(
+            [sys.executable, "-m", "interpreters", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        assert out.stdout.splitlines() == printed, (command, out.stdout)
