@@ -36,6 +36,8 @@ def test_a_coder_run_that_fails_exits_1_saying_why(
         f"repo={repo}",
         "--arg",
         "task=fix add",
+        "--arg",  # named, so that no linter or test runner starts before the model is asked
+        'test=["python", "-c", "pass"]',
         "--model",
         f"scripted:{script}",
         "--quiet",
