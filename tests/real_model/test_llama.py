@@ -156,16 +156,13 @@ def test_a_tokens_budget_stops_a_streamed_call_and_charges_what_came(
     llama: Llama, tmp_path: Path
 ) -> None:
     db = _sqlite(tmp_path)
-    t0 = time.monotonic()
     outcome = run(budgeted, 30, model=llama.spec, db=db).value
-    took = time.monotonic() - t0
     assert isinstance(outcome, Failure), outcome
     exhausted = outcome.failure()
     assert isinstance(exhausted, BudgetExhausted) and exhausted.exceeded == "tokens"
     # what streamed was charged: at least the 30 it was allowed, far from the 1,500 asked
     assert 30 <= exhausted.spent.tokens < 200, exhausted
-    assert took < 30
-    assert llama.wait_idle() < 5  # the server stopped writing when the connection closed
+    llama.wait_idle(within=15)  # the server stopped writing when the connection closed
     [scope, call] = sorted(_entries(db, run_id_of(db)), key=lambda e: e.address)
     assert (scope.kind, call.kind, call.status) == ("limit", "infer", "cancelled")
 
@@ -183,8 +180,8 @@ def test_a_timeout_cancels_the_call_and_the_server_stops_the_task(llama: Llama) 
     t0 = time.monotonic()
     outcome = run(deadline, 1.0, model=llama.spec).value
     assert isinstance(outcome, Failure) and isinstance(outcome.failure(), TimedOut)
-    assert time.monotonic() - t0 < 5
-    assert llama.wait_idle() < 5
+    assert time.monotonic() - t0 < 10  # cut at its 1 s deadline, not at the answer's end
+    llama.wait_idle(within=15)  # it stopped the task: 1,500 tokens take far longer
 
 
 def overflow() -> Op[Response]:
@@ -276,12 +273,9 @@ def test_the_coder_ends_cleanly_against_a_real_model_within_its_budget(
         max_work_iterations=4,
         verify_retries=1,
     )
-    t0 = time.monotonic()
     result = run(coder, config, model=llama.spec, state=CodeState(), db=_sqlite(tmp_path))
-    took = time.monotonic() - t0
     assert result.status == "completed", result.error  # a result, never an exception
     out = result.value
-    assert took < 240, (took, out)
     if out.ok:
         assert out.commit and git.Repo(repo).head.commit.hexsha == out.commit
     else:

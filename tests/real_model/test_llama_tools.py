@@ -14,7 +14,6 @@ attempt, replayed as that type.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +76,7 @@ def test_the_model_makes_a_real_tool_call_that_is_run_fed_back_and_replayed(
 ) -> None:
     db = str(tmp_path / "runs.db")
     CALLED.clear()
-    t0 = time.monotonic()
     result = run(asks_the_weather, model=llama_json.spec, tools=[weather], db=db)
-    took = time.monotonic() - t0
     reply, history = result.value
     entries = _entries(db, result.run_id)
     assert [e.kind for e in entries[:3]] == ["infer", "tool", "infer"], entries
@@ -103,7 +100,6 @@ def test_the_model_makes_a_real_tool_call_that_is_run_fed_back_and_replayed(
     runs = len(CALLED)
     assert replay(result.run_id, db=db).value == (reply, history)
     assert len(CALLED) == runs
-    assert took < 60, took
 
 
 def test_a_typed_answer_from_the_real_server_validates_and_replays_as_its_type(
