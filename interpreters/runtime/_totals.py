@@ -8,11 +8,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, final
 
-from op import Usage
+from op import Agent, Infer, Tool, Usage
 
 __all__ = ["Tally", "Totals"]
 
-_MODEL_KINDS = frozenset({"infer", "agent"})
+_MODEL_KINDS = frozenset({Infer.kind, Agent.kind})
 
 
 @final
@@ -120,7 +120,7 @@ class Tally:
 
     def add(self, kind: str, usage: Usage | None) -> None:
         """Count an effect of ``kind`` that finished, with what it used (None: nothing)."""
-        if kind == "tool":
+        if kind == Tool.kind:
             self.tool_calls += 1
         elif kind in _MODEL_KINDS:
             self.model_calls += 1

@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from interpreters._redact import REDACTED, Redactor
 from interpreters.tools._bound import BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
-from op import OpdslError, ToolResult, ToolSpec
+from op import Infer, OpdslError, Tool, ToolResult, ToolSpec
 
 __all__ = [
     "MAX_MESSAGE",
@@ -798,7 +798,7 @@ def _depended_on(entries: Iterable[Any]) -> set[str]:
     """The tool names a run's journal depends on: called, or offered to a model."""
     names: set[str] = set()
     for e in entries:
-        if e.kind not in ("tool", "infer"):
+        if e.kind not in (Tool.kind, Infer.kind):
             continue
         try:
             effect = json.loads(e.effect_json)
@@ -806,7 +806,7 @@ def _depended_on(entries: Iterable[Any]) -> set[str]:
             continue
         if not isinstance(effect, dict):
             continue
-        if e.kind == "tool" and isinstance(effect.get("name"), str):
+        if e.kind == Tool.kind and isinstance(effect.get("name"), str):
             names.add(effect["name"])
         tools = effect.get("tools")
         if isinstance(tools, list):
