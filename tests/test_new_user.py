@@ -566,7 +566,10 @@ def test_a_timeout_returns_at_its_deadline_around_a_blocking_tool() -> None:
     t0 = time.monotonic()
     result = run(progs.slow_under_timeout, tools=[progs.slow], db=MemoryJournal())
     took = time.monotonic() - t0
-    assert result.value.failure() == TimedOut(seconds=0.5)
+    cut = result.value.failure()
+    assert isinstance(cut, TimedOut) and cut.seconds == 0.5, cut
+    # the tool ran in a worker thread, and the error says its work may still land
+    assert len(cut.cut) == 1 and "thread" in cut.cut[0], cut.cut
     assert took < 2.5, took
 
 

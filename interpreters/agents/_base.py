@@ -334,8 +334,9 @@ class CliBackend(ABC):
         model = effect.options.get("model")
         return str(model) if model else "default"
 
-    async def version(self, exe: str) -> str:
-        """The CLI's ``--version``, asked once per executable (its path, size and time)."""
+    async def version(self, exe: str, cwd: str | None = None) -> str:
+        """The CLI's ``--version``, asked once per executable (its path, size and time), in
+        the folder the turn works in."""
         try:
             st = os.stat(exe)
             key = (os.path.realpath(exe), st.st_size, st.st_mtime_ns)
@@ -343,7 +344,7 @@ class CliBackend(ABC):
             return ""
         if key not in _VERSIONS:
             try:
-                _VERSIONS[key] = (await self.probe(exe)).text.splitlines()[0][:200]
+                _VERSIONS[key] = (await self.probe(exe, cwd)).text.splitlines()[0][:200]
             except (ModelError, IndexError):
                 _VERSIONS[key] = ""
         return _VERSIONS[key]
@@ -363,7 +364,7 @@ class CliBackend(ABC):
         reader = _Reader(self, turn, effect)
         stopped = False
         environment = {
-            "cli_version": await self.version(exe),
+            "cli_version": await self.version(exe, effect.options.get("cwd")),
             "model": self.model_of(effect),
             "endpoint": _without_credentials(self.endpoint({**os.environ, **self.env})),
         }
@@ -439,7 +440,7 @@ class CliBackend(ABC):
             raise AgentError(kind, record)
         return record
 
-    async def probe(self, exe: str) -> TurnRecord:
+    async def probe(self, exe: str, cwd: str | None = None) -> TurnRecord:
         """``agent(backend, "", probe=True)``: check the CLI runs (``--version``), without a
         turn; its answer is the record's text. A program calls it before it changes anything."""
         out = bytearray()
@@ -451,7 +452,7 @@ class CliBackend(ABC):
         try:
             end = await run_process(
                 [exe, "--version"],
-                cwd=None,
+                cwd=cwd,
                 env={**os.environ, **self.env},
                 timeout=30,
                 idle_timeout=30,
