@@ -334,17 +334,19 @@ class CliBackend(ABC):
         model = effect.options.get("model")
         return str(model) if model else "default"
 
-    async def version(self, exe: str, cwd: str | None = None) -> str:
+    async def version(self, exe: str, effect: Agent) -> str:
         """The CLI's ``--version``, asked once per executable (its path, size and time), in
-        the folder the turn works in."""
+        the folder the turn works in, and confined when the turn is."""
+        confined = self._confined(effect)
         try:
             st = os.stat(exe)
-            key = (os.path.realpath(exe), st.st_size, st.st_mtime_ns)
+            key = (os.path.realpath(exe), st.st_size, st.st_mtime_ns, confined)
         except OSError:
             return ""
         if key not in _VERSIONS:
             try:
-                _VERSIONS[key] = (await self.probe(exe, cwd)).text.splitlines()[0][:200]
+                probed = await self.probe(exe, effect.options.get("cwd"), confined=confined)
+                _VERSIONS[key] = probed.text.splitlines()[0][:200]
             except (ModelError, IndexError):
                 _VERSIONS[key] = ""
         return _VERSIONS[key]
@@ -364,7 +366,7 @@ class CliBackend(ABC):
         reader = _Reader(self, turn, effect)
         stopped = False
         environment = {
-            "cli_version": await self.version(exe, effect.options.get("cwd")),
+            "cli_version": await self.version(exe, effect),
             "model": self.model_of(effect),
             "endpoint": _without_credentials(self.endpoint({**os.environ, **self.env})),
         }
@@ -440,7 +442,9 @@ class CliBackend(ABC):
             raise AgentError(kind, record)
         return record
 
-    async def probe(self, exe: str, cwd: str | None = None) -> TurnRecord:
+    async def probe(
+        self, exe: str, cwd: str | None = None, *, confined: bool = False
+    ) -> TurnRecord:
         """``agent(backend, "", probe=True)``: check the CLI runs (``--version``), without a
         turn; its answer is the record's text. A program calls it before it changes anything."""
         out = bytearray()
@@ -449,11 +453,14 @@ class CliBackend(ABC):
             out.extend(chunk[: 4096 - len(out)])
             return False
 
+        argv, env = [exe, "--version"], {**os.environ, **self.env}
+        if confined:
+            argv = self._confine(argv, cwd, env)
         try:
             end = await run_process(
-                [exe, "--version"],
+                argv,
                 cwd=cwd,
-                env={**os.environ, **self.env},
+                env=env,
                 timeout=30,
                 idle_timeout=30,
                 grace=self.grace,
@@ -474,7 +481,7 @@ class CliBackend(ABC):
 Kind = Literal["timeout", "crash", "refused", "error", "stopped", "exhausted"]
 """Why an agent's turn ended early (``stopped`` and ``exhausted`` end it cleanly)."""
 
-_VERSIONS: dict[tuple[str, int, int], str] = {}
+_VERSIONS: dict[tuple[str, int, int, bool], str] = {}
 """Each executable's ``--version``, by its path, size and modification time."""
 
 
