@@ -416,6 +416,7 @@ class OpdslRun:
         self._journal = MemoryJournal()
         self._run_id = ""
         self._waiting: dict[str, str] = {}
+        self._keeps_waiting_memo = False
         self._answers: dict[str, str] = {}
         self._limit: int | None = None  # the payload limit, when content travels inline
 
@@ -424,6 +425,10 @@ class OpdslRun:
         checked = _decoded(raw)
         inp = checked.inp
         self._run_id = inp.run_id
+        # asked here, at the same point of every execution and of every replay of it: asked
+        # only when the run first waits, a replay that answers the question from its record
+        # would meet the marker with no call to match it (a nondeterminism error)
+        self._keeps_waiting_memo = workflow.patched("opdsl-waiting-memo")
         admission = await _admit(inp)
         program = _load_program(inp.program)
         check_arguments(program, checked.args, checked.kwargs, inp.program)
@@ -549,7 +554,7 @@ class OpdslRun:
         """Keep the questions the run waits on in its memo (``waiting``: address to question),
         which listing the runs reads without a worker. A run begun before the memo was kept
         replays without it (the patch marks the runs that keep it)."""
-        if workflow.patched("opdsl-waiting-memo"):
+        if self._keeps_waiting_memo:
             workflow.upsert_memo({"waiting": dict(self._waiting) or None})
 
     @workflow.update(name="answer")
