@@ -5,6 +5,11 @@ original, which is never changed.
 Pricing a run under another model prices the token counts its model calls recorded at that
 model's price, call by call (a price can depend on the prompt's length). The other model's
 tokenizer counts differently, so the figure is an estimate, and says so.
+
+A fork may also be given another system prompt (``system_prompt``): every model call the fork
+makes after its checkpoint is sent that text as its system message, in place of the system
+messages the program wrote (or before its messages, when it wrote none). The journal keeps
+each ``infer`` as the program asked for it; the prompt the model was sent is the fork's.
 """
 
 from __future__ import annotations
@@ -15,13 +20,22 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from interpreters.journal import Entry, Journal, RunRecord
-from interpreters.models._base import resolve_model
+from interpreters.models._base import CallInfo, Model, resolve_model
 from interpreters.models._remote import RemoteModel
 from interpreters.observe._diff import RunDiff, diff_runs
 from interpreters.runtime._driver import RunResult
-from op import Infer, OpdslError, Usage
+from op import Infer, Message, OpdslError, Response, Usage
+from op.effects import ModelRequest
 
-__all__ = ["TOKENIZER_CAVEAT", "RunCost", "WhatIf", "cost_of", "priced_model", "whatif"]
+__all__ = [
+    "TOKENIZER_CAVEAT",
+    "RunCost",
+    "SystemPrompted",
+    "WhatIf",
+    "cost_of",
+    "priced_model",
+    "whatif",
+]
 
 TOKENIZER_CAVEAT = (
     "the token counts are those the recorded models reported; another model's tokenizer "
@@ -70,6 +84,34 @@ def priced_model(spec: str) -> RemoteModel:
     if not isinstance(model, RemoteModel):
         raise OpdslError(f"--model {spec}: not a model with a price (a provider's model spec)")
     return model
+
+
+@final
+class SystemPrompted:
+    """``inner``, sent ``prompt`` as the system message of every request: the request's own
+    system messages are left out, and ``prompt`` goes first.
+
+    Example:
+        >>> from interpreters.models import ScriptedModel
+        >>> SystemPrompted(ScriptedModel(["hi"]), "Be brief.").with_prompt(
+        ...     (Message.system("Be long."), Message.user("Hello"))
+        ... )[0].content
+        'Be brief.'
+    """
+
+    def __init__(self, inner: Model, prompt: str) -> None:
+        self.inner = inner
+        self.prompt = prompt
+        # what a trace says of the model: the inner one's
+        self.provider: object = getattr(inner, "provider", None)
+        self.model: object = getattr(inner, "model", None)
+
+    def with_prompt(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        return (Message.system(self.prompt), *(m for m in messages if m.role != "system"))
+
+    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
+        sent = request.model_copy(update={"messages": self.with_prompt(request.messages)})
+        return await self.inner.complete(sent, call)
 
 
 def _usage(entry: Entry) -> Usage:
@@ -171,8 +213,10 @@ def whatif(
     dry_run: bool = False,
     accept_changed_code: bool = False,
     resume_kwargs: Mapping[str, Any] | None = None,
+    system_prompt: str | None = None,
 ) -> WhatIf:
     """Fork run ``run_id`` at ``from_checkpoint`` (None: its first checkpoint) with ``model``
+    (and, given ``system_prompt``, that text as the system message of each of its model calls)
     and run the fork for real; or, ``dry_run``, price the original's model calls after the
     checkpoint at ``model``'s price without calling it. The original is never changed."""
     from interpreters._resume import checkpoint_labels, find_checkpoint, resume
@@ -189,6 +233,11 @@ def whatif(
             )
         from_checkpoint = labels[0][0]
     cp = find_checkpoint(entries, from_checkpoint)
+    if dry_run and system_prompt is not None:
+        raise OpdslError(
+            "a dry run prices the calls as recorded, with the prompt they had; another system "
+            "prompt needs a fork that runs"
+        )
     priced = priced_model(model) if dry_run else _maybe_priced(model)
     before = cost_of(record, entries, priced, after_seq=cp.seq)
     if dry_run:
@@ -197,7 +246,7 @@ def whatif(
         run_id,
         db=journal,
         from_checkpoint=from_checkpoint,
-        model=model,
+        model=model if system_prompt is None else SystemPrompted(_model(model), system_prompt),
         accept_changed_code=accept_changed_code,
         **dict(resume_kwargs or {}),
     )
@@ -208,6 +257,15 @@ def whatif(
     at = next((e.seq for e in fork_entries if e.address == cp.address), cp.seq)
     after = cost_of(forked, fork_entries, after_seq=at)
     return WhatIf(record, fork, found, before, after, from_checkpoint, forked)
+
+
+def _model(spec: str) -> Model:
+    try:
+        found = resolve_model(spec)
+    except ValueError as exc:  # a wrong spec: the user's to fix
+        raise OpdslError(f"--model {spec}: {exc}") from None
+    assert found is not None
+    return found
 
 
 def _maybe_priced(spec: str) -> RemoteModel | None:

@@ -1,20 +1,25 @@
 """``opdsl whatif`` and ``opdsl cost``: a stored run under another model.
 
-``whatif RUN --model SPEC [--from CHECKPOINT]`` forks the run at the checkpoint (default: its
-first) with the model swapped, runs the fork, and prints where the two part (``opdsl diff``'s
-view), how each ended, and the tokens and cost of each after the checkpoint; ``--dry-run``
+``whatif RUN --model SPEC [--from CHECKPOINT] [--prompt-file FILE]`` forks the run at the
+checkpoint (default: its first) with the model swapped, runs the fork, and prints where the
+two part (``opdsl diff``'s view), how each ended, and the tokens and cost of each after the checkpoint; ``--dry-run``
 prices the original's calls after the checkpoint at the model's price instead, calling
-nothing. Given several runs, one line each and the table's sum: how many ended the same,
-where the others first parted, and the cost of each model. ``cost --model SPEC RUN ...`` prices the recorded token counts of runs at another
-model's price. The original runs are never changed.
+nothing. ``--prompt-file`` sends each model call of the fork the file's text as its system
+prompt, in place of the program's. Given several runs (or ``--program M:F``: every finished
+run of it, forks left out), one line each and the table's sum: how many ended the same,
+where the others first parted, and the cost of each model. ``cost --model SPEC RUN ...``
+prices the recorded token counts of runs at another model's price. The original runs are
+never changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
-from interpreters.cli._command import JSON, NAMED_CODE, Command, Option
+from interpreters.cli._command import JSON, NAMED_CODE, Command, Option, UsageError
 from interpreters.cli._output import print_json
 
 __all__ = ["COST", "WHATIF"]
@@ -57,9 +62,48 @@ def cost(a: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt(path: str | None) -> str | None:
+    """The text of ``--prompt-file`` (None: none given); a file that cannot be read is the
+    user's to fix."""
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--prompt-file {path}: cannot read it ({why})") from None
+
+
+def _runs_of(a: argparse.Namespace) -> list[str]:
+    """The runs named, or every finished run of ``--program`` that is not itself a fork, in
+    the order they were made."""
+    from interpreters.journal import open_journal
+
+    if a.runs and a.program:
+        raise UsageError("name the runs to fork or give --program, not both")
+    if a.runs:
+        return list(a.runs)
+    if not a.program:
+        raise UsageError(
+            "name the runs to fork, or give --program MODULE:FUNCTION to fork every finished "
+            "run of it"
+        )
+    journal = open_journal(a.db, read_only=True, create=False)
+    return [
+        r.run_id
+        for r in journal.runs()
+        if r.program == a.program and r.status in ("completed", "failed") and r.parent_run is None
+    ]
+
+
 def whatif(a: argparse.Namespace) -> int:
     from interpreters._whatif import whatif as what_if
 
+    prompt = _prompt(a.prompt_file)
+    runs = _runs_of(a)
+    if not runs:
+        print(f"opdsl: no finished run of {a.program} in the journal", file=sys.stderr)
+        return 1
     found = [
         what_if(
             run_id,
@@ -68,8 +112,9 @@ def whatif(a: argparse.Namespace) -> int:
             from_checkpoint=a.from_checkpoint,
             dry_run=a.dry_run,
             accept_changed_code=a.accept_changed_code,
+            system_prompt=prompt,
         )
-        for run_id in a.runs
+        for run_id in runs
     ]
     if a.json:
         shown = [_as_json(a, w) for w in found]
@@ -88,6 +133,7 @@ def _as_json(a: argparse.Namespace, found: Any) -> dict[str, Any]:
         "run_id": found.original.run_id,
         "from_checkpoint": found.from_checkpoint,
         "model": a.model,
+        "prompt_file": a.prompt_file,
         "fork": None if found.fork is None else found.fork.run_id,
         "status": None if found.fork is None else found.fork.status,
         "ended_the_same": found.ended_the_same,
@@ -112,7 +158,10 @@ def _one(a: argparse.Namespace, found: Any) -> None:
         print(f"note: {TOKENIZER_CAVEAT}")
         return
     fork = found.fork
-    print(f"what if run {run_id} had used {a.model} after checkpoint {cp!r}: run {fork.run_id}")
+    print(
+        f"what if run {run_id} had used {a.model}{_prompted(a)} after checkpoint {cp!r}: "
+        f"run {fork.run_id}"
+    )
     if found.diff is not None:
         for line in found.diff.lines():
             print(line)
@@ -120,6 +169,10 @@ def _one(a: argparse.Namespace, found: Any) -> None:
     print(f"after {cp!r}:")
     print(f"  {run_id}: {_tokens(before)}, {_usd(before.recorded_usd)}")
     print(f"  {fork.run_id}: {_tokens(after)}, {_usd(after.recorded_usd)}")
+
+
+def _prompted(a: argparse.Namespace) -> str:
+    return "" if a.prompt_file is None else f" and the system prompt of {a.prompt_file}"
 
 
 def _sum(values: list[float | None]) -> float | None:
@@ -164,7 +217,7 @@ def _table(a: argparse.Namespace, found: list[Any]) -> None:
     parted = ", ".join(f"{at} ({n})" for at, n in sorted(totals["first_parted_at"].items()))
     same = "" if dry else f"{totals['ended_the_same']} ended the same; "
     print(
-        f"{len(found)} runs with {a.model}{' (dry run, nothing called)' if dry else ''}: {same}"
+        f"{len(found)} runs with {a.model}{_prompted(a)}{' (dry run, nothing called)' if dry else ''}: {same}"
         f"first parting at: {parted or 'nowhere'}; cost after the checkpoint: "
         f"{_usd(totals['original_usd'])} as recorded, {_usd(totals['what_if_usd'])} with {a.model}"
     )
@@ -178,8 +231,20 @@ WHATIF = Command(
     run=whatif,
     code_from_journal=True,
     options=(
-        Option("runs", nargs="+", metavar="RUN", help="the run (or runs) to fork"),
+        Option("runs", nargs="*", metavar="RUN", help="the run (or runs) to fork (or --program)"),
+        Option(
+            "--program",
+            metavar="MODULE:FUNCTION",
+            help="fork every finished run of this program (runs that are forks left out)",
+        ),
         Option("--model", required=True, help="the model to fork the run with (a model spec)"),
+        Option(
+            "--prompt-file",
+            metavar="FILE",
+            help="send every model call of the fork this file's text as its system prompt, in "
+            "place of the program's system messages (or first, where it wrote none); the "
+            "journal keeps each infer as the program asked for it",
+        ),
         Option(
             "--from",
             dest="from_checkpoint",

@@ -211,3 +211,95 @@ def test_whatif_over_several_runs_sums_them_up(
             "(dry run, nothing called): first parting at: nowhere; cost after the checkpoint: $0.0024 as recorded, $0.0260 with"
             in out
         )
+
+
+def test_whatif_with_a_prompt_file_sends_its_text_as_the_system_prompt(
+    writing: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import writing as module  # pyright: ignore[reportMissingImports]
+
+    (writing / "terse.txt").write_text("Answer in one line.")
+    with ScriptedServer() as server:
+        server.add(openai("outline", model="small"), openai("A short essay.", model="small"))
+        small = f"openai-compatible:small@{server.url}/v1"
+        big = f"openai-compatible:big@{server.url}/v1"
+        done = run(module.essay, "tides", model=small, db="runs.db")
+        asked = len(server.requests)
+
+        # a file that cannot be read: one line naming it, and nothing forked or asked
+        code, _, err = _opdsl(
+            capsys,
+            "whatif",
+            done.run_id,
+            "--model",
+            big,
+            "--prompt-file",
+            "missing.txt",
+            "--db",
+            "runs.db",
+        )
+        assert code == 2 and "--prompt-file missing.txt" in err and err.count("\n") == 1, err
+        assert len(SqliteJournal("runs.db").runs()) == 1 and len(server.requests) == asked
+
+        server.add(openai("One line.", model="big"))
+        code, out, err = _opdsl(
+            capsys,
+            "whatif",
+            done.run_id,
+            "--from",
+            "outlined",
+            "--model",
+            big,
+            "--prompt-file",
+            "terse.txt",
+            "--db",
+            "runs.db",
+        )
+    assert code == 0, out + err
+    assert f"had used {big} and the system prompt of terse.txt after checkpoint 'outlined'" in out
+    sent = server.requests[-1]
+    assert sent["model"] == "big"
+    # the program wrote no system message: the file's text goes first, the program's after it
+    assert sent["messages"][0] == {"role": "system", "content": "Answer in one line."}
+    assert [m["role"] for m in sent["messages"]] == ["system", "user"]
+    assert sent["messages"][1]["content"].startswith("Write about tides: outline")
+    # the calls the fork replays before its checkpoint are not asked again
+    assert len(server.requests) == asked + 1
+
+
+def test_whatif_over_every_finished_run_of_a_program(
+    writing: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import writing as module  # pyright: ignore[reportMissingImports]
+
+    code, _, err = _opdsl(capsys, "whatif", "--model", "openai:gpt-4.1-mini", "--db", "runs.db")
+    assert code == 2 and "--program" in err and err.count("\n") == 1, err
+    with ScriptedServer() as server:
+        small = f"openai-compatible:small@{server.url}/v1"
+        big = f"openai-compatible:big@{server.url}/v1"
+        ids = []
+        for essay in ("Kept.", "Short."):
+            server.add(openai("outline", usage=(100, 10, 0), model="small"))
+            server.add(openai(essay, usage=(1000, 100, 0), model="small"))
+            ids.append(run(module.essay, "x", model=small, db="runs.db").run_id)
+        code, _, err = _opdsl(
+            capsys, "whatif", "--program", "writing:other", "--model", big, "--db", "runs.db"
+        )
+        assert code == 1 and "no finished run of writing:other" in err, err
+
+        server.add(openai("Kept.", usage=(1000, 100, 0), model="big"))
+        server.add(openai("Longer.", usage=(1000, 200, 0), model="big"))
+        argv = ["whatif", "--program", "writing:essay", "--from", "outlined", "--model", big]
+        code, out, err = _opdsl(capsys, *argv, "--db", "runs.db")
+        assert code == 0, out + err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"{ids[0]}  run ") and "ended the same" in lines[0]
+        assert lines[1].startswith(f"{ids[1]}  run ") and "ended otherwise" in lines[1]
+        assert lines[2].startswith(f"2 runs with {big}: 1 ended the same;"), out
+
+        # the forks just made are runs of the program too, but not originals: left out
+        asked = len(server.requests)
+        code, out, _ = _opdsl(capsys, *argv, "--dry-run", "--db", "runs.db")
+        assert code == 0 and len(server.requests) == asked
+        assert [line.split()[0] for line in out.splitlines()[:2]] == ids
+        assert f"2 runs with {big} (dry run, nothing called)" in out
