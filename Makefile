@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/temporal.py
+	$(BIN)/python bench/check.py
 
 # the solve-rate bench: the Coder and mini-swe-agent on real bugs with a local 1.5B model. The
 # first time it fetches 1.1 GB of model and builds llama-server from source (tens of minutes
