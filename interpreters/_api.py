@@ -59,13 +59,18 @@ async def arun(
         # a program may name its workspace among its arguments (the Coder's repository)
         workspace = workspace_of(program, args, dict(kwargs or {}))
     root = workspace.root if isinstance(workspace, Workspace) else workspace
-    async with open_mcp(mcp, root=root) as served:
+    journal = open_journal(db)
+    # a stdio server may not change the journal the run writes, if it lies in the workspace
+    path = getattr(journal, "path", None)
+    async with open_mcp(
+        mcp, root=root, read_only=[path] if isinstance(path, Path) else []
+    ) as served:
         interp = LiveInterpreter(
             model=model,
             tools=[*tool_list, *served.tools],
             agents=agents,
             answer=answer,
-            journal=open_journal(db),
+            journal=journal,
             sinks=as_sinks(on_event),
             clock=clock,
             seed=seed,

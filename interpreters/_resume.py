@@ -179,6 +179,7 @@ async def aresume(
             "name them again (--mcp, mcp= in the API) to run their commands"
         )
     ws_folder = workspace if workspace is not None else config.get("workspace")
+    path = getattr(journal, "path", None)
     async with open_mcp(
         servers_of(config) if mcp is None else mcp,
         root=ws_folder.root if isinstance(ws_folder, Workspace) else ws_folder,
@@ -186,13 +187,15 @@ async def aresume(
         entries=entries,
         run_id=run_id,
         accept=accept_changed_code,
+        # a stdio server may not change the journal, if it lies in the workspace
+        read_only=[path] if isinstance(path, Path) else [],
     ) as served:
         handlers = LiveHandlers(
             model=resolve_model(model),
             tools=ToolRegistry([*tool_list, *served.tools]),
             agents=agents,
             seed=config.get("seed"),
-            workspace=as_workspace(workspace if workspace is not None else config.get("workspace")),
+            workspace=as_workspace(ws_folder),
             answers=target.answers,
         )
         guard_journal(handlers.workspace, journal)

@@ -489,10 +489,19 @@ class _Connection:
     """One server, started when first needed and again after it died; its client lives in a
     task of its own (the MCP SDK's transport must end in the task that started it)."""
 
-    def __init__(self, name: str, server: MCPServer, root: Path, tg: TaskGroup) -> None:
+    def __init__(
+        self,
+        name: str,
+        server: MCPServer,
+        root: Path,
+        tg: TaskGroup,
+        read_only: tuple[Path, ...] = (),
+    ) -> None:
         self.name = name
         self.server = server
         self.root = root
+        #: places in the workspace the server may read but not change (the run's journal)
+        self.read_only = read_only
         self._tg = tg
         self._lock = anyio.Lock()
         self._client: Any = None
@@ -530,7 +539,13 @@ class _Connection:
                     "or run it unconfined (MCPServer.stdio(..., confined=False), --mcp "
                     f"'{self.name}[unconfined]=...')"
                 )
-            wrapped = bwrap_argv(argv, root=self.root, cwd=self.root, network=server.network)
+            wrapped = bwrap_argv(
+                argv,
+                root=self.root,
+                cwd=self.root,
+                network=server.network,
+                read_only=self.read_only,
+            )
             cut = wrapped.index("--unshare-all")
             unset = [a for v in _SDK_DEFAULT_ENV if v not in env for a in ("--unsetenv", v)]
             home = [] if "HOME" in server.env else ["--setenv", "HOME", "/tmp"]
@@ -861,13 +876,16 @@ async def open_mcp(
     entries: Iterable[Any] = (),
     run_id: str = "",
     accept: bool = False,
+    read_only: Iterable[str | Path] = (),
 ) -> AsyncIterator[MCPTools]:
     """Start ``servers``, bind their tools, and end them all on the way out.
 
     ``root``: the folder a stdio server may write (the run's workspace; default: the current
     folder). ``recorded``: the tool lists a resumed run recorded, compared with what the
     servers offer now (``entries``: its journal, for what depends on them; ``accept``: a
-    change is a warning, never a refusal).
+    change is a warning, never a refusal). ``read_only``: places in ``root`` a stdio server
+    may read but not change (the run's journal file, with its SQLite sidecars, when it lies in
+    the workspace).
 
     Example:
         >>> import anyio
@@ -884,13 +902,14 @@ async def open_mcp(
         yield served
         return
     where = Path(root if root is not None else os.getcwd()).resolve()
+    guarded = tuple(sorted(Path(os.path.realpath(p)) for p in read_only))
     for name in servers:
         if not _NAME.match(name):
             raise MCPError(f"MCP server name {name!r}: letters, digits, '_' or '-'")
     try:
         async with (
             anyio.create_task_group() as tg,
-            _serving(served, servers, where, tg, recorded, entries, run_id, accept),
+            _serving(served, servers, where, tg, recorded, entries, run_id, accept, guarded),
         ):
             yield served
     except BaseExceptionGroup as group:
@@ -912,11 +931,12 @@ async def _serving(
     entries: Iterable[Any],
     run_id: str,
     accept: bool,
+    read_only: tuple[Path, ...],
 ) -> AsyncIterator[None]:
     """The servers started (at once), their tools bound and compared; all ended after."""
     try:
         for name, server in servers.items():
-            served.connections[name] = _Connection(name, server, where, tg)
+            served.connections[name] = _Connection(name, server, where, tg, read_only)
         failed: list[MCPError] = []
 
         async def start(conn: _Connection) -> None:

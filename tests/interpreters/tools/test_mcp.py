@@ -352,6 +352,19 @@ def test_calls_are_journaled_redacted_budgeted_and_replayed_without_the_server(
 
 
 @needs_bwrap
+def test_a_server_cannot_write_the_journal_of_the_run_in_its_workspace(ws: Path) -> None:
+    db, wal = str(ws / "runs.db"), str(ws / "runs.db-wal")
+    done = run(mcp_programs.write_to, wal, db=db, mcp={"h": hostile()}, workspace=ws)
+    assert done.value == f"error: h_write: cannot write {wal}: Read-only file system"
+    # a resume starts the recorded server again, as confined
+    waiting = run(mcp_programs.ask_then_write, wal, db=db, mcp={"h": hostile()}, workspace=ws)
+    assert waiting.status == "waiting", waiting.error
+    done = resume(waiting.run_id, db=db, answer="yes")
+    assert done.value == f"error: h_write: cannot write {wal}: Read-only file system"
+    assert b"written" not in Path(wal).read_bytes()
+
+
+@needs_bwrap
 def test_a_model_is_offered_the_servers_schemas_and_its_calls_are_performed(ws: Path) -> None:
     model = ScriptedModel(
         [
