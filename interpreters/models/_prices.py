@@ -23,6 +23,7 @@ date of the price."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -183,6 +184,9 @@ class Prices:
         self.table = entries
         self.kept = kept
         self._found: dict[tuple[str, str | None, str | None], Any] = {}
+        # the kept table's prices built today (a price is dated by the day, so it is built
+        # once a day per model and server, not on every call)
+        self._built: dict[tuple[str, str | None, str | None, date], Price] = {}
 
     @staticmethod
     def read(path: str) -> dict[str, Any]:
@@ -233,7 +237,16 @@ class Prices:
         found = self._found[key]
         if found is None:
             return None
-        return _kept_price(model, found, at or datetime.now(UTC))
+        if at is not None:
+            return _kept_price(model, found, at)
+        now = datetime.now(UTC)
+        day = (model, provider, base_url, now.date())
+        built = self._built.get(day)
+        if built is None:
+            if any(k[3] != now.date() for k in self._built):
+                self._built.clear()  # yesterday's prices: kept no longer
+            built = self._built[day] = _kept_price(model, found, now)
+        return built
 
     def cost(
         self,
@@ -286,6 +299,7 @@ def _kept_model(model: str, provider: str | None, base_url: str | None) -> Any:
     return None
 
 
+@functools.cache
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
