@@ -36,7 +36,7 @@ from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import execute, program_name
 from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer
 from interpreters.runtime._redact import Redactor
-from interpreters.runtime._replay import Divergence, ReplayLog
+from interpreters.runtime._replay import Divergence, ReplayLog, marker_name
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from op import Ask, Infer, OpdslError, Patched, Tool
@@ -242,12 +242,7 @@ async def acheck_run(
 
 def _with_patches(checked: Checked, log: ReplayLog) -> Checked:
     """``checked`` with the patches the run took the old code at and the markers it holds."""
-    markers = []
-    for e in log.entries.values():
-        if e.kind == Patched.kind:
-            name = json.loads(e.effect_json).get("name")
-            if isinstance(name, str):
-                markers.append(name)
+    markers = [name for e in log.entries.values() if (name := marker_name(e)) is not None]
     if not markers and not log.old_code:
         return checked
     return dataclasses.replace(

@@ -47,7 +47,7 @@ from interpreters.runtime._frame import (
     charge_scopes,
     cut_off,
 )
-from interpreters.runtime._replay import decode_error, decode_result, error_json
+from interpreters.runtime._replay import decode_error, decode_result, error_json, marker_name
 from op import Ask, Checkpoint, Emit, Patched, ToolResult, Usage, usage_of
 from op.effects import AnyEffect, LeafEffect
 from op.events import CheckpointSaved, EffectFinished, EffectStarted, Emitted
@@ -70,17 +70,6 @@ def _unrecorded(run_id: str, address: str, step: str, exc: Exception) -> Journal
         f"run {run_id}: the journal could not {step} the entry at {address}: "
         f"{type(exc).__name__}: {exc}"
     )
-
-
-def _marker_name(entry: Entry) -> str | None:
-    """The name of the ``patched`` marker an entry records, if it records one."""
-    if entry.kind != Patched.kind:
-        return None
-    try:
-        name = json.loads(entry.effect_json).get("name")
-    except (ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
 
 
 def _status(exc: BaseException) -> EntryEnd:
@@ -389,7 +378,7 @@ class Replay(Layer):
             recorded = d.shown(entry.effect_json)
             if now != recorded:
                 reason = "the program asks for a different effect here"
-                marker = _marker_name(entry)
+                marker = marker_name(entry)
                 if marker is not None:
                     reason = (
                         f"the record has the patched({marker!r}) marker here, which the program "
@@ -443,7 +432,7 @@ class Replay(Layer):
         log = d.log
         assert log is not None
         entry = log.entries.get(address)
-        if entry is not None and _marker_name(entry) == effect.name:
+        if entry is not None and marker_name(entry) == effect.name:
             log.used.add(address)
             if entry.status != "completed":  # a crash between its begin and its finish
                 return await self.inner(effect, address, frame)
@@ -470,7 +459,7 @@ class Replay(Layer):
         d = self.driver
         if entry is None:
             how = "ended past this point without the marker"
-        elif _marker_name(entry) == effect.name:
+        elif marker_name(entry) == effect.name:
             how = "recorded the old code here"
         else:
             how = "passed this point without the marker"

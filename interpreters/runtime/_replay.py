@@ -52,6 +52,7 @@ __all__ = [
     "decode_result",
     "error_json",
     "finished_scope",
+    "marker_name",
     "nearest_checkpoint",
     "source_line",
     "unused_entry",
@@ -272,6 +273,18 @@ def _pretty(text: str) -> list[str]:
         ).splitlines()
     except ValueError:
         return [text]
+
+
+def marker_name(entry: Entry) -> str | None:
+    """The name of the ``patched`` marker an entry records, if it records one (None for
+    another kind, or an effect that is not an object naming it: a file edited by hand)."""
+    if entry.kind != Patched.kind:
+        return None
+    try:
+        name = json.loads(entry.effect_json).get("name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def divergence(

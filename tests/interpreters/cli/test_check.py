@@ -277,3 +277,37 @@ def test_check_counts_the_runs_that_take_a_patch_s_old_code(
         "patched('twice'): 0 run(s) take the old code, 1 hold the marker "
         "(deprecate_patched('twice') can replace it)"
     )
+
+
+def test_a_patched_marker_tampered_in_the_file_is_one_run_s_verdict_not_a_crash(
+    shop: Path,
+) -> None:
+    import sqlite3
+
+    (shop / "gate.py").write_text(GATE_NEW)
+    import gate  # pyright: ignore[reportMissingImports]
+
+    db = str(shop / "runs.db")
+    try:
+        ids = [run(gate.gate, db=db, answer=lambda q: "yes").run_id for _ in range(4)]
+    finally:
+        sys.modules.pop("gate", None)
+    tampered = dict(zip(ids, ["[1]", "{", '"x"'], strict=False))
+    with sqlite3.connect(db) as conn:
+        for run_id, effect in tampered.items():
+            changed = conn.execute(
+                "UPDATE entries SET effect_json = ? WHERE run_id = ? AND kind = 'patched'",
+                (effect, run_id),
+            ).rowcount
+            assert changed == 1
+    conn.close()
+    checked = opdsl(shop, "check", "--db", "runs.db", "--all")
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    for run_id in ids:  # every run has its line, the untouched one too
+        assert sum(line.split("  ")[0] == run_id for line in lines) == 1, checked.stdout
+    untouched = next(line for line in lines if line.startswith(ids[3]))
+    assert "  same (completed)" in untouched
+    for run_id in tampered:  # a marker that names nothing is no marker: the run diverges
+        assert any(line.startswith(f"{run_id}  gate:gate  diverges at 1 (") for line in lines)
+    assert "4 run(s) checked against the code as it is now: 1 same, 3 diverge" in lines
