@@ -332,8 +332,15 @@ def test_calls_are_journaled_redacted_budgeted_and_replayed_without_the_server(
         "h_echo",
         "h_echo",
     ]
-    raw = (tmp_path / "runs.db").read_bytes()
-    assert b"tok-secret-98765" not in raw
+    # what the file holds (its entries are in its WAL until a checkpoint): the text around
+    # the secret is kept, the secret never
+    kept = SqliteJournal(tmp_path / "runs.db", read_only=True).entries(done.run_id)
+    text = " ".join(
+        f"{e.effect_json} {e.result_json} {e.error_json}" for e in kept if e.kind == "tool"
+    )
+    assert "say [redacted]" in text
+    assert "tok-secret-98765" not in text
+    assert "tok-secret-98765" not in (db.run(done.run_id).config_json or "")
     config = json.loads(db.run(done.run_id).config_json or "{}")
     assert config["mcp"]["h"]["server"]["argv"][-2:] == ["--marker", str(marker)]
     assert "h_echo" in [t["name"] for t in config["mcp"]["h"]["tools"]]
