@@ -421,20 +421,25 @@ def main() -> int:
     return 0
 
 
+def check(task: Task, into: Path) -> tuple[bool, bool]:
+    """Whether the task's tests fail with its bug in, and pass with it taken out again (in a
+    repository made in ``into``)."""
+    repo = make_repo(task, into)
+    fails = not passes(task, repo)
+    source = repo / "lib" / f"{task.name}.py"
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace(task.bug[1], task.bug[0], 1), encoding="utf-8")
+    return fails, passes(task, repo)
+
+
 def _check(tasks: list[Task]) -> int:
-    """Each task's tests fail with its bug in and pass without it."""
+    """``--check``: each task's tests fail with its bug in and pass without it."""
     bad = 0
     for task in tasks:
         with tempfile.TemporaryDirectory() as tmp:
-            repo = make_repo(task, Path(tmp) / "repo")
-            broken = passes(task, repo)
-            source = repo / "lib" / f"{task.name}.py"
-            text = source.read_text(encoding="utf-8")
-            source.write_text(text.replace(task.bug[1], task.bug[0], 1), encoding="utf-8")
-            fixed = passes(task, repo)
-        ok = not broken and fixed
-        bad += not ok
-        print(f"{task.name:<12} fails with the bug: {not broken}  passes without: {fixed}")
+            fails, fixed = check(task, Path(tmp) / "repo")
+        bad += not (fails and fixed)
+        print(f"{task.name:<12} fails with the bug: {fails}  passes without: {fixed}")
     return 1 if bad else 0
 
 
