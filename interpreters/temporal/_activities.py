@@ -225,6 +225,7 @@ class Activities:
             heartbeat_seconds=self.heartbeat_seconds,
             stored=self.store is not None,
             payload_limit=self.payload_limit,
+            waiting_memo=True,
         )
 
     @activity.defn(name=ACTIVITY["tool"])

@@ -90,12 +90,15 @@ class AdmitRequest:
 class Admission:
     """What the worker that admitted a run tells the workflow: which tools are quick and
     read-only (run as local activities), the activity timeouts it chose, whether the workers
-    keep content in a content store (``stored``) and the server's payload limit."""
+    keep content in a content store (``stored``), the server's payload limit, and whether the
+    run keeps the questions it waits on in its memo (``waiting_memo``). Each field an older
+    worker did not send has the value that makes its runs replay as they ran."""
 
     quick_tools: list[str] = field(default_factory=list)
     heartbeat_seconds: float = 2.0
     stored: bool = False
     payload_limit: int = 2 * 1024 * 1024
+    waiting_memo: bool = False
 
 
 @dataclass

@@ -425,11 +425,8 @@ class OpdslRun:
         checked = _decoded(raw)
         inp = checked.inp
         self._run_id = inp.run_id
-        # asked here, at the same point of every execution and of every replay of it: asked
-        # only when the run first waits, a replay that answers the question from its record
-        # would meet the marker with no call to match it (a nondeterminism error)
-        self._keeps_waiting_memo = workflow.patched("opdsl-waiting-memo")
         admission = await _admit(inp)
+        self._keeps_waiting_memo = admission.waiting_memo
         program = _load_program(inp.program)
         check_arguments(program, checked.args, checked.kwargs, inp.program)
         state = _state(inp)
@@ -552,8 +549,10 @@ class OpdslRun:
 
     def _say_waiting(self) -> None:
         """Keep the questions the run waits on in its memo (``waiting``: address to question),
-        which listing the runs reads without a worker. A run begun before the memo was kept
-        replays without it (the patch marks the runs that keep it)."""
+        which listing the runs reads without a worker. A run admitted before the memo was kept
+        replays without it: its recorded admission says so (a patch marker here would upsert
+        Temporal's change-version search attribute too, and a replay that answers the question
+        from its record met that marker where the code asked nothing)."""
         if self._keeps_waiting_memo:
             workflow.upsert_memo({"waiting": dict(self._waiting) or None})
 
