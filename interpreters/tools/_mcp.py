@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from interpreters._redact import REDACTED, Redactor
 from interpreters.tools._bound import BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
-from op import Infer, OpdslError, Tool, ToolResult, ToolSpec
+from op import Agent, Infer, OpdslError, Tool, ToolResult, ToolSpec
 
 __all__ = [
     "MAX_MESSAGE",
@@ -809,11 +809,25 @@ def _refuse_twice(served: MCPTools) -> None:
         )
 
 
-def _depended_on(entries: Iterable[Any]) -> set[str]:
-    """The tool names a run's journal depends on: called, or offered to a model."""
+@final
+@dataclass(frozen=True)
+class _Depended:
+    """The tool names a run's journal depends on (``every``: a model was offered them all)."""
+
+    names: frozenset[str] = frozenset()
+    every: bool = False
+
+    def __contains__(self, tool: object) -> bool:
+        return self.every or tool in self.names
+
+
+def _depended_on(entries: Iterable[Any]) -> _Depended:
+    """The tool names a run's journal depends on: called, offered to a model (by name, or
+    ``tools="all"``), or served to an agent (``agent(..., tools=[...])``)."""
     names: set[str] = set()
+    every = False
     for e in entries:
-        if e.kind not in (Tool.kind, Infer.kind):
+        if e.kind not in (Tool.kind, Infer.kind, Agent.kind):
             continue
         try:
             effect = json.loads(e.effect_json)
@@ -823,17 +837,22 @@ def _depended_on(entries: Iterable[Any]) -> set[str]:
             continue
         if e.kind == Tool.kind and isinstance(effect.get("name"), str):
             names.add(effect["name"])
-        tools = effect.get("tools")
-        if isinstance(tools, list):
+        options = effect.get("options")
+        tools = effect.get("tools") if e.kind == Infer.kind else None
+        if e.kind == Agent.kind and isinstance(options, dict):
+            tools = options.get("tools")
+        if tools == "all":
+            every = True
+        elif isinstance(tools, list):
             names.update(t for t in tools if isinstance(t, str))
-    return names
+    return _Depended(frozenset(names), every)
 
 
 def _compare(
     run_id: str,
     recorded: Mapping[str, Any],
     now: Mapping[str, Any],
-    depended: set[str],
+    depended: _Depended,
     accept: bool,
     warn: Callable[[str], None],
 ) -> None:

@@ -450,6 +450,35 @@ def test_a_resumed_run_says_what_its_servers_offer_now(
 
 
 @needs_bwrap
+def test_a_run_that_offered_a_model_every_tool_depends_on_each(ws: Path, tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    waiting = run(
+        mcp_programs.offered_all_then_ask,
+        "hi",
+        model=ScriptedModel(["said"]),
+        db=db,
+        mcp={"h": hostile()},
+        workspace=ws,
+    )
+    assert waiting.status == "waiting", waiting.error
+    with pytest.raises(MCPToolsChanged, match="MCP server 'h' no longer offers 'h_huge'"):
+        resume(waiting.run_id, db=db, answer="yes", mcp={"h": hostile(None, "--variant", "2")})
+
+
+def test_the_tools_served_to_an_agent_are_depended_on() -> None:
+    from interpreters.journal import Entry
+    from interpreters.tools._mcp import _depended_on
+
+    def entry(kind: str, effect: dict[str, Any]) -> Entry:
+        return Entry(run_id="r", seq=1, address="1", kind=kind, effect_json=json.dumps(effect))
+
+    agent = entry("agent", {"kind": "agent", "options": {"tools": ["h_echo"]}})
+    depended = _depended_on([agent, entry("infer", {"kind": "infer", "tools": ["h_fail"]})])
+    assert "h_echo" in depended and "h_fail" in depended and "h_huge" not in depended
+    assert "h_huge" in _depended_on([entry("infer", {"kind": "infer", "tools": "all"})])
+
+
+@needs_bwrap
 def test_resume_starts_the_recorded_servers_again(ws: Path, tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
     marker = ws / "starts"
