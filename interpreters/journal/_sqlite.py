@@ -119,6 +119,11 @@ effect stays canonical JSON, for anyone who reads the file with SQLite's own too
 _COLS = tuple(_ENTRY_COLS)
 
 
+def _is_time(value: Any) -> bool:
+    """Whether a column read back is a time (SQLite keeps a text put in a REAL column)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _kept(text: str | None) -> str | bytes | None:
     return None if text is None else stored_body(text)
 
@@ -557,11 +562,31 @@ class SqliteJournal(Journal):
             "WHERE run_id=? ORDER BY rowid",
             run_id,
         )
-        return [Attempt(*row) for row in rows]
+        out = []
+        for address, kind, started_at, status, finished_at, again_at in rows:
+            texts = (address, kind, status)
+            times = (started_at, again_at) + (() if finished_at is None else (finished_at,))
+            if not all(isinstance(t, str) for t in texts) or not all(map(_is_time, times)):
+                raise JournalError(
+                    f"journal {self.path}: an attempts row of run {run_id} is malformed"
+                )
+            out.append(
+                Attempt(
+                    address,
+                    kind,
+                    float(started_at),
+                    status,
+                    None if finished_at is None else float(finished_at),
+                    float(again_at),
+                )
+            )
+        return out
 
     def resumes(self, run_id: str) -> list[float]:
         rows = self._older("SELECT at FROM resumes WHERE run_id=? ORDER BY rowid", run_id)
-        return [float(row[0]) for row in rows]
+        if not all(_is_time(at) for (at,) in rows):
+            raise JournalError(f"journal {self.path}: a resumes row of run {run_id} is malformed")
+        return [float(at) for (at,) in rows]
 
     def _older(self, sql: str, run_id: str) -> list[tuple[Any, ...]]:
         """Rows of a table a journal made by an older opdsl, opened read-only, may not have

@@ -125,3 +125,31 @@ def test_an_argument_nested_deeper_than_a_journal_writes_is_the_users_error(
         USAGE,
         "opdsl: error: --arg topic: the JSON value is nested too deeply\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("table", "row"),
+    [
+        ("attempts", "('1', 'infer', 'x', 'started', NULL, 2.0)"),
+        ("attempts", "('1', 'infer', 1.0, 'started', 'soon', 2.0)"),
+        ("resumes", "('abc')"),
+    ],
+)
+def test_a_malformed_row_of_a_run_s_history_is_the_users_error_naming_its_table(
+    table: str, row: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import sqlite3
+
+    db = _a_journal(tmp_path)
+    with sqlite3.connect(db) as conn:
+        (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
+        columns = "address, kind, started_at, status, finished_at, again_at"
+        named = columns if table == "attempts" else "at"
+        conn.execute(f"INSERT INTO {table} (run_id, {named}) VALUES (?, {row[1:-1]})", (run_id,))
+    conn.close()
+    report = ["report", run_id, "-o", str(tmp_path / "r.html")]
+    for argv in (["show", run_id], report):
+        code, err = _opdsl(capsys, *argv, "--db", db)
+        assert code == USAGE, (argv, err)
+        assert err.count("\n") == 1 and err.startswith("opdsl: error: "), err
+        assert f"{table} row of run {run_id} is malformed" in err, err
