@@ -319,7 +319,62 @@ def _validator(schema: Any) -> tuple[Any, str | None]:
         cls.check_schema(schema)
     except SchemaError as exc:
         return None, f"its input schema is not a JSON Schema: {exc.message}"
-    return cls(schema), None
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012, specification_with
+
+    # a $ref that leads nowhere would fail every call: found now (none is fetched from afar)
+    spec = specification_with(cls.META_SCHEMA.get("$id", ""), default=DRAFT202012)
+    resource = spec.create_resource(schema)
+    here = resource.id() or "urn:opdsl:input-schema"
+    resolver = Registry().with_resource(here, resource).resolver(base_uri=here)
+    for ref in sorted(_refs(schema)):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return None, f"its input schema refers to {ref[:80]!r}, which is not in it"
+    return _unmatched(cls)(schema, registry=Registry()), None
+
+
+def _unmatched(cls: Any) -> Any:
+    """``cls`` with no regular expression of the schema's run here: one can take exponential
+    time on a short argument (``(a+)+$``), before any timeout; the server checks its own.
+    ``pattern`` and ``patternProperties`` check nothing, and ``additionalProperties`` beside
+    ``patternProperties`` nothing either (it would match their keys)."""
+    from jsonschema import validators
+
+    additional = cls.VALIDATORS["additionalProperties"]
+
+    def nothing(*_: Any) -> None:
+        return None
+
+    def additional_unless_patterns(v: Any, value: Any, instance: Any, schema: Any) -> Any:
+        return None if "patternProperties" in schema else additional(v, value, instance, schema)
+
+    return validators.extend(
+        cls,
+        {
+            "pattern": nothing,
+            "patternProperties": nothing,
+            "additionalProperties": additional_unless_patterns,
+        },
+    )
+
+
+def _refs(schema: Any) -> set[str]:
+    """Every ``$ref`` in ``schema``."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                found.add(ref)
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
+    return found
 
 
 @final

@@ -294,6 +294,29 @@ def test_servers_that_cannot_be_used_say_why_in_one_line(ws: Path) -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_a_schema_that_is_slow_to_check_or_refers_nowhere_blocks_nothing(
+    ws: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> tuple[list[str], Any, float]:
+        async with open_mcp(
+            {"h": hostile(None, "--variant", "schemas", confined=False)}, root=ws
+        ) as served:
+            by = {t.name: t for t in served.tools}
+            started = time.monotonic()
+            said = await by["h_pattern"].call({"text": "a" * 40 + "!"})
+            return sorted(by), said, time.monotonic() - started
+
+    names, said, took = anyio.run(main)
+    # the pattern is the server's to check: the call reaches it at once
+    assert (said.output, took < 1) == ("the server checks its own pattern", True)
+    assert "h_badref" not in names and "h_echo" in names
+    err = capfd.readouterr().err
+    assert (
+        "MCP server 'h': tool 'badref' is left out: its input schema refers to '#/$defs/nowhere'"
+        in err
+    )
+
+
 def test_without_the_mcp_extra_a_server_is_one_clear_error(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
