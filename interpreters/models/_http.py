@@ -65,6 +65,7 @@ from op._values import RAW_ARGUMENTS
 from op.effects import ModelRequest
 
 __all__ = [
+    "OPDSL_PARAMS",
     "HttpModel",
     "Prices",
     "ProviderError",
@@ -94,6 +95,11 @@ def _ssl_context_for(where: tuple[str | None, str | None]) -> ssl.SSLContext:
     # OpenSSL reads the variables as the context is made: one context per value they have
     return ssl.create_default_context()
 
+
+OPDSL_PARAMS = frozenset({"stream", "max_tokens", "prompt_cache"})
+"""A call's params that opdsl reads itself (``infer(..., stream=False, max_tokens=N,
+prompt_cache=False)``): never sent on to the provider as they are (OpenAI refuses a request
+with an argument it does not know); every other param is the provider's."""
 
 USER_AGENT = "opdsl"
 """What opdsl's requests say they come from."""
@@ -336,6 +342,14 @@ class HttpModel(RemoteModel):
                     f"{key}={raw!r}: not an option of a model spec "
                     "(max_tokens=N, stream=true|false, timeout=SECONDS)"
                 )
+
+    def provider_params(
+        self, request: ModelRequest, *, also: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
+        """The call's params for the provider's request: all of them but opdsl's own
+        (:data:`OPDSL_PARAMS`) and ``also`` (those the provider's body places itself)."""
+        skipped = OPDSL_PARAMS | also
+        return {k: v for k, v in request.params.items() if k not in skipped}
 
     def max_tokens_of(self, request: ModelRequest) -> int:
         """The answer's cap: the call's ``max_tokens`` if it gives one, else the model's."""

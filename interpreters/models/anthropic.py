@@ -148,13 +148,7 @@ class AnthropicModel(HttpModel):
                 }
             ]
             body["tool_choice"] = {"type": "tool", "name": output.name}
-        body.update(
-            {
-                k: v
-                for k, v in request.params.items()
-                if k not in ("stream", "max_tokens", "prompt_cache")
-            }
-        )
+        body.update(self.provider_params(request))
         if bool(request.params.get("prompt_cache", self.prompt_cache)):
             _mark_breakpoints(body)
         if stream:

@@ -11,7 +11,8 @@ retries (honouring ``retry-after``), deadlines, the cap on an answer's size, pri
 errors that name the model; the subclass gives only its wire format:
 
 - ``provider``: its name, as its specs start;
-- :meth:`HttpModel.path`, :meth:`HttpModel.headers`, :meth:`HttpModel.body`: the request;
+- :meth:`HttpModel.path`, :meth:`HttpModel.headers`, :meth:`HttpModel.body`: the request
+  (the call's params it passes on are :meth:`HttpModel.provider_params`, never opdsl's own);
 - :meth:`HttpModel.parse`: a whole answer's JSON as a :class:`~op.Response`;
 - :meth:`HttpModel.read_stream`: a streamed answer, read through a :class:`Stream` (its
   lines, or :func:`sse_events` over them; :func:`stream_json` for each line's JSON), each piece

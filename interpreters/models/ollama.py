@@ -72,11 +72,7 @@ class OllamaModel(HttpModel):
             body["tools"] = [openai_tool(t) for t in request.tools]
         if request.output is not None:
             body["format"] = request.output.json_schema  # decoded under the schema's grammar
-        options = {
-            k: v
-            for k, v in request.params.items()
-            if k not in ("stream", "think", "keep_alive", "max_tokens")
-        }
+        options = self.provider_params(request, also=frozenset({"think", "keep_alive"}))
         # Ollama's name for the answer's cap
         options.setdefault("num_predict", self.max_tokens_of(request))
         body["options"] = options

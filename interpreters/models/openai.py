@@ -123,7 +123,7 @@ class OpenAIModel(HttpModel):
         # max_tokens); the servers that copy the API (llama.cpp, vLLM, ...) know max_tokens
         cap = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
         body[cap] = self.max_tokens_of(request)
-        body.update({k: v for k, v in request.params.items() if k not in ("stream", "max_tokens")})
+        body.update(self.provider_params(request))
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}

@@ -321,6 +321,23 @@ def test_usage_and_cost_from_the_price_table() -> None:
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (11, 18)
 
 
+def test_opdsl_s_own_call_params_are_never_sent_on_to_the_provider() -> None:
+    def careful() -> Op[str]:
+        reply = yield from infer("hi", prompt_cache=False, max_tokens=64, temperature=0.5)
+        return reply.text
+
+    with ScriptedServer([openai("a")]) as srv:
+        assert run(careful, model=openai_model(srv), db=MemoryJournal()).value == "a"
+    [sent] = srv.requests
+    assert "prompt_cache" not in sent and sent["temperature"] == 0.5
+    assert sent["max_completion_tokens"] == 64 and "max_tokens" not in sent
+    with ScriptedServer([ollama("a")]) as srv:
+        assert run(careful, model=ollama_model(srv), db=MemoryJournal()).value == "a"
+    [sent] = srv.requests
+    assert "prompt_cache" not in sent
+    assert sent["options"] == {"temperature": 0.5, "num_predict": 64}
+
+
 def test_user_price_table_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = tmp_path / "prices.json"
     table.write_text(json.dumps({"qwen3": {"input": 1.0, "output": 2.0}}))
