@@ -229,10 +229,16 @@ def serve(d: Director) -> None:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = params.arguments or {}
         if params.name not in MOVE_OF:
             text = f"REFUSED: no tool named {params.name!r}"
+        elif undeclared := sorted(set(arguments) - set(TOOLS[params.name][1]["properties"])):
+            text = (
+                f"REFUSED: {params.name} takes no argument {undeclared[0]!r}; nothing was changed"
+            )
         else:
-            move = {"move": MOVE_OF[params.name], **(params.arguments or {})}
+            # the move last: no argument names another move
+            move = {**arguments, "move": MOVE_OF[params.name]}
             async with lock:  # one move at a time
                 try:
                     text = await anyio.to_thread.run_sync(d.move, move)

@@ -277,3 +277,35 @@ def test_a_move_cut_off_with_its_server_is_taken_up_by_the_next(
         status = fields(server.move({"move": "status"}))
     assert status["state"] == "VALIDATE" and status["validation_run"] == "1", status
     assert git_log(repo)[:2] == STEP_COMMITS
+
+
+def test_a_tool_names_no_other_move_and_takes_only_the_arguments_it_declares(
+    tmp_path: Path,
+) -> None:
+    """A session cannot reach a move through another tool's arguments (``abandon`` is the
+    command line's alone): an argument a tool's input schema does not declare is refused,
+    naming it, and nothing changes."""
+    repo = _repo(tmp_path)
+    with ScriptedServer([Director()] * 4) as srv:
+        env = _env(srv)
+
+        async def drive() -> tuple[str, dict[str, str], list[str], dict[str, str]]:
+            async with session(repo, env) as call:
+                before = fields(await call("fsm_status"))
+                refused = [
+                    await call("fsm_status", move="abandon"),
+                    await call("fsm_to", state="DRAFT", move="abandon"),
+                    await call("run_implementor", guidance="go", extra=1),
+                ]
+                after = fields(await call("fsm_status"))
+                return before["run"], before, refused, after
+
+        run_id, before, refused, after = anyio.run(drive)
+    assert refused == [
+        "REFUSED: fsm_status takes no argument 'move'; nothing was changed",
+        "REFUSED: fsm_to takes no argument 'move'; nothing was changed",
+        "REFUSED: run_implementor takes no argument 'extra'; nothing was changed",
+    ]
+    assert after == before and after["state"] == "PLAN"
+    assert json.loads((repo / ".opdsl" / "director.json").read_text())["run_id"] == run_id
+    assert not (repo / "handoff").exists()
