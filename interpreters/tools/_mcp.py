@@ -182,26 +182,61 @@ class MCPServer:
         return out
 
     @classmethod
-    def from_json(cls, name: str, data: Mapping[str, Any]) -> MCPServer:
-        """The server a run recorded; one whose command held a secret, or that was given
-        headers, cannot be started again from the record."""
+    def from_json(cls, name: str, data: Any) -> MCPServer:
+        """The server a run recorded; one whose command held a secret, that was given
+        headers, or that ran unconfined or with the network, is not started again from the
+        record (a journal can come from anyone): it is named again (``--mcp``, ``mcp=``)."""
+        if not isinstance(data, Mapping):
+            raise MCPError(f"MCP server {name!r}: the run's record of it is not an object")
         if data.get("headers") or REDACTED in json.dumps(data):
             raise MCPError(
                 f"MCP server {name!r} was given a secret (in its command, URL or headers), which "
                 "the run does not keep; name it again (--mcp, mcp= in the API) to resume"
             )
-        if "url" in data:
-            return cls.http(
-                str(data["url"]), prefix=data.get("prefix"), timeout=float(data["timeout"])
+        if data.get("confined") is False or data.get("network"):
+            what = "unconfined" if data.get("confined") is False else "with the network"
+            raise MCPError(
+                f"MCP server {name!r} ran {what}, which is started only when named again "
+                "(--mcp, mcp= in the API) to resume"
             )
+        try:
+            return cls._recorded(data)
+        except (KeyError, TypeError, ValueError, MCPError) as exc:
+            raise MCPError(
+                f"MCP server {name!r}: the run's record of it is malformed ({_reason(exc)})"
+            ) from None
+
+    @classmethod
+    def _recorded(cls, data: Mapping[str, Any]) -> MCPServer:
+        """The server ``data`` records (a key missing or of the wrong type: KeyError,
+        TypeError or ValueError)."""
+
+        def seconds(key: str, default: float) -> float:
+            value = data.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{key} is {value!r}, not seconds")
+            return float(value)
+
+        prefix = data.get("prefix")
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"prefix is {prefix!r}, not a text")
+        if "url" in data:
+            if not isinstance(data["url"], str):
+                raise TypeError(f"url is {data['url']!r}, not a text")
+            return cls.http(data["url"], prefix=prefix, timeout=seconds("timeout", 60.0))
+        argv, env = data["argv"], data.get("env", [])
+        for key, value in (("argv", argv), ("env", env)):
+            if not (isinstance(value, list) and all(isinstance(a, str) for a in value)):
+                raise TypeError(f"{key} is {value!r}, not a list of texts")
+        if not argv:
+            raise ValueError("argv is empty")
         return cls.stdio(
-            [str(a) for a in data.get("argv", [])],
-            env=[str(e) for e in data.get("env", [])],
-            network=bool(data.get("network")),
-            prefix=data.get("prefix"),
-            timeout=float(data.get("timeout", 60.0)),
-            start_timeout=float(data.get("start_timeout", 30.0)),
-            confined=bool(data.get("confined", True)),
+            argv,
+            env=env,
+            network=False,
+            prefix=prefix,
+            timeout=seconds("timeout", 60.0),
+            start_timeout=seconds("start_timeout", 30.0),
         )
 
 
@@ -262,7 +297,12 @@ def parse_mcp(text: str) -> tuple[str, MCPServer]:
 def servers_of(config: Mapping[str, Any]) -> dict[str, MCPServer]:
     """The servers a run's config recorded (none: an empty mapping)."""
     recorded = config.get("mcp") or {}
-    return {name: MCPServer.from_json(name, r["server"]) for name, r in recorded.items()}
+    if not isinstance(recorded, Mapping):
+        raise MCPError("the run's record of its MCP servers is not an object")
+    return {
+        name: MCPServer.from_json(name, r.get("server") if isinstance(r, Mapping) else None)
+        for name, r in recorded.items()
+    }
 
 
 class _Arguments(BaseModel):

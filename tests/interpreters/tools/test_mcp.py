@@ -512,6 +512,49 @@ def test_resume_starts_the_recorded_servers_again(ws: Path, tmp_path: Path) -> N
     assert starts(marker) == 2
 
 
+def test_a_recorded_server_unconfined_or_with_network_is_started_only_when_named_again(
+    ws: Path, tmp_path: Path
+) -> None:
+    from interpreters.tools._mcp import servers_of
+
+    db = str(tmp_path / "runs.db")
+    marker = tmp_path / "starts"
+    waiting = run(
+        mcp_programs.echo_then_ask,
+        "hi",
+        db=db,
+        mcp={"h": hostile(marker, confined=False)},
+        workspace=ws,
+    )
+    assert waiting.status == "waiting", waiting.error
+    marker.unlink()
+    with pytest.raises(MCPError) as caught:
+        resume(waiting.run_id, db=db, answer="yes")
+    assert str(caught.value) == (
+        "MCP server 'h' ran unconfined, which is started only when named again (--mcp, mcp= in "
+        "the API) to resume"
+    )
+    assert not marker.exists()  # the command the journal names never ran
+    with pytest.raises(MCPError, match="MCP server 'n' ran with the network"):
+        servers_of({"mcp": {"n": {"server": {"argv": ["x"], "network": True}}}})
+    # a record that is not one: an error naming the server, not a KeyError
+    for bad, said in [
+        ({}, "KeyError: 'argv'"),
+        ({"argv": "x"}, "argv is 'x', not a list of texts"),
+        ({"argv": ["x"], "timeout": "soon"}, "timeout is 'soon', not seconds"),
+        ({"url": 5}, "url is 5, not a text"),
+    ]:
+        with pytest.raises(
+            MCPError, match="MCP server 'h': the run's record of it is malformed"
+        ) as c:
+            servers_of({"mcp": {"h": {"server": bad}}})
+        assert said in str(c.value)
+    with pytest.raises(MCPError, match="MCP server 'h': the run's record of it is not an object"):
+        servers_of({"mcp": {"h": {}}})
+    done = resume(waiting.run_id, db=db, answer="yes", mcp={"h": hostile(marker, confined=False)})
+    assert (done.status, done.value) == ("completed", "hi yes dotted")
+
+
 @needs_bwrap
 def test_an_imported_run_starts_no_server_it_names_until_named_again(
     ws: Path, tmp_path: Path
