@@ -685,6 +685,7 @@ class HttpModel(RemoteModel):
             AttributeError,
             IndexError,
             ValueError,
+            OverflowError,  # a count of 1e400: int() of infinity
             ValidationError,
         ) as exc:
             # an answer of the wrong shape: say whose, never a bare AttributeError

@@ -17,8 +17,13 @@ __all__ = ["anthropic_usage", "openai_usage"]
 
 def _count(u: Mapping[str, Any], key: str) -> int:
     """A count the provider gave; a missing or null one is 0, and one that is not a number
-    raises (the answer is malformed: the provider's error names the model and the status)."""
-    return int(u.get(key) or 0)
+    (``1e400`` and ``Infinity`` read as infinity) raises a ValueError (the answer is
+    malformed: the provider's error names the model and the status)."""
+    value = u.get(key) or 0
+    try:
+        return int(value)
+    except OverflowError:
+        raise ValueError(f"{key} is {value!r}, not a count of tokens") from None
 
 
 def anthropic_usage(u: Mapping[str, Any]) -> Usage:

@@ -14,10 +14,11 @@ from interpreters import MemoryJournal, SqliteJournal, VirtualClock, dry_run, ru
 from interpreters.cli._main import main
 from interpreters.models import FallbackModel, RetryPolicy, resolve_model
 from interpreters.models.anthropic import AnthropicModel
+from interpreters.models.ollama import OllamaModel
 from interpreters.models.openai import OpenAIModel
 from op import ModelError
 from tests.fixtures import scripted_runs
-from tests.servers import ScriptedServer, anthropic, closed_port, openai, status
+from tests.servers import Reply, Request, ScriptedServer, anthropic, closed_port, openai, status
 
 DOWN = status(503, "the server is down for maintenance", headers={"retry-after-ms": "1"})
 
@@ -86,3 +87,43 @@ def test_a_chain_spec_s_parts_keep_their_options_and_a_dry_run_reads_the_first()
     assert dry_run(scripted_runs.one_call, model=chain).usage.output_tokens == 77
     with pytest.raises(ValueError, match="unknown model provider 'nope'"):
         resolve_model(f"openai-compatible:gpt-4.1-mini@{url},nope:x")
+
+
+def _endless_count(answer: str) -> Any:
+    """An answer whose token count is a number no count can be (``1e400`` reads as infinity)."""
+
+    def reply(req: Request) -> Reply:
+        return Reply(chunks=[answer])
+
+    return reply
+
+
+OPENAI_ENDLESS = (
+    '{"id": "c", "object": "chat.completion", "model": "gpt-4.1-mini", "choices": [{"index": 0,'
+    ' "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],'
+    ' "usage": {"prompt_tokens": 1e400, "completion_tokens": 1}}'
+)
+OLLAMA_ENDLESS = (
+    '{"model": "qwen3:8b", "message": {"role": "assistant", "content": "x"}, "done": true,'
+    ' "prompt_eval_count": 1e400, "eval_count": Infinity}'
+)
+
+
+@pytest.mark.parametrize("provider", ["openai", "ollama"])
+def test_an_answer_counting_endless_tokens_is_a_provider_error_and_the_chain_falls_back(
+    provider: str,
+) -> None:
+    answer = OPENAI_ENDLESS if provider == "openai" else OLLAMA_ENDLESS
+    with ScriptedServer([_endless_count(answer)]) as bad, ScriptedServer([openai("sane")]) as up:
+        first: Any = (
+            OpenAIModel("gpt-4.1-mini", base_url=f"{bad.url}/v1", api_key="k", stream=False)
+            if provider == "openai"
+            else OllamaModel("qwen3:8b", base_url=bad.url, stream=False)
+        )
+        alone = run(scripted_runs.one_call, model=first, db=MemoryJournal())
+        assert alone.status == "failed" and alone.error is not None
+        assert "malformed answer" in str(alone.error), alone.error
+        bad.add(_endless_count(answer))
+        chain = FallbackModel([first, f"openai-compatible:gpt-4.1-mini@{up.url}/v1"])
+        result = run(scripted_runs.one_call, model=chain, db=MemoryJournal())
+    assert result.status == "completed" and result.value == "sane"
