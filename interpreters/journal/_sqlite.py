@@ -98,10 +98,12 @@ CREATE TABLE IF NOT EXISTS attempts (
     finished_at REAL,
     again_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS attempts_of_run ON attempts (run_id);
 CREATE TABLE IF NOT EXISTS resumes (
     run_id TEXT NOT NULL,
     at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS resumes_of_run ON resumes (run_id);
 CREATE TABLE IF NOT EXISTS locks (
     run_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
@@ -111,6 +113,9 @@ CREATE TABLE IF NOT EXISTS locks (
 """
 _RUN_COLS = list(RunRecord.model_fields)
 _TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _SCHEMA))
+_INDEXES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", _SCHEMA))
+"""The indexes of a whole journal: a file made before one was added gains it when it is next
+opened for writing, as it gains a table."""
 _TEXT_COLS = frozenset({"result_json", "error_json", "usage_json"})
 """An entry's texts kept as :func:`stored_body` keeps them (compressed when long enough); its
 effect stays canonical JSON, for anyone who reads the file with SQLite's own tools."""
@@ -321,8 +326,10 @@ class SqliteJournal(Journal):
             )
         return JournalError(f"{self.path} is not an opdsl journal (not a SQLite database)")
 
-    def _tables(self) -> set[str]:
-        return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    def _tables(self, kind: str = "table") -> set[str]:
+        return {
+            r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type=?", (kind,))
+        }
 
     def _check_tables(self) -> None:
         """Read-only: the file must already be an opdsl journal (a cut-off set-up is named)."""
@@ -426,7 +433,7 @@ class SqliteJournal(Journal):
             self._check_unfinished(tables)
             return False
         self._check_schema(tables, version)
-        return version == SCHEMA_VERSION and tables >= _TABLES
+        return version == SCHEMA_VERSION and tables >= _TABLES and self._tables("index") >= _INDEXES
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> _Rows:
         """Run one statement, committed at once (an open group of entries' writes first)."""

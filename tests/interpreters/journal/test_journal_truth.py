@@ -162,3 +162,31 @@ def grab_again(db: str) -> str:
 
 
 lambda_free_tool = BoundTool.from_function(grab_again, name="grab_the_journal")
+
+
+def _plan(db: Path, table: str) -> str:
+    with sqlite3.connect(db) as raw:
+        rows = raw.execute(f"EXPLAIN QUERY PLAN SELECT * FROM {table} WHERE run_id='x'")
+        plan = " ".join(str(r[-1]) for r in rows)
+    raw.close()
+    return plan
+
+
+def test_a_run_s_attempts_and_resumes_are_found_by_index_in_new_and_older_files(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    done = run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, state=Counted(), db=str(db))
+    assert "USING INDEX attempts_of_run" in _plan(db, "attempts")
+    assert "USING INDEX resumes_of_run" in _plan(db, "resumes")
+    with sqlite3.connect(db) as raw:  # a file made before the indexes were
+        raw.execute("DROP INDEX attempts_of_run")
+        raw.execute("DROP INDEX resumes_of_run")
+    raw.close()
+    reading = open_journal(db, read_only=True)  # read as it is, and left as it is
+    assert reading.attempts(done.run_id) == [] and reading.resumes(done.run_id) == []
+    reading.close()
+    assert "USING INDEX" not in _plan(db, "attempts")
+    SqliteJournal(str(db)).close()  # opened for writing: it gains them
+    assert "USING INDEX attempts_of_run" in _plan(db, "attempts")
+    assert "USING INDEX resumes_of_run" in _plan(db, "resumes")
