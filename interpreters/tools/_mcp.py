@@ -76,9 +76,8 @@ MAX_OUTPUT = 200_000
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SAFE = str.maketrans({".": "_", "/": "_"})
 _ENV_KEPT = ("PATH",)
-_SDK_DEFAULT_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
-"""What the MCP SDK's stdio client passes on to any server; unset inside the sandbox unless
-named for it (``PATH`` is kept: a command line names its programs by it)."""
+"""What a stdio server is given beside the variables named for it (a command line names its
+programs by ``PATH``); nothing else of ours is: its environment is replaced, not added to."""
 
 
 class MCPError(OpdslError):
@@ -634,17 +633,15 @@ class _Connection:
                     "or run it unconfined (MCPServer.stdio(..., confined=False), --mcp "
                     f"'{self.name}[unconfined]=...')"
                 )
-            wrapped = bwrap_argv(
+            argv = bwrap_argv(
                 argv,
                 root=self.root,
                 cwd=self.root,
                 network=server.network,
                 read_only=self.read_only,
             )
-            cut = wrapped.index("--unshare-all")
-            unset = [a for v in _SDK_DEFAULT_ENV if v not in env for a in ("--unsetenv", v)]
-            home = [] if "HOME" in server.env else ["--setenv", "HOME", "/tmp"]
-            argv = [*wrapped[:cut], *unset, *home, *wrapped[cut:]]
+            if "HOME" not in server.env:
+                env["HOME"] = "/tmp"  # the sandbox's own, empty
         self._stderr = _Tail()  # its last line says why it failed
         self.overlong = False
         return _stdio(
