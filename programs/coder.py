@@ -422,10 +422,11 @@ def _work(cfg: CoderConfig, commands: dict[str, list[str] | None]) -> Op[str]:
 # -- what the model is shown of a failure ----------------------------------------------------------
 
 # a file named with a line (pytest's ``path.py:12:``, a traceback's ``File "path.py", line 12``)
-# or with a test (``path.py::test_x``)
+# or with a test (``path.py::test_x``); a path starts where a run of path characters does and
+# is at most 255 of them, so a long run costs its length, not its square
 _NAMED = re.compile(
     r'File "(?P<quoted>[^"]+)", line (?P<qline>\d+)'
-    r"|(?P<path>[\w./\\-]*[\w-]\.[A-Za-z]\w*)(?::(?P<line>\d+)|::)"
+    r"|(?<![\w./\\-])(?P<path>[\w./\\-]{0,255}[\w-]\.[A-Za-z]\w*)(?::(?P<line>\d+)|::)"
 )
 _IMPORT = re.compile(
     r"^[ \t]*from[ \t]+(?P<dots>\.*)(?P<base>[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#]*)"

@@ -230,3 +230,25 @@ def test_a_failed_result_names_no_file_that_recovery_put_back(repo: Path) -> Non
     assert out.files == [], "both files were put back"
     assert not (repo / "notes").exists()
     assert not git.Repo(repo).is_dirty(untracked_files=True)
+
+
+def test_a_long_run_of_path_characters_is_scanned_in_linear_time() -> None:
+    """A failure's output of one long run of path characters (a hostile or garbled test
+    output) is read for the files it names in time that grows with it, not its square."""
+    import time
+
+    from programs.coder import _named_files
+
+    started = time.monotonic()
+    assert _named_files("a.b" * 10000, set(), "/r") == {}
+    assert time.monotonic() - started < 5  # it took 42 s when it grew with the square
+    listing = {"lib/shapes.py", "tests/test_shapes.py"}
+    output = (
+        "a.b" * 10000
+        + ' tests/test_shapes.py::test_area FAILED\n  File "/r/lib/shapes.py", line 7\n'
+        + "lib/shapes.py:9: AssertionError"
+    )
+    started = time.monotonic()
+    named = _named_files(output, listing, "/r")
+    assert time.monotonic() - started < 5  # it took 42 s when it grew with the square
+    assert named == {"tests/test_shapes.py": [], "lib/shapes.py": [7, 9]}
