@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "STARTED",
     "begin",
     "end_at_once_on_interrupt",
+    "end_now",
     "interrupted",
     "redelivering",
     "set_sigint",
@@ -78,16 +79,22 @@ def end_at_once_on_interrupt() -> None:
     KeyboardInterrupt wherever teardown happened to be (a traceback, or death by signal)."""
 
     def end(signum: int, frame: Any) -> None:
-        try:
-            if not _SAID_STOPPED:
-                sys.stderr.write("opdsl: stopped\n")
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:  # a stream the signal caught mid-write: end all the same
-            pass
-        os._exit(130)
+        end_now()
 
     set_sigint(end)
+
+
+def end_now() -> NoReturn:
+    """End the process at once with status 130, saying so in one line unless the line that
+    says what Ctrl-C left was printed already."""
+    try:
+        if not _SAID_STOPPED:
+            sys.stderr.write("opdsl: stopped\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # a stream the signal caught mid-write: end all the same
+        pass
+    os._exit(130)
 
 
 def _stopped() -> str:

@@ -169,3 +169,37 @@ def test_ctrl_c_as_a_finished_run_ends_its_process_is_one_line_at_most(tmp_path:
         return go
 
     _all([at_the_end(n, after) for n, after in enumerate([0.0, 0.002, 0.01])])
+
+
+@pytest.mark.parametrize("where", ["begin", "end_at_once_on_interrupt"])
+def test_a_ctrl_c_in_the_moment_between_the_commands_own_handling_and_the_end_is_one_line(
+    tmp_path: Path, where: str
+) -> None:
+    """The moments too short to hit with a signal from outside (CI hit the second once): as
+    the command begins, before it catches a Ctrl-C itself, and as it hands over to the handler
+    that ends the process, after it has stopped catching one. A KeyboardInterrupt raised
+    right there, as Python raises a Ctrl-C's, is one line and status 130."""
+    marker = tmp_path / "m"
+    script = (
+        "import sys\n"
+        "from interpreters.cli import _main, main\n"
+        "def landed(*a, **k):\n"
+        "    raise KeyboardInterrupt  # as a Ctrl-C that lands here is raised\n"
+        f"_main.{where} = landed\n"
+        f"sys.argv = ['opdsl', 'run', {PROGRAM!r}, '--arg', 'marker={marker}', '--tools', "
+        f"{TOOL!r}, '--db', {str(tmp_path / 'r.db')!r}, '--quiet']\n"
+        "sys.exit(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    if where == "begin":  # nothing ran
+        assert lines == ["opdsl: stopped"] and not marker.with_suffix(".1").exists()
+    else:  # the run had completed and said so
+        run_id = _run_of(tmp_path / "r.db")
+        assert lines == [f"run {run_id} completed; see `opdsl show {run_id}`", "opdsl: stopped"]
+        assert proc.stdout.strip() == "step 1 done, step 2 done"
