@@ -132,7 +132,9 @@ def _bypassed(url: httpx.URL, entry: str) -> bool:
 def _has_port(entry: str) -> bool:
     """Whether ``entry`` ends with ``:PORT`` (not an IPv6 address's last group)."""
     head, sep, tail = entry.rpartition(":")
-    return bool(sep) and tail.isdigit() and (head.endswith("]") or ":" not in head)
+    return (
+        bool(sep) and tail.isascii() and tail.isdigit() and (head.endswith("]") or ":" not in head)
+    )
 
 
 def _proxy(variable: str, raw: str) -> Proxy:

@@ -261,6 +261,7 @@ def test_no_proxy_sends_a_call_straight_to_its_server(
         ("10.0.0.0/8", "http://11.1.2.3/v1", False),
         ("[::1]", "http://[::1]:8000/v1", True),
         ("", "https://example.com/v1", False),
+        ("example.com:\u00b2", "https://example.com/v1", False),  # "2" superscript: no port
     ],
 )
 def test_which_hosts_no_proxy_names(
