@@ -177,7 +177,19 @@ class DryRunHandlers(RunHandlers):
         declared = getattr(self.asked, "model", None)
         name = effect.model or (declared if isinstance(declared, str) and declared else None)
         usage = Usage(input_tokens=_estimate(effect.messages), output_tokens=self._cap(effect))
-        cost = None if name is None else self.prices.cost(name, usage)
+        # priced as the live call would be: a local server's model is not an API's
+        provider = getattr(self.asked, "provider", None)
+        base_url = getattr(self.asked, "base_url", None)
+        cost = (
+            None
+            if name is None
+            else self.prices.cost(
+                name,
+                usage,
+                provider=provider if isinstance(provider, str) else None,
+                base_url=base_url if isinstance(base_url, str) else None,
+            )
+        )
         text = "(dry run: no model call)"
         if effect.output is not None and not effect.output.calls:  # a typed answer: one that fits
             text = json.dumps(example_of(effect.output.json_schema))

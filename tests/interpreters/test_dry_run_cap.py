@@ -61,3 +61,18 @@ def test_without_any_setting_the_estimate_is_the_default_cap(
 class _NoCap:
     async def complete(self, request: object, call: object) -> object:
         raise AssertionError("a dry run never calls a real model")
+
+
+def test_a_local_model_is_estimated_as_the_live_run_prices_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model served on this machine that shares an API model's name is not estimated at
+    the API's price, as its live calls are not priced at it; the API's model is."""
+    monkeypatch.delenv("OPDSL_PRICES", raising=False)
+    url = f"http://127.0.0.1:{closed_port()}"
+    local = [f"openai-compatible:gpt-4.1-mini@{url}/v1", f"ollama:gpt-4.1-mini@{url}"]
+    for spec, priced in [*((s, False) for s in local), ("openai:gpt-4.1-mini", True)]:
+        assert main(["run", PROGRAM, "--dry-run", "--model", spec]) == 0
+        out = capsys.readouterr().out
+        assert ("about $" in out) is priced, (spec, out)
+        assert ("cost unknown" in out) is not priced, (spec, out)
