@@ -149,11 +149,19 @@ class DryRunHandlers(RunHandlers):
         self.tools = tools
         self.plan = plan
         self.live = LiveHandlers(model=model, tools=tools, seed=0)
-        #: the model a live call would ask: the one given, else the default (``$OPDSL_MODEL``)
-        self.asked = model if model is not None else _default_model()
-        # the price table is read once, not at every stubbed call
+
+    @functools.cached_property
+    def asked(self) -> Model | None:
+        """The model a live call would ask: the one given, else the default
+        (``$OPDSL_MODEL``), made at the first model call (a program that asks none does not
+        wait for the default's provider to load)."""
+        return self.model if self.model is not None else _default_model()
+
+    @functools.cached_property
+    def prices(self) -> Prices:
+        """The price table, read once, not at every stubbed call."""
         prices = getattr(self.asked, "prices", None)
-        self.prices = prices if isinstance(prices, Prices) else Prices()
+        return prices if isinstance(prices, Prices) else Prices()
 
     def _cap(self, effect: Infer) -> int:
         """The output tokens a call is estimated at: the cap the live call would send (the

@@ -76,3 +76,37 @@ def test_a_local_model_is_estimated_as_the_live_run_prices_it(
         out = capsys.readouterr().out
         assert ("about $" in out) is priced, (spec, out)
         assert ("cost unknown" in out) is not priced, (spec, out)
+
+
+def test_a_program_that_asks_no_model_does_not_load_the_default_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default model (``$OPDSL_MODEL``, else the built-in one) is made at the first
+    model call: a dry run of a program that makes none does not load a provider and its HTTP
+    stack (a quarter of a second or more, where the dry run itself takes milliseconds)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys\n"
+        "from interpreters import dry_run\n"
+        "from op import emit\n"
+        "def prog():\n"
+        "    yield from emit('hi')\n"
+        "    return 'ok'\n"
+        "assert dry_run(prog).value == 'ok'\n"
+        "print(sorted(m for m in ('httpx', 'aiohttp', 'interpreters.models._http') "
+        "if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+    # a program that does ask one is still estimated with the default's cap
+    monkeypatch.delenv("OPDSL_MAX_TOKENS", raising=False)
+    monkeypatch.delenv("OPDSL_MODEL", raising=False)
+    assert dry_run(scripted_runs.one_call).usage.output_tokens == DEFAULT_MAX_TOKENS
