@@ -985,6 +985,7 @@ class _Directed:
             f"validation_run={s.validation_run.value or 0}",
             f"plan_hash={(s.plan_hash.value or '-')[:12]}",
             f"implementor={s.implementor.value}",
+            f"mode={self.mode}",
             f"user_guided={str(bool(s.user_guided.value)).lower()}",
             f"next={','.join(moves)}",
         ]

@@ -40,7 +40,7 @@ PROGRAM = "programs.director:directed"
 TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "fsm_status": (
         "Where the workflow is: state, step, attempts, fixes, the plan's hash, the "
-        "implementor (backend:model), the run id and the moves allowed next.",
+        "implementor (backend:model), the mode, the run id and the moves allowed next.",
         {"type": "object", "properties": {}},
     ),
     "fsm_to": (
@@ -275,7 +275,27 @@ def mcp_command(a: argparse.Namespace) -> int:
         return director(a)
     if a.action == "status":
         return status(a)
-    return (install if a.action == "install" else uninstall)(Path.cwd(), dry_run=a.dry_run)
+    if a.abandon:
+        raise UsageError("--abandon ends a workflow: opdsl mcp director --abandon")
+    if a.action == "uninstall":
+        return uninstall(Path.cwd(), dry_run=a.dry_run)
+    return install(Path.cwd(), dry_run=a.dry_run, server_args=_server_args(a))
+
+
+def _server_args(a: argparse.Namespace) -> list[str]:
+    """The options install was given for the director, as its server's command line takes
+    them (the implementor checked here, before anything is written)."""
+    args: list[str] = []
+    if a.db:
+        args += ["--db", a.db]
+    if a.implementor:
+        Director(Path.cwd(), a.db, a.implementor)  # refuses one that is not a backend
+        args += ["--implementor", a.implementor]
+    if a.model:
+        args += ["--model", a.model]
+    if a.mode != "progressive":
+        args += ["--mode", a.mode]
+    return args
 
 
 # -- install / uninstall ----------------------------------------------------------------------
@@ -325,8 +345,9 @@ PROMPTS: dict[str, str] = {
 """The /agent command and the three subagents' prompts, by their paths in the project."""
 
 
-def _entries() -> dict[str, Any]:
-    """What install merges into Claude Code's settings files, by path."""
+def _entries(server_args: list[str] | None = None) -> dict[str, Any]:
+    """What install merges into Claude Code's settings files, by path; ``server_args``: the
+    director's options, on its server's command line."""
     python = sys.executable
     allow = [f"mcp__{SERVER_NAME}__{name}" for name in TOOLS]
     return {
@@ -335,7 +356,7 @@ def _entries() -> dict[str, Any]:
                 SERVER_NAME: {
                     "type": "stdio",
                     "command": python,
-                    "args": ["-m", "interpreters", "mcp", "director"],
+                    "args": ["-m", "interpreters", "mcp", "director", *(server_args or [])],
                 }
             }
         },
@@ -395,13 +416,22 @@ def _unmerge(into: Any, extra: Any) -> Any:
     return None if into == extra else into
 
 
-def install(root: Path, *, dry_run: bool = False) -> int:
-    """Write the /agent command, the subagents, the server's registration and the settings
-    it needs into the project's Claude Code files; list every file written."""
+def _server_entry(data: dict[str, Any]) -> Any:
+    servers = data.get("mcpServers")
+    return servers.get(SERVER_NAME) if isinstance(servers, dict) else None
+
+
+def install(root: Path, *, dry_run: bool = False, server_args: list[str] | None = None) -> int:
+    """Write the /agent command, the subagents, the server's registration (its command line
+    with ``server_args``) and the settings it needs into the project's Claude Code files;
+    list every file written."""
     plans: list[tuple[Path, str]] = []
-    for rel, merged in _entries().items():
+    for rel, entry in _entries(server_args).items():
         path = root / rel
-        plans.append((path, json.dumps(_merge(_read_json(path), merged), indent=2) + "\n"))
+        merged = _merge(_read_json(path), entry)
+        if rel == ".mcp.json":  # the server's registration is opdsl's: replaced, not merged
+            merged["mcpServers"][SERVER_NAME] = _server_entry(entry)
+        plans.append((path, json.dumps(merged, indent=2) + "\n"))
     for rel, text in PROMPTS.items():
         path = root / rel
         if path.exists() and path.read_text() != text:
@@ -420,11 +450,15 @@ def install(root: Path, *, dry_run: bool = False) -> int:
 def uninstall(root: Path, *, dry_run: bool = False) -> int:
     """Take out exactly what :func:`install` put in (a settings file left empty is removed;
     a prompt file changed since is left, and said)."""
-    for rel, merged in _entries().items():
+    for rel, entry in _entries().items():
         path = root / rel
         if not path.exists():
             continue
-        kept = _unmerge(_read_json(path), merged)
+        data = _read_json(path)
+        if rel == ".mcp.json" and _server_entry(data) is not None:
+            # the server's registration goes whole, whatever options it was installed with
+            entry = {"mcpServers": {SERVER_NAME: _server_entry(data)}}
+        kept = _unmerge(data, entry)
         if dry_run:
             print(f"would {'remove' if not kept else 'rewrite'} {path}")
         elif kept:

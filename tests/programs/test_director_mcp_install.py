@@ -11,6 +11,12 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.programs.test_director import _repo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,3 +116,59 @@ def test_install_refuses_to_overwrite_a_file_that_is_not_its_own(tmp_path: Path)
     refused = opdsl(project, "mcp", "install")
     assert refused.returncode == 2 and ".mcp.json is not JSON" in refused.stderr
     assert files(project) == [".mcp.json"]
+
+
+def _served_status(project: Path, server: dict[str, Any]) -> str:
+    """Start the server ``.mcp.json`` records, as Claude Code starts it (a subprocess on
+    stdio, in the project), and answer its ``fsm_status``."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDSL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    # the workflow starting asks the claude-code backend its --version, and no more
+    bin_dir = project.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "claude").write_text('#!/bin/sh\necho 2.0.0 "(Claude Code)"\n')
+    (bin_dir / "claude").chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    params = StdioServerParameters(
+        command=server["command"], args=server["args"], env=env, cwd=str(project)
+    )
+
+    async def status() -> str:
+        async with Client(stdio_client(params), mode="legacy", cache=None) as client:
+            result = await client.call_tool("fsm_status", {})
+            return "".join(getattr(b, "text", "") for b in result.content)
+
+    return anyio.run(status)
+
+
+def test_the_implementor_model_and_mode_installed_are_the_served_directors(
+    tmp_path: Path,
+) -> None:
+    project = _repo(tmp_path)
+    refused = opdsl(project, "mcp", "install", "--implementor", "codex")
+    assert refused.returncode == 2
+    assert "--implementor 'codex' is not a backend (model, claude-code)" in refused.stderr
+    assert not (project / ".mcp.json").exists() and not (project / ".claude").exists()
+    chosen = ("--implementor", "claude-code", "--model", "haiku", "--mode", "direct")
+    done = opdsl(project, "mcp", "install", *chosen)
+    assert done.returncode == 0, done.stderr
+    server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["opdsl-director"]
+    assert server["args"] == ["-m", "interpreters", "mcp", "director", *chosen]
+    said = _served_status(project, server)
+    assert "implementor=claude-code:haiku" in said and "mode=direct" in said, said
+
+    # installed again without them: the defaults, the options not left behind
+    (project / ".opdsl" / "director.json").unlink()
+    again = opdsl(project, "mcp", "install")
+    assert again.returncode == 0, again.stderr
+    server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["opdsl-director"]
+    assert server["args"] == ["-m", "interpreters", "mcp", "director"]
+    said = _served_status(project, server)
+    assert "implementor=model:default" in said and "mode=progressive" in said, said
+    gone = opdsl(project, "mcp", "uninstall")
+    assert gone.returncode == 0, gone.stderr
+    assert not (project / ".mcp.json").exists()
