@@ -350,16 +350,20 @@ def _kept_price(model: str, found: Any, at: datetime) -> Price:
             for t in v.tiers
         }
     )
-    tiers = tuple(
-        Tier(
+
+    def tier(start: int) -> Tier:
+        # a part of the prompt with no cache price is charged as the rest of it: the tier's
+        # input rate, not the base one
+        rate = tiered("input_mtok", start, given)
+        return Tier(
             above=start,
-            input=tiered("input_mtok", start, given),
+            input=rate,
             output=tiered("output_mtok", start, base("output_mtok")),
-            cache_read=tiered("cache_read_mtok", start, base("cache_read_mtok", given)),
-            cache_write=tiered("cache_write_mtok", start, base("cache_write_mtok", given)),
+            cache_read=tiered("cache_read_mtok", start, rate),
+            cache_write=tiered("cache_write_mtok", start, rate),
         )
-        for start in starts
-    )
+
+    tiers = tuple(tier(start) for start in starts)
     return Price(
         model=model,
         source=f"genai-prices {_version()}: {provider.id} {info.id}",

@@ -20,3 +20,36 @@ def test_a_kept_price_is_built_once_per_model_and_day_not_on_every_call() -> Non
     assert dated is not first and dated == first
     usage = Usage(input_tokens=1000, output_tokens=100)
     assert table.cost("gpt-4.1-mini", usage, provider="openai", base_url=None) == first.cost(usage)
+
+
+def test_every_kept_tier_shows_the_rates_it_charges() -> None:
+    """Above each tier of every tiered model in the kept table, the rates opdsl shows
+    (``opdsl prices``) price a call as the table does: a prompt part with no cache price of
+    its own is charged at the tier's input rate, and shown at it."""
+    import dataclasses
+
+    from genai_prices.data_snapshot import get_snapshot
+    from genai_prices.types import TieredPrices
+
+    from interpreters.models._prices import _kept_price
+
+    now = datetime.now(UTC)
+    keys = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
+    checked = 0
+    for provider in get_snapshot().providers:
+        for info in provider.models:
+            kept = info.get_prices(now)
+            if not any(isinstance(getattr(kept, k, None), TieredPrices) for k in keys):
+                continue
+            price = _kept_price(info.id, (provider, info), now)
+            shown = dataclasses.replace(price, _kept=None)  # priced from the rates shown
+            for tier in price.tiers:
+                usage = Usage(
+                    input_tokens=tier.above + 1000,
+                    cached_tokens=500,
+                    cache_write_tokens=300,
+                    output_tokens=700,
+                )
+                assert abs(shown.cost(usage) - price.cost(usage)) < 1e-9, (info.id, tier)
+                checked += 1
+    assert checked > 10, checked  # the table has tiered models to check
