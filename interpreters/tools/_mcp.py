@@ -18,8 +18,10 @@ Rules, in one place:
 4. Every failure is a failed ``ToolResult`` naming the server and the tool: the server's own
    error, a call that took longer than the server's ``timeout``, a result over
    :data:`MAX_OUTPUT` characters (cut, and said so), a server that died during the call or
-   sent a message over :data:`MAX_MESSAGE` bytes (it is started again at the next call; one
-   that died between calls is started again before the next).
+   sent a message over :data:`MAX_MESSAGE` bytes (a stdio server's line; an HTTP server's
+   JSON body, or one event of its SSE stream) or, over HTTP, a compressed answer it was not
+   asked for: it is stopped (an HTTP server's session ended) and started again at the next
+   call; one that died between calls is started again before the next.
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
    file system read-only; no network unless allowed for that server; an environment of
@@ -461,7 +463,8 @@ async def _watched(transport: Any, gone: anyio.Event) -> AsyncIterator[tuple[Any
 
 
 MAX_MESSAGE = 32 * 1024 * 1024
-"""The longest message a stdio server may send (bytes): past it, the server is stopped."""
+"""The longest message a server may send (bytes): a stdio server's line, an HTTP server's JSON
+body or one event of its SSE stream. Past it the answer is cut and the server stopped."""
 
 
 @contextlib.asynccontextmanager
@@ -604,23 +607,19 @@ class _Connection:
         #: set when the server's stream has ended: it died, or is being stopped
         self._gone = anyio.Event()
         self._stderr: _Tail | None = None
-        #: the server sent a message over MAX_MESSAGE bytes, and was stopped
-        self.overlong = False
+        #: why the server's answer was cut and the server stopped (a message over
+        #: MAX_MESSAGE bytes; over HTTP, a compressed one too), or None
+        self.cut: str | None = None
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
 
     def _transport(self) -> Any:
-        from mcp.client.streamable_http import streamable_http_client
-
         server = self.server
+        self.cut = None
         if server.url is not None:
-            if not server.headers:
-                return streamable_http_client(server.url)
-            import httpx2
+            from interpreters.tools._mcp_http import capped_http
 
-            return streamable_http_client(
-                server.url, http_client=httpx2.AsyncClient(headers=dict(server.headers))
-            )
+            return capped_http(server.url, server.headers, limit=MAX_MESSAGE, cut=self._cut_http)
         env = {k: os.environ[k] for k in (*_ENV_KEPT, *server.env) if k in os.environ}
         argv = list(server.argv)
         if shutil.which(argv[0], path=env.get("PATH")) is None:
@@ -643,7 +642,6 @@ class _Connection:
             if "HOME" not in server.env:
                 env["HOME"] = "/tmp"  # the sandbox's own, empty
         self._stderr = _Tail()  # its last line says why it failed
-        self.overlong = False
         return _stdio(
             argv,
             env=env,
@@ -653,7 +651,11 @@ class _Connection:
         )
 
     def _overlong(self) -> None:
-        self.overlong = True
+        self.cut = f"over {MAX_MESSAGE // 2**20} MB"
+
+    def _cut_http(self, why: str) -> None:
+        self.cut = why
+        self._gone.set()  # cut between calls (the server's own stream): started again
 
     async def _serve(
         self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
@@ -766,15 +768,15 @@ class _Connection:
             )
         except Exception as exc:
             closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
-            if closed or isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+            broken = isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
+            if closed or broken or self.cut is not None:
                 said = self._said()
-                overlong = self.overlong
+                cut = self.cut
                 await self.end()
-                if overlong:
+                if cut is not None:
                     return ToolResult.failure(
-                        f"MCP server {self.name!r} sent an answer to {shown!r} over "
-                        f"{MAX_MESSAGE // 2**20} MB, and was stopped; it is started again at "
-                        "the next call"
+                        f"MCP server {self.name!r} sent an answer to {shown!r} {cut}, and was "
+                        "stopped; it is started again at the next call"
                     )
                 return ToolResult.failure(
                     f"MCP server {self.name!r} ended during the call to {shown!r}{said}; "
