@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -350,6 +351,7 @@ def _entries(server_args: list[str] | None = None) -> dict[str, Any]:
     director's options, on its server's command line."""
     python = sys.executable
     allow = [f"mcp__{SERVER_NAME}__{name}" for name in TOOLS]
+    hook = shlex.quote(python)  # the hook is run by a shell: a path is one word, as it is
     return {
         ".mcp.json": {
             "mcpServers": {
@@ -368,7 +370,7 @@ def _entries(server_args: list[str] | None = None) -> dict[str, Any]:
                 "SessionStart": [
                     {
                         "hooks": [
-                            {"type": "command", "command": f"{python} -m interpreters mcp status"}
+                            {"type": "command", "command": f"{hook} -m interpreters mcp status"}
                         ]
                     }
                 ]

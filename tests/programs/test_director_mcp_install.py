@@ -172,3 +172,45 @@ def test_the_implementor_model_and_mode_installed_are_the_served_directors(
     gone = opdsl(project, "mcp", "uninstall")
     assert gone.returncode == 0, gone.stderr
     assert not (project / ".mcp.json").exists()
+
+
+def test_the_session_start_hook_runs_the_python_it_names_from_any_folder(
+    tmp_path: Path,
+) -> None:
+    # a project, its Python inside it, in a folder a shell would split and expand
+    project = tmp_path / "my $HOME; touch pwned"
+    venv = project / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    if sys.prefix != sys.base_prefix:  # opdsl's own venv: its packages, its config
+        (venv / "lib").symlink_to(Path(sys.prefix) / "lib")
+        (venv / "pyvenv.cfg").write_text((Path(sys.prefix) / "pyvenv.cfg").read_text())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "interpreters", "mcp", "install"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    hook = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    before = files(project)
+    # Claude Code runs a hook's command with a shell
+    (project / ".opdsl").mkdir()
+    named = {"run_id": "abc123", "implementor": "model:default"}
+    (project / ".opdsl" / "director.json").write_text(json.dumps(named))
+    told = subprocess.run(["sh", "-c", hook], cwd=project, env=env, capture_output=True, text=True)
+    assert told.returncode == 0, told.stderr
+    assert "in progress here (run abc123, implementor model:default)" in told.stdout
+    assert files(project) == sorted([*before, ".opdsl/director.json"])  # nothing else ran
+    gone = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "interpreters", "mcp", "uninstall"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert gone.returncode == 0, gone.stderr
+    assert [f for f in files(project) if not f.startswith(".venv/")] == [".opdsl/director.json"]
