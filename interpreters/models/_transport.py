@@ -66,11 +66,6 @@ class Proxy:
     #: the password the URL had (never shown)
     password: str | None = None
 
-    @property
-    def shown(self) -> str:
-        """How errors name it: its URL, without credentials."""
-        return self.url
-
     @functools.cached_property
     def headers(self) -> dict[str, str] | None:
         """What a request through it adds: the credentials, if any."""
@@ -410,7 +405,7 @@ def _translate(
     error: aiohttp.ClientError, url: httpx.URL, proxy: Proxy | None, answered: bool
 ) -> None:
     where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
-    via = "" if proxy is None else f" through the proxy {proxy.shown} ({proxy.variable})"
+    via = "" if proxy is None else f" through the proxy {_named(proxy)}"
     try:
         raise error
     except aiohttp.ClientHttpProxyError as exc:
@@ -421,9 +416,7 @@ def _translate(
         raise httpx.ProxyError(
             f"cannot connect to the proxy {_named(proxy)}: {_os_error(exc)}"
         ) from None
-    except aiohttp.ClientSSLError as exc:
-        raise httpx.ConnectError(f"cannot connect to {where}{via}: {_os_error(exc)}") from None
-    except aiohttp.ClientConnectorError as exc:
+    except aiohttp.ClientConnectorError as exc:  # a TLS handshake's failure is one too
         raise httpx.ConnectError(f"cannot connect to {where}{via}: {_os_error(exc)}") from None
     except aiohttp.ConnectionTimeoutError:
         raise httpx.ConnectTimeout(f"cannot connect to {where}{via} in time") from None
@@ -449,7 +442,8 @@ def _translate(
 
 
 def _named(proxy: Proxy | None) -> str:
-    return "" if proxy is None else f"{proxy.shown} ({proxy.variable})"
+    """How errors name a proxy: its URL without credentials, and the variable that named it."""
+    return "" if proxy is None else f"{proxy.url} ({proxy.variable})"
 
 
 def _os_error(exc: aiohttp.ClientOSError) -> str:
@@ -493,12 +487,10 @@ class HttpxTransport(httpx.AsyncBaseTransport):
         try:
             return await transport.handle_async_request(request)
         except httpx.ProxyError as exc:  # httpx's: the proxy answered CONNECT with an error
-            raise ProxyRefused(
-                f"the proxy {proxy.shown} ({proxy.variable}) refused the tunnel: {exc}"
-            ) from None
+            raise ProxyRefused(f"the proxy {_named(proxy)} refused the tunnel: {exc}") from None
         except httpx.ConnectError as exc:
             raise httpx.ProxyError(
-                f"cannot connect through the proxy {proxy.shown} ({proxy.variable}): {exc}"
+                f"cannot connect through the proxy {_named(proxy)}: {exc}"
             ) from None
 
     async def aclose(self) -> None:
