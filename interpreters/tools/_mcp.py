@@ -610,6 +610,8 @@ class _Connection:
         #: why the server's answer was cut and the server stopped (a message over
         #: MAX_MESSAGE bytes; over HTTP, a compressed one too), or None
         self.cut: str | None = None
+        #: how many calls wait on the server now
+        self._calling = 0
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
 
@@ -654,8 +656,14 @@ class _Connection:
         self.cut = f"over {MAX_MESSAGE // 2**20} MB"
 
     def _cut_http(self, why: str) -> None:
+        """An HTTP server's answer was cut: its session is stopped, as a stdio server is
+        killed (a call waiting on it fails naming ``why``; one cut between calls, on the
+        stream of the server's own, is ended now and said when the next call starts it
+        again)."""
         self.cut = why
-        self._gone.set()  # cut between calls (the server's own stream): started again
+        self._gone.set()
+        if not self._calling:
+            self._stop.set()  # (a call ends it itself, once the SDK has failed the call)
 
     async def _serve(
         self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
@@ -682,9 +690,11 @@ class _Connection:
         """The running client, started (again) if it is not running."""
         async with self._lock:
             if self._client is not None and self._gone.is_set():
-                said = self._said()  # it died between calls: ended, and started again
+                # it died, or was stopped, between calls: ended, and started again
+                said, cut = self._said(), self.cut
                 await self._end()
-                _say(f"MCP server {self.name!r} had ended{said}; it is started again")
+                why = f"sent a message {cut}, and was stopped" if cut else f"had ended{said}"
+                _say(f"MCP server {self.name!r} {why}; it is started again")
             if self._client is None:
                 self._stop, self._ended, self._gone = anyio.Event(), anyio.Event(), anyio.Event()
                 try:
@@ -743,9 +753,6 @@ class _Connection:
 
     async def call(self, tool: str, shown: str, arguments: dict[str, Any]) -> ToolResult:
         """Call the server's ``tool`` (``shown``: its opdsl name); every failure a result."""
-        from mcp.shared.exceptions import MCPError as SdkError
-        from mcp_types import CONNECTION_CLOSED
-
         validator = self.validators.get(tool)
         if validator is not None:
             problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
@@ -759,6 +766,7 @@ class _Connection:
             client = await self.client()
         except MCPError as exc:
             return ToolResult.failure(str(exc))
+        self._calling += 1
         try:
             with anyio.fail_after(self.server.timeout):
                 result = await client.call_tool(tool, arguments)
@@ -767,26 +775,35 @@ class _Connection:
                 f"MCP server {self.name!r} gave no answer to {shown!r} within {self.server.timeout:g}s"
             )
         except Exception as exc:
-            closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
-            broken = isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
-            if closed or broken or self.cut is not None:
-                said = self._said()
-                cut = self.cut
-                await self.end()
-                if cut is not None:
-                    return ToolResult.failure(
-                        f"MCP server {self.name!r} sent an answer to {shown!r} {cut}, and was "
-                        "stopped; it is started again at the next call"
-                    )
-                return ToolResult.failure(
-                    f"MCP server {self.name!r} ended during the call to {shown!r}{said}; "
-                    "it is started again at the next call"
-                )
-            return ToolResult.failure(f"MCP server {self.name!r}, tool {shown!r}: {_reason(exc)}")
+            return await self._failed(shown, exc)
+        finally:
+            self._calling -= 1
         text = _capped(_text_of(result))
         if result.is_error:
             return ToolResult.failure(f"{shown}: {text or 'the server says the call failed'}")
         return ToolResult(output=text)
+
+    async def _failed(self, shown: str, exc: Exception) -> ToolResult:
+        """The call to ``shown`` that ended in ``exc``: the server's own error, or the server
+        gone or stopped (it is ended, and started again at the next call)."""
+        from mcp.shared.exceptions import MCPError as SdkError
+        from mcp_types import CONNECTION_CLOSED
+
+        closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
+        broken = isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
+        if not (closed or broken or self.cut is not None):
+            return ToolResult.failure(f"MCP server {self.name!r}, tool {shown!r}: {_reason(exc)}")
+        said, cut = self._said(), self.cut
+        await self.end()
+        if cut is not None:
+            return ToolResult.failure(
+                f"MCP server {self.name!r} sent an answer to {shown!r} {cut}, and was stopped; "
+                "it is started again at the next call"
+            )
+        return ToolResult.failure(
+            f"MCP server {self.name!r} ended during the call to {shown!r}{said}; it is started "
+            "again at the next call"
+        )
 
 
 def _listing_problem(exc: ValidationError) -> str:

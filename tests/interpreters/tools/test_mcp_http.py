@@ -30,10 +30,10 @@ LIMIT = 400 * 2**20
 class Server:
     """The hostile HTTP server, run as a process of its own (its memory is not the test's)."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *extra: str) -> None:
         self.log = tmp_path / "server.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", HOSTILE_HTTP, str(self.log), "--limit", str(LIMIT)],
+            [sys.executable, "-I", HOSTILE_HTTP, str(self.log), "--limit", str(LIMIT), *extra],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -52,8 +52,8 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path)
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    s = Server(tmp_path, *getattr(request, "param", ()))
     try:
         yield s
     finally:
@@ -132,6 +132,34 @@ def test_an_answer_that_never_ends_is_cut_at_the_cap_and_the_next_call_starts_af
     ]
     assert after.ok and after.output == "after"
     assert "Traceback" not in capfd.readouterr().err  # the failure says it, in one line
+
+
+@pytest.mark.parametrize("server", [("--endless-get",)], indirect=True)
+def test_a_stream_of_the_servers_own_that_never_ends_is_cut_and_the_next_call_starts_afresh(
+    server: Server, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> Any:
+        web = MCPServer.http(server.url, timeout=20.0)
+        async with open_mcp({"web": web}) as served:
+            by = {t.name: t for t in served.tools}
+            with anyio.fail_after(10):
+                while not server.events("sent"):  # it opened the stream, and was cut
+                    await anyio.sleep(0.02)
+            await anyio.sleep(1.5)  # time enough for the SDK to open it again, were it let
+            return await by["web_echo"].call({"text": "after"})
+
+    after = anyio.run(main)
+    assert after.ok and after.output == "after"
+    assert (
+        "opdsl: warning: MCP server 'web' sent a message over 32 MB, and was stopped; it is "
+        "started again" in capfd.readouterr().err
+    )
+    first, second = (e["session"] for e in server.wait_for("initialize", 2))
+    assert [c["session"] for c in server.events("call")] == [second]
+    assert server.wait_for("delete", 2)[0]["session"] == first
+    # the first session was ended when its stream was cut: the SDK did not open it again
+    cuts = [e["bytes"] for e in server.events("sent") if e["session"] == first]
+    assert len(cuts) == 1 and MAX_MESSAGE <= cuts[0] < MAX_MESSAGE + 32 * 2**20, cuts
 
 
 def test_answers_under_the_cap_come_whole_as_a_json_body_or_sse_events(server: Server) -> None:
