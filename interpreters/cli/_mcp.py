@@ -13,7 +13,8 @@ starts (``--implementor``, ``--model``, or ``OPDSL_IMPLEMENTOR``, ``OPDSL_MODEL`
 in its run; no tool changes them.
 
 ``opdsl mcp install`` writes what Claude Code needs for it in the project (its
-``.mcp.json``, ``.claude/``) and ``opdsl mcp uninstall`` takes exactly that out again;
+``.mcp.json``, ``.claude/``; a value the user set there is kept) and ``opdsl mcp uninstall``
+takes exactly what it added out again (as ``.opdsl/mcp-install.json`` records it);
 ``--dry-run`` prints what either would write. ``opdsl mcp status`` prints one line on a
 workflow in progress (the SessionStart hook's), ``opdsl mcp director --abandon`` ends it and
 puts the files back as they were when it started.
@@ -391,7 +392,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+RECORD = Path(".opdsl") / "mcp-install.json"
+"""What install added to each settings file (and only that), for uninstall to take out."""
+
+
 def _merge(into: Any, extra: Any) -> Any:
+    """``extra`` merged into ``into``: keys and list items added; a value set is kept."""
     if isinstance(into, dict) and isinstance(extra, dict):
         out = dict(into)
         for k, v in extra.items():
@@ -399,7 +405,23 @@ def _merge(into: Any, extra: Any) -> Any:
         return out
     if isinstance(into, list) and isinstance(extra, list):
         return into + [v for v in extra if v not in into]
-    return extra
+    if into is None or isinstance(into, dict | list) or isinstance(extra, dict | list):
+        return extra  # nothing set, or not the kind of value Claude Code reads there
+    return into  # the user's own (MCP_TOOL_TIMEOUT): kept
+
+
+def _added(before: Any, after: Any) -> Any:
+    """What ``after`` holds that ``before`` does not (None: nothing)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = {}
+        for k, v in after.items():
+            new = _added(before[k], v) if k in before else v
+            if new not in ({}, [], None):
+                out[k] = new
+        return out
+    if isinstance(before, list) and isinstance(after, list):
+        return [v for v in after if v not in before]
+    return None if before == after else after
 
 
 def _unmerge(into: Any, extra: Any) -> Any:
@@ -428,17 +450,23 @@ def install(root: Path, *, dry_run: bool = False, server_args: list[str] | None 
     with ``server_args``) and the settings it needs into the project's Claude Code files;
     list every file written."""
     plans: list[tuple[Path, str]] = []
+    record = _read_json(root / RECORD).get("added")
+    added: dict[str, Any] = record if isinstance(record, dict) else {}
     for rel, entry in _entries(server_args).items():
         path = root / rel
-        merged = _merge(_read_json(path), entry)
+        before = _read_json(path)
+        merged = _merge(before, entry)
         if rel == ".mcp.json":  # the server's registration is opdsl's: replaced, not merged
             merged["mcpServers"][SERVER_NAME] = _server_entry(entry)
+        # what was added before, and what is added now: never what the user had
+        added[rel] = _merge(added.get(rel) or {}, _added(before, merged))
         plans.append((path, json.dumps(merged, indent=2) + "\n"))
     for rel, text in PROMPTS.items():
         path = root / rel
         if path.exists() and path.read_text() != text:
             raise UsageError(f"{path} exists and is not opdsl's; nothing was written")
         plans.append((path, text))
+    plans.append((root / RECORD, json.dumps({"added": added}, indent=2) + "\n"))
     for path, text in plans:
         if dry_run:
             print(f"would write {path}:\n{text}")
@@ -450,13 +478,16 @@ def install(root: Path, *, dry_run: bool = False, server_args: list[str] | None 
 
 
 def uninstall(root: Path, *, dry_run: bool = False) -> int:
-    """Take out exactly what :func:`install` put in (a settings file left empty is removed;
-    a prompt file changed since is left, and said)."""
+    """Take out exactly what :func:`install` put in, as its record says (a settings file left
+    empty is removed; a prompt file changed since is left, and said)."""
+    record = _read_json(root / RECORD).get("added")
     for rel, entry in _entries().items():
         path = root / rel
         if not path.exists():
             continue
         data = _read_json(path)
+        if isinstance(record, dict):  # else installed before records were kept: all of entry
+            entry = record.get(rel) or {}
         if rel == ".mcp.json" and _server_entry(data) is not None:
             # the server's registration goes whole, whatever options it was installed with
             entry = {"mcpServers": {SERVER_NAME: _server_entry(data)}}
@@ -480,6 +511,12 @@ def uninstall(root: Path, *, dry_run: bool = False) -> int:
         else:
             path.unlink()
             print(f"removed {path}")
+    if (root / RECORD).exists():
+        if dry_run:
+            print(f"would remove {root / RECORD}")
+        else:
+            (root / RECORD).unlink()
+            print(f"removed {root / RECORD}")
     return 0
 
 

@@ -27,6 +27,7 @@ WRITTEN = [
     ".claude/commands/agent.md",
     ".claude/settings.json",
     ".mcp.json",
+    ".opdsl/mcp-install.json",
 ]
 
 
@@ -83,7 +84,7 @@ def test_install_merges_lists_and_uninstall_takes_exactly_that_out(tmp_path: Pat
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     quiet = subprocess.run(shlex.split(hook), cwd=project, env=env, capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stdout == ""
-    (project / ".opdsl").mkdir()
+    (project / ".opdsl").mkdir(exist_ok=True)
     named = {"run_id": "abc123", "implementor": "claude-code:haiku"}
     (project / ".opdsl" / "director.json").write_text(json.dumps(named))
     told = subprocess.run(shlex.split(hook), cwd=project, env=env, capture_output=True, text=True)
@@ -198,7 +199,7 @@ def test_the_session_start_hook_runs_the_python_it_names_from_any_folder(
     hook = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     before = files(project)
     # Claude Code runs a hook's command with a shell
-    (project / ".opdsl").mkdir()
+    (project / ".opdsl").mkdir(exist_ok=True)
     named = {"run_id": "abc123", "implementor": "model:default"}
     (project / ".opdsl" / "director.json").write_text(json.dumps(named))
     told = subprocess.run(["sh", "-c", hook], cwd=project, env=env, capture_output=True, text=True)
@@ -214,3 +215,39 @@ def test_the_session_start_hook_runs_the_python_it_names_from_any_folder(
     )
     assert gone.returncode == 0, gone.stderr
     assert [f for f in files(project) if not f.startswith(".venv/")] == [".opdsl/director.json"]
+
+
+def test_install_keeps_the_users_own_settings_and_uninstall_takes_out_only_its_own(
+    tmp_path: Path,
+) -> None:
+    ours = "14400000"
+    for theirs in ("60000", ours):  # their own timeout: shorter, or the same as opdsl's
+        project = tmp_path / f"project-{theirs}"
+        (project / ".claude").mkdir(parents=True)
+        mine = {
+            "env": {"MCP_TOOL_TIMEOUT": theirs, "FOO": "bar"},
+            "permissions": {"allow": ["Bash(ls:*)", "mcp__opdsl-director__fsm_status"]},
+            "model": "opus",
+        }
+        text = json.dumps(mine, indent=2) + "\n"
+        (project / ".claude" / "settings.json").write_text(text)
+        for _ in range(2):
+            done = opdsl(project, "mcp", "install")
+            assert done.returncode == 0, done.stderr
+        settings = json.loads((project / ".claude" / "settings.json").read_text())
+        assert settings["env"] == {"MCP_TOOL_TIMEOUT": theirs, "FOO": "bar"}
+        assert settings["permissions"]["allow"].count("mcp__opdsl-director__fsm_status") == 1
+        gone = opdsl(project, "mcp", "uninstall")
+        assert gone.returncode == 0, gone.stderr
+        assert (project / ".claude" / "settings.json").read_text() == text, theirs
+
+    # none of their own: install sets it, uninstall takes it out and leaves theirs
+    project = tmp_path / "project-none"
+    (project / ".claude").mkdir(parents=True)
+    text = json.dumps({"env": {"FOO": "bar"}, "model": "opus"}, indent=2) + "\n"
+    (project / ".claude" / "settings.json").write_text(text)
+    assert opdsl(project, "mcp", "install").returncode == 0
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    assert settings["env"] == {"FOO": "bar", "MCP_TOOL_TIMEOUT": ours}
+    assert opdsl(project, "mcp", "uninstall").returncode == 0
+    assert (project / ".claude" / "settings.json").read_text() == text
