@@ -422,9 +422,7 @@ class CliBackend(ABC):
                     "crash": "crashed",
                     "refused": "refused",
                     "error": "failed",
-                    "stopped": "stopped",
-                    "exhausted": "completed",
-                }[kind]
+                }[kind]  # a stop or max_turns run out was made None above: not a failure
             )
             turn.emit(AgentEnd(**turn.base(), backend=self.name, status=status, reason=reason))  # type: ignore[arg-type]
         if turn.model:
