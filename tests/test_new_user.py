@@ -491,7 +491,10 @@ def test_a_dry_run_never_calls_a_real_model() -> None:
 
     # each call at the cap the live call would send: its own, else the model's
     assert plan.usage.output_tokens == 300 + DEFAULT_MAX_TOKENS
-    assert plan.usage.cost_usd is not None and plan.usage.cost_usd > 0  # gpt-4.1-mini has a price
+    # priced as the live calls would be: a server on this machine is not OpenAI's API
+    assert plan.usage.cost_usd is None and "cost unknown" in plan.render()
+    api = dry_run(asks_a_model, model="openai:gpt-4.1-mini")  # never sent either
+    assert api.usage.cost_usd is not None and api.usage.cost_usd > 0  # the API's price
     assert "scripted" not in plan.render() and "not sent to gpt-4.1-mini" in plan.render()
     scripted = dry_run(asks_a_model, model=ScriptedModel(["a", "b"]))
     assert scripted.value == "ab"
