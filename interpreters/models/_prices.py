@@ -69,7 +69,6 @@ class Price:
     cache_write: float
     tiers: tuple[Tier, ...] = ()
     since: date | None = None
-    note: str | None = None
     _kept: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -174,8 +173,7 @@ class Prices:
                     entries[name] = _entry(name, f"opdsl prices.json: {name}", rates)
             extra = os.environ.get("OPDSL_PRICES")
             if extra:
-                for name, rates in self.read(extra).items():
-                    entries[name] = _entry(name, f"OPDSL_PRICES={extra}: {name}", rates)
+                entries.update(self.read(extra))
         else:
             for name, rates in table.items():
                 if not name.startswith("_"):
@@ -189,8 +187,8 @@ class Prices:
         self._built: dict[tuple[str, str | None, str | None, date], Price] = {}
 
     @staticmethod
-    def read(path: str) -> dict[str, Any]:
-        """A price file's table, or a ValueError naming the file and what is wrong."""
+    def read(path: str) -> dict[str, Price]:
+        """A price file's prices by model, or a ValueError naming the file and what is wrong."""
         try:
             with open(path, encoding="utf-8") as f:
                 table = json.load(f)
@@ -201,19 +199,11 @@ class Prices:
                 f"OPDSL_PRICES={path}: cannot read the price table: expected a JSON object "
                 'of models, {"MODEL": {"input": USD_PER_M, "output": USD_PER_M}}'
             )
-        for name, rates in table.items():
-            if not name.startswith("_"):
-                _entry(name, f"OPDSL_PRICES={path}: {name}", rates)
-        return {k: v for k, v in table.items() if not k.startswith("_")}
-
-    @staticmethod
-    def load() -> dict[str, Any]:
-        """opdsl's ``prices.json`` with ``$OPDSL_PRICES`` over it, as raw JSON data."""
-        table = _shipped()
-        extra = os.environ.get("OPDSL_PRICES")
-        if extra:
-            table.update(Prices.read(extra))
-        return table
+        return {
+            name: _entry(name, f"OPDSL_PRICES={path}: {name}", rates)
+            for name, rates in table.items()
+            if not name.startswith("_")
+        }
 
     def price(
         self,
@@ -373,6 +363,5 @@ def _kept_price(model: str, found: Any, at: datetime) -> Price:
         cache_write=base("cache_write_mtok", given),
         tiers=tiers,
         since=since,
-        note=info.price_comments,
         _kept=model_price,
     )
