@@ -42,7 +42,14 @@ from interpreters.temporal._store import (
     TemporalLimit,
     size_text,
 )
-from interpreters.temporal._types import ACTIVITY, Admission, AdmitRequest, EffectCall, Outcome
+from interpreters.temporal._types import (
+    ACTIVITY,
+    Admission,
+    AdmitRequest,
+    EffectCall,
+    Outcome,
+    tools_digest,
+)
 from interpreters.tools._bound import ToolLike, ToolRegistry
 from interpreters.tools._workspace import Workspace
 from op import Agent, Checkpoint, Fatal, Infer, Message, Output, Tool, default_state
@@ -160,7 +167,10 @@ class EffectReader:
 @final
 class Activities:
     """The activities of one worker. ``programs``: the only programs its workflows may run
-    (``module:function``); a run naming another fails at once, before any effect."""
+    (``module:function``); a run naming another fails at once, before any effect. ``mcp``:
+    the MCP tools among ``tools``, as listed (``MCPTools.recorded``), which a run admitted here
+    goes with and an effect of a run that goes with others is not performed with
+    (``_tools``)."""
 
     def __init__(
         self,
@@ -173,8 +183,11 @@ class Activities:
         heartbeat_seconds: float = 2.0,
         store: ContentStore | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        mcp: Mapping[str, Any] | None = None,
     ) -> None:
         self.programs = frozenset(programs)
+        self.mcp: dict[str, Any] = dict(mcp or {})
+        self.mcp_digest = tools_digest(self.mcp)
         self.handlers = LiveHandlers(
             model=model, tools=ToolRegistry(tools), agents=agents, workspace=workspace
         )
@@ -226,6 +239,7 @@ class Activities:
             stored=self.store is not None,
             payload_limit=self.payload_limit,
             waiting_memo=True,
+            mcp=self.mcp,
         )
 
     @activity.defn(name=ACTIVITY["tool"])
@@ -248,7 +262,23 @@ class Activities:
     async def restore(self, snapshot_json: str) -> None:
         await self.handlers.restore(json.loads(snapshot_json))
 
+    def _other_tools(self, call: EffectCall) -> Outcome | None:
+        """None if this worker offers the MCP tools the run goes with (or the run compares
+        none); else what it offers, not performing the effect, or, where the run refused a
+        change of them, the refusal, which Temporal retries until a worker that offers them
+        as the run knew them takes the effect."""
+        wanted = call.tools
+        if not isinstance(wanted, dict) or wanted.get("digest") == self.mcp_digest:
+            return None
+        refused = wanted.get("refused")
+        if isinstance(refused, str):
+            raise ApplicationError(refused, type="MCPToolsChanged")
+        return Outcome(tools_now=self.mcp)
+
     async def _perform(self, call: EffectCall) -> Outcome:
+        other = self._other_tools(call)
+        if other is not None:
+            return other
         try:
             effect = self.reader.read(call)
         except (ValueError, ContentMissing) as exc:  # a ContentError is a ValueError

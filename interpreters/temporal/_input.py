@@ -18,6 +18,7 @@ The rules, field by field (``RunInput`` in ``_types``):
   ``pieces`` the pieces of content it refers to (hash: text), each checked against its hash;
   ``restore_at``: the address of one of its checkpoints, only with a record.
 - ``seed``, ``parent_run``, ``fork_checkpoint``, ``journal``: text or nothing.
+- ``tools_json``: nothing, or a listing of MCP tools (:func:`listing_problem`).
 - ``history_limit``: a whole number in :data:`HISTORY_LIMITS`; ``history_bytes``: in
   :data:`HISTORY_BYTES`; ``generation``: from 0.
 - Any JSON (the arguments, the state, every line of the record and every JSON value its
@@ -49,6 +50,7 @@ __all__ = [
     "CheckedInput",
     "check_arguments",
     "checked_input",
+    "listing_problem",
     "nesting",
     "refused",
 ]
@@ -200,6 +202,40 @@ def _pieces(name: str, value: object) -> None:
             _shallow(f"{name}: piece {str(h)[:70]!r}", text)
 
 
+def listing_problem(data: object) -> str | None:
+    """What is wrong with ``data`` as a listing of MCP tools (an object of servers, each an
+    object whose ``tools`` are objects with a text ``name`` and ``description`` and an object
+    of ``parameters``), or None.
+
+    Example:
+        >>> listing_problem({"git": {"tools": [{"name": "git_log"}]}})
+        "server 'git': tool 1 needs its description as text"
+    """
+    if not isinstance(data, dict):
+        return f"it is an object of servers, not {_kind(data)}"
+    for server, entry in data.items():
+        tools = entry.get("tools") if isinstance(entry, dict) else None
+        if not isinstance(tools, list):
+            return f"server {str(server)[:70]!r} has no list of tools"
+        for i, t in enumerate(tools, 1):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                return f"server {str(server)[:70]!r}: tool {i} has no name"
+            if not isinstance(t.get("description"), str):
+                return f"server {str(server)[:70]!r}: tool {i} needs its description as text"
+            if not isinstance(t.get("parameters"), dict):
+                return f"server {str(server)[:70]!r}: tool {i} needs its parameters as an object"
+    return None
+
+
+def _listing(name: str, value: object) -> None:
+    _optional_json(name, value)
+    if value is not None:
+        assert isinstance(value, str)
+        problem = listing_problem(json.loads(value))
+        if problem is not None:
+            raise refused(f"{name} is not a listing of MCP tools: {problem}")
+
+
 def _count(low: int, high: int | None) -> Callable[[str, object], None]:
     def check(name: str, value: object) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -227,6 +263,7 @@ _FIELDS: dict[str, Callable[[str, object], None]] = {
     "generation": _count(0, None),
     "pieces": _pieces,
     "history_bytes": _count(*HISTORY_BYTES),
+    "tools_json": _listing,
 }
 """The check of each field of ``RunInput``, by name (a test holds it to the dataclass)."""
 

@@ -10,7 +10,10 @@ whole conversation again. A result's secrets are replaced on the worker.
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "ACTIVITY",
@@ -23,6 +26,7 @@ __all__ = [
     "RunOutcome",
     "WORKFLOW",
     "activity_id",
+    "tools_digest",
 ]
 
 WORKFLOW = "opdsl.run"
@@ -45,6 +49,23 @@ def activity_id(address: str, effect_json: str) -> str:
     longer matches its history. Temporal compares activity type and id on replay, not inputs."""
     digest = hashlib.sha256(effect_json.encode()).hexdigest()[:16]
     return f"{address}#{digest}"
+
+
+def tools_digest(listing: Mapping[str, Any]) -> str:
+    """A short hash of the MCP tools a listing offers (by server: each tool's name, its
+    description and its input schema; not how the server is started), the same in every
+    process, so a worker tells at a glance whether it offers what a run goes with.
+
+    Example:
+        >>> tools_digest({}) == tools_digest({})
+        True
+    """
+    tools = {
+        server: entry.get("tools") if isinstance(entry, Mapping) else None
+        for server, entry in listing.items()
+    }
+    text = json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -75,6 +96,9 @@ class RunInput:
     #: continue as new once the history holds this many bytes (Temporal warns at 10 MiB and
     #: ends a run at 50 MiB); Temporal's own suggestion to continue as new is taken as well
     history_bytes: int = 10 * 1024 * 1024
+    #: the MCP tools the run goes with (JSON: by server, as ``Admission.mcp``), from its run
+    #: of the workflow before a continue-as-new
+    tools_json: str | None = None
 
 
 @dataclass
@@ -90,15 +114,19 @@ class AdmitRequest:
 class Admission:
     """What the worker that admitted a run tells the workflow: which tools are quick and
     read-only (run as local activities), the activity timeouts it chose, whether the workers
-    keep content in a content store (``stored``), the server's payload limit, and whether the
-    run keeps the questions it waits on in its memo (``waiting_memo``). Each field an older
-    worker did not send has the value that makes its runs replay as they ran."""
+    keep content in a content store (``stored``), the server's payload limit, whether the
+    run keeps the questions it waits on in its memo (``waiting_memo``), and the MCP tools the
+    worker offers (``mcp``: by server, the server as recorded and its tools, as
+    ``MCPTools.recorded`` holds them; ``{}``: none), which the run records and holds every
+    worker that performs its effects to. Each field an older worker did not send has the
+    value that makes its runs replay as they ran (``mcp``: None, no tools compared)."""
 
     quick_tools: list[str] = field(default_factory=list)
     heartbeat_seconds: float = 2.0
     stored: bool = False
     payload_limit: int = 2 * 1024 * 1024
     waiting_memo: bool = False
+    mcp: dict[str, Any] | None = None
 
 
 @dataclass
@@ -114,6 +142,9 @@ class EffectCall:
     pieces: dict[str, str] = field(default_factory=dict)
     #: an ``infer``'s place among the run's model calls (``Call.model_calls``)
     model_calls: int | None = None
+    #: the MCP tools the run goes with: ``digest`` (:func:`tools_digest`), and ``refused``,
+    #: why a worker that offers others must not perform the effect (None: no tools compared)
+    tools: dict[str, Any] | None = None
 
 
 @dataclass
@@ -126,6 +157,9 @@ class Outcome:
     fatal: bool = False
     #: the pieces ``result_json`` refers to (a long tool output, a long answer)
     pieces: dict[str, str] = field(default_factory=dict)
+    #: the effect was not performed: the worker offers other MCP tools than the run goes
+    #: with, these (as ``Admission.mcp``)
+    tools_now: dict[str, Any] | None = None
 
 
 @dataclass

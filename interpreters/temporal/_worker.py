@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -19,6 +20,9 @@ from interpreters.temporal._workflow import OpdslRun
 from interpreters.tools._bound import ToolLike
 from interpreters.tools._workspace import Workspace
 from op import OpdslError
+
+if TYPE_CHECKING:
+    from interpreters.tools._mcp import MCPTools
 
 __all__ = ["PASSED_THROUGH", "ProgramRefused", "check_in_sandbox", "make_worker", "sandbox_runner"]
 
@@ -114,6 +118,7 @@ def make_worker(
     heartbeat_seconds: float = 2.0,
     sticky_seconds: float = 2.0,
     passthrough: Iterable[str] = (),
+    mcp: MCPTools | None = None,
 ) -> Worker:
     """A worker for opdsl runs on ``task_queue``. A workspace-bound program needs a task queue
     of its own per workspace: a repository is a folder on one machine.
@@ -121,7 +126,12 @@ def make_worker(
     ``heartbeat_seconds``: an activity on a worker that died is retried elsewhere after this;
     ``sticky_seconds``: a workflow cached on a worker that died moves after this;
     ``passthrough``: more modules the sandbox shares instead of importing them again (only
-    modules known to be deterministic: the sandbox's checks do not apply to them).
+    modules known to be deterministic: the sandbox's checks do not apply to them);
+    ``mcp``: MCP servers' tools (:func:`interpreters.tools.open_mcp`, open as long as the
+    worker runs), performed as activities: a run records the tools the worker that admitted
+    it offers, and a worker that offers them otherwise does not perform its effects as if
+    nothing had changed (see ``_tools``: a change the run depends on makes it wait for a
+    worker that offers them as it knew them; any other is a warning).
 
     The content store and the server's payload limit are the client's (:func:`connect`): a
     client made otherwise has neither, and content travels inline, under Temporal's limit.
@@ -136,13 +146,14 @@ def make_worker(
     codec = codec_of(client)
     activities = Activities(
         programs=programs,
-        tools=tools,
+        tools=[*tools, *(mcp.tools if mcp is not None else ())],
         model=model,
         agents=agents,
         workspace=workspace,
         heartbeat_seconds=heartbeat_seconds,
         store=None if codec is None else codec.store,
         payload_limit=DEFAULT_PAYLOAD_LIMIT if codec is None else codec.payload_limit,
+        mcp=None if mcp is None else mcp.recorded,
     )
     return Worker(
         client,

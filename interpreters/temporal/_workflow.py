@@ -42,6 +42,7 @@ fails ends the workflow failed, with the run's outcome in the failure's details.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -68,11 +69,13 @@ with workflow.unsafe.imports_passed_through():
         CheckedInput,
         check_arguments,
         checked_input,
+        listing_problem,
         refused,
     )
     from interpreters.temporal._store import NO_STORE_HINT as _NO_STORE
     from interpreters.temporal._store import TemporalLimit
     from interpreters.temporal._store import size_text as _size
+    from interpreters.temporal._tools import RunTools
     from interpreters.temporal._types import (
         ACTIVITY,
         WORKFLOW,
@@ -279,17 +282,41 @@ class _Handlers(RunHandlers):
 
     async def _activity(self, effect: LeafEffect, call: Call, *, local: bool) -> Any:
         arg = self._call(effect, call.address, call.run_id)
-        name = ACTIVITY[effect.kind]
         aid = activity_id(call.address, arg.effect_json)
         # sent and read as plain JSON objects: the SDK's conversion of a dataclass reads its
         # type hints each time, which in the sandbox costs more than the rest of the effect
-        sent = {
+        sent: dict[str, Any] = {
             "run_id": arg.run_id,
             "address": arg.address,
             "effect_json": arg.effect_json,
             "pieces": arg.pieces,
             "model_calls": call.model_calls,
         }
+        tools = self.run.tools if not isinstance(effect, Checkpoint) else None
+        if tools is None:
+            outcome = await self._once(effect, call, sent, aid, local=local)
+        else:
+            # a worker that offers other MCP tools than the run goes with performs nothing
+            # and says what it offers (``_tools``); the effect is sent again, under another
+            # id, once the run has taken that in
+            met = 0
+            while True:
+                sent["tools"] = tools.sent()
+                at = aid if met == 0 else f"{aid}~{met}"
+                outcome = await self._once(effect, call, sent, at, local=local)
+                if outcome.tools_now is None:
+                    break
+                before = [e for e in self.run.journal_entries() if e.address != call.address]
+                tools.meet(call.run_id, outcome.tools_now, before, workflow.logger.warning)
+                met += 1
+            tools.performed()
+        return self._result(effect, outcome)
+
+    async def _once(
+        self, effect: LeafEffect, call: Call, sent: dict[str, Any], aid: str, *, local: bool
+    ) -> Outcome:
+        """The activity that performs ``effect``, once, and what it did."""
+        name = ACTIVITY[effect.kind]
         try:
             if local:
                 got = await workflow.execute_local_activity(
@@ -318,7 +345,10 @@ class _Handlers(RunHandlers):
             raise EffectFailedOnTemporal(
                 f"the {effect.kind} effect at address {call.address} failed on Temporal: {cause}"
             ) from None
-        outcome = _outcome(got)
+        return _outcome(got)
+
+    def _result(self, effect: LeafEffect, outcome: Outcome) -> Any:
+        """What the program gets of an activity's outcome."""
         if outcome.error_json is not None:
             err = decode_error(outcome.error_json)
             if outcome.fatal and not isinstance(err, Fatal):
@@ -342,11 +372,13 @@ def _outcome(data: Any) -> Outcome:
     if not isinstance(data, dict):
         raise EffectFailedOnTemporal(f"an activity returned {type(data).__name__}, not an outcome")
     pieces = data.get("pieces")
+    tools_now = data.get("tools_now")
     return Outcome(
         result_json=data.get("result_json"),
         error_json=data.get("error_json"),
         fatal=data.get("fatal") is True,
         pieces=pieces if isinstance(pieces, dict) else {},
+        tools_now=tools_now if isinstance(tools_now, dict) else None,
     )
 
 
@@ -408,6 +440,39 @@ async def _admit(inp: RunInput) -> Admission:
     return admission
 
 
+def _run_tools(checked: CheckedInput, admission: Admission) -> RunTools | None:
+    """The MCP tools the run goes with: those of the run it continues (a continue-as-new,
+    else the carried record's, a fork's), else those the admitting worker offers; a worker
+    that offers others is met at once (``_tools``). None: the admission does not say (a run
+    begun by an opdsl before this, which compares nothing and replays as it ran)."""
+    if admission.mcp is None:
+        return None
+    inp = checked.inp
+    before: Any = None
+    if inp.tools_json is not None:
+        before = json.loads(inp.tools_json)  # checked with the input
+    elif checked.carried is not None:
+        before = _config(checked.carried.run.config_json).get("mcp")
+        problem = None if before is None else listing_problem(before)
+        if problem is not None:
+            raise refused(f"the carried record's MCP tools are not a listing: {problem}")
+    if before is None:
+        return RunTools(admission.mcp)
+    tools = RunTools(before)
+    if tools.digest != RunTools(admission.mcp).digest:
+        entries = [] if checked.carried is None else checked.carried.entries
+        tools.meet(inp.run_id, admission.mcp, entries, workflow.logger.warning)
+    return tools
+
+
+def _config(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 @workflow.defn(name=WORKFLOW, sandboxed=True)
 class OpdslRun:
     """Drives one opdsl run; its workflow id is the run id."""
@@ -419,6 +484,8 @@ class OpdslRun:
         self._keeps_waiting_memo = False
         self._answers: dict[str, str] = {}
         self._limit: int | None = None  # the payload limit, when content travels inline
+        #: the MCP tools the run goes with (None: admitted by an opdsl that did not say)
+        self.tools: RunTools | None = None
 
     @workflow.run
     async def run(self, raw: RawValue) -> RunOutcome:
@@ -430,6 +497,7 @@ class OpdslRun:
         program = _load_program(inp.program)
         check_arguments(program, checked.args, checked.kwargs, inp.program)
         state = _state(inp)
+        self.tools = _run_tools(checked, admission)
         record, log = self._opened(checked)
         # a run admitted by a worker with a content store sends effects packed (one begun by an
         # opdsl before, whose admission says nothing of a store, replays as it ran: whole)
@@ -472,12 +540,15 @@ class OpdslRun:
         workflow's run before (written into this one's journal), else none."""
         inp = checked.inp
         if checked.carried is None:
+            config: dict[str, Any] = {"engine": "temporal", "seed": inp.seed}
+            if self.tools is not None and self.tools.listing:
+                config["mcp"] = self.tools.listing  # as a live run records its servers
             record = RunRecord(
                 run_id=inp.run_id,
                 program=inp.program,
                 parent_run=inp.parent_run,
                 fork_checkpoint=inp.fork_checkpoint,
-                config_json=canonical_json({"engine": "temporal", "seed": inp.seed}),
+                config_json=canonical_json(config),
             )
             return record, None
         record, entries = checked.carried.run, checked.carried.entries
@@ -506,8 +577,13 @@ class OpdslRun:
                 history_limit=inp.history_limit,
                 history_bytes=inp.history_bytes,
                 generation=inp.generation + 1,
+                tools_json=None if self.tools is None else self.tools.as_json(),
             )
         )
+
+    def journal_entries(self) -> list[Any]:
+        """The run's entries so far."""
+        return self._journal.entries(self._run_id)
 
     def _outcome(self, inp: RunInput, result: RunResult[Any]) -> RunOutcome:
         """How the run ended, with its journal (left out, saying why, where it would not fit

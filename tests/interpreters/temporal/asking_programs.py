@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from op import Op, ask, checkpoint, par
+from op import Op, ask, checkpoint, par, tool
 
 
 def plan_then_ask(goal: str) -> Op[str]:
@@ -17,3 +17,11 @@ def plan_then_ask(goal: str) -> Op[str]:
 def two_asks() -> Op[tuple[Any, ...]]:
     """Two questions open at once."""
     return (yield from par(ask("Which colour?"), ask("Which size?")))
+
+
+def ask_then_dotted() -> Op[str]:
+    """A question, then a tool of the hostile MCP server (``tests/fixtures/mcp_hostile.py``):
+    nothing of the server's comes before the question."""
+    answer = yield from ask("go on?")
+    dotted = yield from tool("h_a_b", {})
+    return f"{answer} {dotted.output}"

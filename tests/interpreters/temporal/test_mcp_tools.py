@@ -1,0 +1,189 @@
+"""A run on Temporal records the MCP tools of the worker that admitted it, and a worker that
+offers them otherwise does not go on as if nothing had changed: a change of a tool the run
+depends on makes it wait (its activity failing with the reason, retried) until a worker that
+offers them as it knew them takes it; any other change is a warning, and the run goes on.
+
+The workers are in this process, each with the hostile MCP server of ``tests/fixtures``
+(``--variant 2``: its ``echo`` takes other arguments and ``huge`` is gone)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.worker import Replayer
+
+from interpreters.temporal import (
+    OpdslRun,
+    answer,
+    connect,
+    export,
+    make_worker,
+    outcome,
+    sandbox_runner,
+    start_run,
+)
+from interpreters.tools import open_mcp
+from interpreters.tools._mcp import MCPServer
+from tests.interpreters.temporal.conftest import Server
+
+HOSTILE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_hostile.py")
+ECHO_THEN_ASK = "tests.fixtures.mcp_programs:echo_then_ask"
+ASK_THEN_DOTTED = "tests.interpreters.temporal.asking_programs:ask_then_dotted"
+
+
+def _server(*extra: str) -> MCPServer:
+    # unconfined: what is tested is the tool list, not the sandbox (which needs bubblewrap)
+    return MCPServer.stdio([sys.executable, "-I", HOSTILE, *extra], confined=False, timeout=10)
+
+
+@asynccontextmanager
+async def _worker(client: Client, queue: str, root: Path, *extra: str) -> AsyncIterator[None]:
+    """A worker on ``queue`` whose MCP server ``h`` is the hostile one (``extra``: its
+    options), for as long as the block runs."""
+    async with open_mcp({"h": _server(*extra)}, root=root) as served:
+        worker = make_worker(
+            client,
+            task_queue=queue,
+            programs=[ECHO_THEN_ASK, ASK_THEN_DOTTED],
+            mcp=served,
+            passthrough=("tests",),
+            sticky_seconds=0.5,
+        )
+        async with worker:
+            yield
+
+
+async def _asked(handle: WorkflowHandle[object, object]) -> None:
+    for _ in range(400):
+        if await handle.query("waiting", result_type=dict):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {handle.id} never asked")
+
+
+async def _pending_failure(handle: WorkflowHandle[object, object]) -> str:
+    """The last failure of the run's pending activity, once it has one."""
+    for _ in range(400):
+        described = await handle.describe()
+        for pending in described.raw_description.pending_activities:
+            if pending.last_failure.message:
+                return pending.last_failure.message
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {handle.id} has no failing activity")
+
+
+async def _replays(client: Client, handle: WorkflowHandle[object, object]) -> str | None:
+    replayer = Replayer(
+        workflows=[OpdslRun],
+        workflow_runner=sandbox_runner(("tests",)),
+        data_converter=client.data_converter,
+    )
+    result = await replayer.replay_workflow(
+        await handle.fetch_history(), raise_on_replay_failure=False
+    )
+    return None if result.replay_failure is None else str(result.replay_failure)
+
+
+def test_a_run_waits_for_a_worker_with_the_tools_it_depends_on(
+    temporal: Server, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-changed", tmp_path):
+            handle = await start_run(
+                client,
+                ECHO_THEN_ASK,
+                task_queue="mcp-changed",
+                args=["hello"],
+                run_id="mcp-changed",
+            )
+            await _asked(handle)  # h_echo called: the run depends on it
+        # the worker comes back with a server whose echo takes other arguments
+        async with _worker(client, "mcp-changed", tmp_path, "--variant", "2"):
+            await answer(client, "mcp-changed", "yes")
+            said = await _pending_failure(handle)
+            assert said == (
+                "run mcp-changed depends on MCP tools that changed since it started: MCP server "
+                "'h' now takes other arguments for 'h_echo'; the run waits for a worker whose MCP "
+                "servers offer them as it started with them (or end it: temporal workflow "
+                "terminate)"
+            )
+            assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        # a worker that offers them as the run knew them takes the effect: the run goes on
+        async with _worker(client, "mcp-changed", tmp_path):
+            ended = await outcome(handle)
+            assert ended.status == "completed"
+            assert json.loads(ended.result_json or "null") == "hello yes dotted"
+            assert await _replays(client, handle) is None
+            # the run recorded the tools it started with, as a live run does
+            config = _config(await export(client, "mcp-changed"))
+            names = [t["name"] for t in config["mcp"]["h"]["tools"]]
+            assert names[:2] == ["h_echo", "h_huge"]
+
+    asyncio.run(main())
+
+
+def test_a_change_the_run_does_not_depend_on_is_a_warning(
+    temporal: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-warned", tmp_path):
+            handle = await start_run(
+                client, ASK_THEN_DOTTED, task_queue="mcp-warned", run_id="mcp-warned"
+            )
+            await _asked(handle)  # nothing of the server's called yet
+        async with _worker(client, "mcp-warned", tmp_path, "--variant", "2"):
+            await answer(client, "mcp-warned", "yes")
+            ended = await outcome(handle)
+            assert ended.status == "completed"
+            assert json.loads(ended.result_json or "null") == "yes dotted"
+            assert await _replays(client, handle) is None
+
+    with caplog.at_level(logging.WARNING, logger="temporalio.workflow"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if r.name == "temporalio.workflow"]
+    assert any(
+        "run mcp-warned: MCP server 'h' now takes other arguments for 'h_echo' (recorded at the "
+        "run's start)" in line
+        for line in said
+    ), said
+    assert any("MCP server 'h' no longer offers 'h_huge'" in line for line in said), said
+
+
+def _config(text: str) -> dict[str, Any]:
+    """The run's config, from the first line of its export."""
+    first = json.loads(text.splitlines()[0])
+    config: dict[str, Any] = json.loads(first["run"]["config_json"])
+    return config
+
+
+BEFORE = Path(__file__).resolve().parent / "histories" / "mcp_tools_before.json"
+
+
+def test_a_history_from_before_runs_recorded_their_tools_replays() -> None:
+    """A history made by opdsl before runs recorded their MCP tools (its admission says
+    nothing of them; the worker was given the hostile server's tools as plain tools, and the
+    run of ``echo_then_ask`` called ``h_echo``, was answered, and called ``h_a_b``, with
+    content inline) replays under this code: its activities are the same commands."""
+    history = WorkflowHistory.from_json("before-mcp-tools", BEFORE.read_text())
+    # imported here first, as a worker's admission imports it: pytest rewrites the modules of
+    # tests as it imports them, which the sandbox would refuse
+    importlib.import_module(ECHO_THEN_ASK.partition(":")[0])
+    assert sum(e.HasField("activity_task_scheduled_event_attributes") for e in history.events) == 2
+    replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner(("tests",)))
+    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+    assert result.replay_failure is None, result.replay_failure
