@@ -172,9 +172,10 @@ def worker(a: argparse.Namespace) -> int:
                 client,
                 task_queue=a.task_queue,
                 programs=a.program,
-                tools=[*tools, *listed.tools],
+                tools=tools,
                 model=model,
                 workspace=folder,
+                mcp=listed,
             )
             print(
                 f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
