@@ -371,6 +371,7 @@ class Packer:
         front); a new one when none shares its first message."""
         best: _Conversation | None = None
         best_n = 0
+        first = messages[0].content if messages else None
         for conv in self._conversations:
             known = conv.messages
             n = len(known)
@@ -379,6 +380,8 @@ class Packer:
             if len(messages) >= n and messages[n - 1] is known[n - 1] and messages[:n] == known:
                 best, best_n = conv, n  # the common case: the same history, grown
                 continue
+            if known[0].content != first:
+                continue  # not even its first message is this one's (a new conversation)
             k = _common(known, messages)
             if k > best_n:
                 best, best_n = conv, k
@@ -413,9 +416,12 @@ def _same(text: str) -> str:
 
 
 def _common(a: Sequence[Message], b: Sequence[Message]) -> int:
+    """How many messages ``a`` and ``b`` begin with alike. Two messages whose texts differ
+    are told apart by their texts (pydantic's ``==`` costs a few microseconds, and an
+    ``infer`` that starts a conversation is compared with every one kept)."""
     n = 0
     for x, y in zip(a, b, strict=False):
-        if x is not y and x != y:
+        if x is not y and (x.content != y.content or x != y):
             break
         n += 1
     return n
