@@ -120,6 +120,12 @@ _COMPRESSED_MAX: Final = 64 * 2**20
 would unpack to more is refused unread (a handed file's compression bomb)."""
 
 
+_SHORT_ZLIB = zlib.compressobj(6, zlib.DEFLATED, 10, 2, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+"""The short texts' compressor, :data:`DICTIONARY` set and nothing written: each short text is
+compressed by a copy of it, which writes the bytes a new one would (setting the dictionary
+costs more than the copy, and every entry has a few short texts)."""
+
+
 def stored_body(body: str) -> str | bytes:
     """A text (a piece, an entry's effect or result) as a journal keeps it: itself, or (long
     enough, and smaller so) its UTF-8 compressed with zlib, short texts with
@@ -129,7 +135,7 @@ def stored_body(body: str) -> str | bytes:
         return body
     raw = body.encode("utf-8", "surrogatepass")
     if size < COMPRESS_MIN:  # a 1 KB window: quick to set up, and the dictionary fits
-        short = zlib.compressobj(6, zlib.DEFLATED, 10, 2, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+        short = _SHORT_ZLIB.copy()
         packed = short.compress(raw) + short.flush()
     else:
         packed = zlib.compress(raw, 6)

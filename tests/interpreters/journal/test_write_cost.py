@@ -3,12 +3,18 @@ needs, and the bytes written are the ones the journal's format has always had.""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
 
 from interpreters.journal._content import (
+    COMPRESS_MIN,
+    DICTIONARY,
+    SHORT_MIN,
     Packer,
+    kept_body,
+    stored_body,
 )
 from op import Infer, Message
 
@@ -50,3 +56,22 @@ def test_a_message_alike_in_text_only_is_not_taken_for_the_one_before() -> None:
         Infer(messages=(Message.user("same words"), Message.user("a"), Message.user("b")))
     )
     assert packer.earlier == 2
+
+
+def _as_before(text: str) -> bytes:
+    """A short text compressed as the journal always did: a new compressor, the dictionary set."""
+    new = zlib.compressobj(6, zlib.DEFLATED, 10, 2, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+    return new.compress(text.encode()) + new.flush()
+
+
+def test_short_texts_are_the_bytes_a_new_compressor_writes() -> None:
+    texts = [
+        '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1}',
+        '[null,{"content":"run 7 call 3","role":"user","tool_call_id":null,"tool_calls":[]}]',
+        *(f'{{"error":null,"ok":true,"output":"{"line " * k}"}}' for k in range(10, 90, 7)),
+    ]
+    for text in texts * 3:  # the same text again gives the same bytes: nothing is carried over
+        assert SHORT_MIN <= len(text) < COMPRESS_MIN
+        kept = stored_body(text)
+        assert kept == _as_before(text)
+        assert kept_body(kept, "a text") == text
