@@ -54,6 +54,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from interpreters._redact import REDACTED, Redactor
+from interpreters._shown import visible
 from interpreters.tools._bound import BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import Agent, Infer, OpdslError, Tool, ToolResult, ToolSpec
@@ -557,12 +558,15 @@ async def _stdio(
 @final
 class _Tail:
     """The end of what a server wrote on its stderr (what a failure quotes), never more than
-    a few kilobytes however much it writes."""
+    a few kilobytes however much it writes. What it quotes is shown on a terminal and kept in
+    errors and the journal: its secrets are replaced (``redact``) and its control characters
+    escaped (a server's ``ESC [2J`` or OSC 52 is seen, never obeyed)."""
 
     KEEP = 8192
 
-    def __init__(self) -> None:
+    def __init__(self, redact: Redactor) -> None:
         self._data = bytearray()
+        self._redact = redact
 
     def add(self, chunk: bytes) -> None:
         self._data += chunk
@@ -572,7 +576,7 @@ class _Tail:
     def last_line(self) -> str:
         text = self._data[-self.KEEP :].decode("utf-8", "replace")
         lines = [line.strip() for line in text.splitlines() if line.strip()]
-        return lines[-1][:300] if lines else ""
+        return visible(self._redact(lines[-1]), lines=False)[:300] if lines else ""
 
 
 def _kill(process: Any) -> None:
@@ -643,7 +647,7 @@ class _Connection:
             )
             if "HOME" not in server.env:
                 env["HOME"] = "/tmp"  # the sandbox's own, empty
-        self._stderr = _Tail()  # its last line says why it failed
+        self._stderr = _Tail(Redactor.from_env())  # its last line says why it failed
         return _stdio(
             argv,
             env=env,

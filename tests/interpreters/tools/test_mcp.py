@@ -220,6 +220,35 @@ def test_a_server_that_ended_between_calls_is_started_again_before_the_next(
     assert "opdsl: warning: MCP server 'h' had ended; it is started again" in capfd.readouterr().err
 
 
+def test_what_a_server_wrote_on_its_stderr_is_shown_escaped_and_redacted(
+    ws: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "tok-leaked-246810"
+    monkeypatch.setenv("HOSTILE_TOKEN", secret)
+    marker = ws / "starts"
+
+    async def main() -> list[Any]:
+        server = hostile(marker, "--variant", "leak", env=["HOSTILE_TOKEN"], confined=False)
+        async with open_mcp({"h": server}, root=ws) as served:
+            by = {t.name: t for t in served.tools}
+            await by["h_quit"].call({})  # its line written, it ends between calls
+            with anyio.fail_after(5):
+                while not served.connections["h"]._gone.is_set():
+                    await anyio.sleep(0.02)
+            after = await by["h_echo"].call({"text": "after"})  # said, and started again
+            return [after, await by["h_die"].call({})]
+
+    after, died = anyio.run(main)
+    assert after.ok and starts(marker) == 2
+    warned = [line for line in capfd.readouterr().err.splitlines() if "had ended" in line]
+    for said in (warned[0], str(died.error)):
+        assert "\x1b" not in said and "\x07" not in said and secret not in said
+        assert "MCP server 'h'" in said
+        assert "opdsl: all is well, token [redacted])" in said
+        assert "\\x1b[2J\\x1b]52;c;b3duZWQ=\\x07opdsl: all is well" in said  # seen, not obeyed
+    assert warned[0].startswith("opdsl: warning: MCP server 'h' had ended (its stderr: \\x1b[2J")
+
+
 @needs_bwrap
 def test_a_confined_server_has_only_the_variables_named_and_no_network(
     ws: Path, monkeypatch: pytest.MonkeyPatch
