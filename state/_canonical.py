@@ -60,6 +60,18 @@ def _omitted(cls: type[BaseModel]) -> tuple[str, ...]:
     return names
 
 
+_MODEL_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _model_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """A value type's field names, asked of pydantic once (its ``model_fields`` costs a
+    microsecond a time, and every result journaled asks for them)."""
+    names = _MODEL_FIELDS.get(cls)
+    if names is None:
+        names = _MODEL_FIELDS[cls] = tuple(cls.model_fields)
+    return names
+
+
 _IMPLIED: dict[type, Callable[[Any], dict[str, Any]] | None] = {}
 
 
@@ -115,7 +127,7 @@ def to_jsonable(value: Any, path: str = "$") -> Any:
         out = _fields(value, names, path, {"kind": kind} if isinstance(kind, str) else {})
         return _without_none(value, out) if _DC_OMIT.get(cls) else out
     if isinstance(value, BaseModel):
-        out = _fields(value, cls.model_fields, path, {})
+        out = _fields(value, _model_fields(cls), path, {})
         for name in _omitted(cls):
             if getattr(value, name) is None:
                 del out[name]
@@ -225,7 +237,8 @@ def canonical_json(value: Any) -> str:
     plan = _PLANS.get(type(value))
     if plan is not None:
         return _by_plan(value, plan)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    # a pydantic model is no dataclass, and asking its class costs an AttributeError
+    if not isinstance(value, BaseModel | type) and dataclasses.is_dataclass(value):
         return _by_plan(value, _plan(type(value)))
     return _dump(to_jsonable(value))
 

@@ -16,7 +16,8 @@ from interpreters.journal._content import (
     kept_body,
     stored_body,
 )
-from op import Infer, Message
+from op import Infer, Message, Response, ToolCall, Usage
+from state import canonical_json
 
 
 def _counting_equality(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -75,3 +76,28 @@ def test_short_texts_are_the_bytes_a_new_compressor_writes() -> None:
         kept = stored_body(text)
         assert kept == _as_before(text)
         assert kept_body(kept, "a text") == text
+
+
+def test_a_result_is_journaled_as_the_bytes_it_always_was() -> None:
+    usage = Usage(input_tokens=10, output_tokens=1, cost_usd=5.6e-06)
+    answer = Response(
+        text="ok",
+        tool_calls=(ToolCall(id="c1", name="f", arguments={"b": 1, "a": [1.5, None]}),),
+        usage=usage,
+        model="m",
+    )
+    usage_text = '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1}'
+    answer_text = (
+        '{"model":"m","stop_reason":"end_turn","text":"ok","tool_calls":[{"arguments":'
+        '{"a":[1.5,null],"b":1},"id":"c1","name":"f"}],"usage":' + usage_text + "}"
+    )
+    failed = Message(role="tool", content="error: boom", is_error=True)
+    for _ in range(2):  # a type's fields are asked of pydantic once: the second time alike
+        assert canonical_json(usage) == usage_text
+        assert canonical_json(answer) == answer_text
+        assert canonical_json(failed) == (
+            '{"content":"error: boom","role":"tool","tool_call_id":null,"tool_calls":[]}'
+        )
+        assert canonical_json(usage.model_copy(update={"price_source": "p"})) == (
+            usage_text[:-1] + ',"price_source":"p"}'
+        )
