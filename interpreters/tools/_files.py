@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import heapq
 import os
 import re
 import shutil
@@ -37,6 +38,9 @@ SHRINK = 0.5
 """``write_file`` refuses to make a tracked file it has not read smaller than this share of it."""
 
 _NEAREST = 3  # passages an edit whose text was not found is answered with
+_CANDIDATES = 8  # the fewest windows (the likeliest) compared in full, for the _NEAREST shown
+_COMPARED = 4_000_000  # and more while their lengths squared (what ratio costs) sum to under this
+_EXACT = 1_000  # characters of old up to which a window is compared by difflib's ratio itself
 _SHOWN = 5  # occurrences an edit whose text occurs more than once is answered with
 
 
@@ -329,22 +333,37 @@ class _Files(_Git):
 
 def _nearest(text: str, old: str) -> str:
     """The passages of ``text`` most like ``old`` (as many lines as it has), with their line
-    numbers: what an edit whose text was not found is answered with."""
+    numbers: what an edit whose text was not found is answered with.
+
+    ``difflib``'s ratio is what ranks them and what they are shown with, but it costs far more
+    than its length on a long ``old`` (up to two seconds on 150 lines of code that repeats
+    itself), too much to spend on every window of a long file (it took minutes on 1,000 lines).
+    So every window is first scored by the three-character pieces of its lines it shares with
+    ``old``, one pass over the file that adds each line to the running count once and takes it
+    off once, and only the windows that score highest are compared in full: :data:`_CANDIDATES`
+    of them, or as many as :data:`_COMPARED` allows for an ``old`` short enough that ``ratio``
+    costs little. An ``old`` longer than :data:`_EXACT` characters is compared by
+    :func:`_alike`, line by line, instead of by ``ratio`` over its whole text."""
     lines = text.splitlines()
     wanted = old.strip("\n").splitlines() or [old]
     size = len(wanted)
     if not lines:
         return "The file is empty."
+    stripped = [line.strip() for line in lines]
     target = "\n".join(line.strip() for line in wanted)
+    scored: list[tuple[float, int]] = []
     matcher = difflib.SequenceMatcher(None, autojunk=False)
     matcher.set_seq2(target)
-    scored: list[tuple[float, int]] = []
-    for start in range(max(1, len(lines) - size + 1)):
-        matcher.set_seq1("\n".join(line.strip() for line in lines[start : start + size]))
+    exact = len(target) <= _EXACT
+    many = max(_CANDIDATES, _COMPARED // max(len(target), 1) ** 2) if exact else _CANDIDATES
+    cut = [line.strip() for line in wanted]
+    for start in _likeliest_windows(stripped, cut, many):
+        matcher.set_seq1("\n".join(stripped[start : start + size]))
         floor = scored[-1][0] if len(scored) >= _NEAREST else 0.0
         if matcher.real_quick_ratio() <= floor or matcher.quick_ratio() <= floor:
             continue
-        scored.append((matcher.ratio(), start))
+        score = matcher.ratio() if exact else _alike(stripped[start : start + size], cut)
+        scored.append((score, start))
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         del scored[_NEAREST:]
     close = [(ratio, start) for ratio, start in scored if ratio >= 0.5]
@@ -360,6 +379,58 @@ def _nearest(text: str, old: str) -> str:
         "The nearest text in the file (copy old exactly from it, spaces included):\n"
         + "\n".join(shown)
     )
+
+
+def _alike(window: list[str], wanted: list[str]) -> float:
+    """How alike two runs of lines are, as ``difflib``'s ratio says of their texts, at a cost
+    near their length rather than its square: the lines are matched whole first, and a line
+    that stands in another's place is compared with it character by character."""
+    same = 0
+    lines = difflib.SequenceMatcher(None, window, wanted, autojunk=False)
+    for tag, i1, i2, j1, j2 in lines.get_opcodes():
+        if tag == "equal":
+            same += sum(len(line) + 1 for line in window[i1:i2])  # with its newline
+        elif tag == "replace":
+            for mine, theirs in zip(window[i1:i2], wanted[j1:j2], strict=False):
+                chars = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
+                same += sum(block.size for block in chars.get_matching_blocks())
+    total = sum(len(line) + 1 for line in window) + sum(len(line) + 1 for line in wanted) - 2
+    return min(1.0, 2 * same / total) if total else 1.0
+
+
+def _pieces(line: str) -> list[str]:
+    """The three-character pieces of a (stripped) line; a shorter line is its own piece."""
+    return [line[i : i + 3] for i in range(len(line) - 2)] if len(line) > 3 else [line]
+
+
+def _likeliest_windows(lines: list[str], wanted: list[str], many: int) -> list[int]:
+    """The starts of the ``many`` windows of ``len(wanted)`` lines of ``lines`` that share the
+    most three-character pieces with ``wanted`` (the earlier first of those that tie), in time
+    proportional to the characters of both."""
+    size = len(wanted)
+    want: dict[str, int] = {}
+    for line in wanted:
+        for piece in _pieces(line):
+            want[piece] = want.get(piece, 0) + 1
+    # only the pieces ``wanted`` has can be shared; the others are left out of the count
+    kept = [[p for p in _pieces(line) if p in want] for line in lines]
+    have: dict[str, int] = dict.fromkeys(want, 0)
+    shared = 0
+    scores: list[tuple[int, int]] = []
+    for end, pieces in enumerate(kept):
+        for piece in pieces:
+            if have[piece] < want[piece]:
+                shared += 1
+            have[piece] += 1
+        start = end - size + 1
+        if start > 0:
+            for piece in kept[start - 1]:
+                have[piece] -= 1
+                if have[piece] < want[piece]:
+                    shared -= 1
+        if start >= 0 or end == len(lines) - 1 and not scores:
+            scores.append((-shared, max(start, 0)))
+    return [start for _, start in heapq.nsmallest(many, scores)]
 
 
 def _occurrences(text: str, lines: list[int], size: int) -> str:

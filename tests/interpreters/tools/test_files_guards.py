@@ -5,6 +5,7 @@ tracked file is not shrunk unread."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,32 @@ def test_an_edit_whose_text_is_absent_is_answered_with_the_nearest_lines(repo: P
     assert "old and new are the same" in (same.error or "")
     nothing = ws.edit_file("money.py", "zzzz qqqq wwww", "x")
     assert "Nothing in it is close" in (nothing.error or ""), nothing.error
+
+
+def test_the_nearest_passage_of_a_long_file_is_found_in_time_about_its_length(
+    repo: Path,
+) -> None:
+    # every window of the file was compared in full with difflib: 3,000 lines and a 150-line
+    # old text took minutes; the windows are now narrowed by the pieces they share first
+    body = [
+        f"def step_{i}(value: int) -> int:\n    return value * {i % 7} + {i}\n"
+        for i in range(1_500)
+    ]
+    (repo / "long.py").write_text("".join(body))
+    lines = "".join(body).splitlines()
+    # the model's copy of lines 1201-1350: another indentation, every third line changed
+    guess = [
+        "  " + (line.replace("value", "v") if i % 3 == 0 else line)
+        for i, line in enumerate(lines[1_200:1_350])
+    ]
+    began = time.monotonic()
+    missing = Workspace(repo).edit_file("long.py", "\n".join(guess), "x")
+    took = time.monotonic() - began
+    error = missing.error or ""
+    assert not missing.ok and "was not found; nothing was changed" in error
+    assert "lines 1201-1350 (" in error, error[:300]
+    assert "\n" + "\n".join(lines[1_200:1_350]) in error
+    assert took < 30, f"{took:.1f}s"  # a tenth of a second of CPU; it took over two minutes
 
 
 def test_an_edit_whose_text_occurs_twice_shows_each_place_with_its_lines(repo: Path) -> None:
