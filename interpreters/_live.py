@@ -83,10 +83,13 @@ class LiveHandlers(RunHandlers):
         self.answers = dict(answers or {})
         self.workspace = workspace
         self.tools = tools or ToolRegistry()
+        #: the workspace's own tools among them (a tool of the same name given is not one)
+        self.workspace_tools: set[str] = set()
         if workspace is not None:
             for t in (*workspace.tools(), *workspace.program_tools()):
                 if self.tools.get(t.name) is None:
                     self.tools.add(t)
+                    self.workspace_tools.add(t.name)
         self.agents = {**backends(), **dict(agents or {})}
         self.answer = answer
 
@@ -95,6 +98,16 @@ class LiveHandlers(RunHandlers):
         if files is not None and self.workspace is not None:
             self.workspace.save_before_restore(files.tree)  # the user's own work is never lost
             self.workspace.restore(files.tree)
+
+    def replayed(self, effect: LeafEffect, result: Any) -> None:
+        # a resumed run has read what it read before the crash: the workspace's guards see it
+        if (
+            self.workspace is not None
+            and isinstance(effect, Tool)
+            and effect.name in self.workspace_tools
+            and isinstance(result, ToolResult)
+        ):
+            self.workspace.replayed(effect.name, effect.args, result)
 
     async def _default_model(self, request: ModelRequest, call: Call) -> Response:
         """No model was given: ``$OPDSL_MODEL``, else Ollama's ``qwen3:8b`` on this machine."""

@@ -150,6 +150,11 @@ class Handlers(ABC):
     async def restore(self, snapshot: Any) -> None:  # noqa: B027 - nothing to restore by default
         """Put the world back as a checkpoint's snapshot recorded it (forks)."""
 
+    def replayed(self, effect: LeafEffect, result: Any) -> None:  # noqa: B027 - nothing to learn
+        """A finished effect the record answered with ``result`` instead of this performing
+        it (a resume, a fork): handlers that keep account of what was done learn of it here,
+        as though they had done it (a workspace, of the files the run has read)."""
+
     def unpriced(self, effect: Infer | Agent) -> str | None:
         """Why the cost of ``effect`` cannot be known before it runs, if it cannot (a model
         without a price): a ``usd`` budget then stops it instead of counting it as free."""

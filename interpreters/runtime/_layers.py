@@ -10,8 +10,9 @@
   are charged: live or from the record alike). Budgets are *checked* before every effect,
   leaf or not, by ``Driver.perform``.
 - ``Replay`` looks the address up in the record: a finished entry is fed back as the program
-  saw it the first time; a changed effect is a divergence; an unfinished one runs again. A
-  ``patched`` marker the record passed without is answered False.
+  saw it the first time (and the handlers told of it, ``Handlers.replayed``); a changed effect
+  is a divergence; an unfinished one runs again. A ``patched`` marker the record passed
+  without is answered False.
 - A ``patched`` marker answered False (by the record, or live: Temporal's replay of an older
   history, a script) is neither told, journaled nor numbered: the driver gives its address
   back, so a run down the old code is numbered as it was before the change.
@@ -482,7 +483,9 @@ class Replay(Layer):
                 self.restore(frame, address, snapshot)
                 if snapshot.world is not None:
                     await d.handlers.restore(snapshot.world)
-            return decode_result(effect, d.whole(entry.result_json, effect.kind))
+            result = decode_result(effect, d.whole(entry.result_json, effect.kind))
+            d.handlers.replayed(effect, result)
+            return result
         if entry.status == "failed":
             raise decode_error(entry.error_json)
         # cancelled: a timeout or budget cut it off, or a par sibling's failure did

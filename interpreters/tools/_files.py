@@ -4,7 +4,8 @@ Two refusals guard a file against a model that writes before it reads (what a sm
 ``edit_file`` refuses an ``old`` text that is not in the file, or not once, and answers with the
 nearest passages and their line numbers, to copy from; ``write_file`` refuses to shrink a file
 git tracks to under half its size unless ``read_file`` (or ``write_file``) has been given that
-file through this workspace (a run's workspace is its own), and says how to go on.
+file through this workspace (a run's workspace is its own; a resumed run's has what the
+journal says it read), and says how to go on.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Mapping
 from contextlib import suppress
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import regex
 
@@ -52,6 +55,14 @@ class _Files(_Git):
         """The files (relative paths) ``read_file`` gave or ``write_file`` wrote through this
         workspace: the ones ``write_file`` may shrink."""
         return set()
+
+    def replayed(self, name: str, args: Mapping[str, Any], result: ToolResult) -> None:
+        """A call of one of these tools that a resumed (or forked) run's journal answered
+        instead of performing it: a file it read or wrote counts as read, as it did before."""
+        path = args.get("path")
+        if name in ("read_file", "write_file") and result.ok and isinstance(path, str):
+            with suppress(WorkspaceError, OSError):
+                self.read_paths.add(self.relative(self.resolve(path)))
 
     def read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
         """Read a text file, or lines start_line..end_line of it (1-based, inclusive)."""

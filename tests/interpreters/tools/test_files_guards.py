@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from interpreters import MemoryJournal, Workspace, run
+from interpreters import MemoryJournal, SqliteJournal, Workspace, resume, run
 from op import Op, ToolResult, tool
 
 MODULE = (
@@ -130,3 +130,31 @@ def test_what_was_read_is_the_runs_own(repo: Path) -> None:
     git(repo, "checkout", "-q", "--", "money.py")
     second = run(_read_then_write, False, workspace=repo, db=MemoryJournal()).value
     assert not second.ok and "refused" in (second.error or ""), "a new run has read nothing"
+
+
+def stop_once(flag: str) -> str:
+    """Stops the process (KeyboardInterrupt) the first time, as a crash would; then goes on."""
+    if not Path(flag).exists():
+        Path(flag).write_text("stopped")
+        raise KeyboardInterrupt
+    return "went on"
+
+
+def _read_stop_write(flag: str) -> Op[ToolResult]:
+    yield from tool("read_file", {"path": "money.py"})
+    yield from tool("stop_once", {"flag": flag})
+    return (yield from tool("write_file", {"path": "money.py", "content": "x = 1\n"}))
+
+
+def test_what_was_read_before_a_crash_counts_as_read_when_the_run_is_resumed(
+    repo: Path, tmp_path: Path
+) -> None:
+    db, flag = tmp_path / "runs.db", str(tmp_path / "stopped")
+    with pytest.raises(KeyboardInterrupt):
+        run(_read_stop_write, flag, workspace=repo, tools=[stop_once], db=str(db), run_id="r")
+    assert SqliteJournal(db).run("r").status == "cancelled"
+    assert (repo / "money.py").read_text() == MODULE
+    # the read is fed from the journal, not performed again: the workspace learns of it there
+    resumed = resume("r", db=str(db), tools=[stop_once])
+    assert resumed.status == "completed" and resumed.value.ok, resumed.value
+    assert (repo / "money.py").read_text() == "x = 1\n"
