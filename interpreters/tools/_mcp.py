@@ -24,7 +24,8 @@ Rules, in one place:
    call; one that died between calls is started again before the next.
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
-   file system read-only; no network unless allowed for that server; an environment of
+   file system read-only, the workspace's siblings hidden but for the server's program and
+   the install it runs from (``_installed``); no network unless allowed for that server; an environment of
    ``PATH``, ``HOME=/tmp`` and only the variables named for it. It is started once per run (or
    per worker) and ended with it.
 6. The servers and their tool lists are recorded in the run's config at its start; a resume
@@ -579,6 +580,28 @@ class _Tail:
         return visible(self._redact(lines[-1]), lines=False)[:300] if lines else ""
 
 
+def _installed(program: Path, root: Path) -> tuple[Path, ...]:
+    """What a confined server must read of its program where the sandbox would hide it (a
+    sibling of the workspace, ``/tmp``): the program (as named, and the file a link names)
+    and the install it runs from, when it is one: the virtualenv of a ``bin`` folder (its
+    ``pyvenv.cfg``), the node prefix of one (its ``lib/node_modules``), the ``node_modules``
+    of a ``node_modules/.bin``. Never a folder that holds the workspace (it would show the
+    workspace's siblings again), nor one inside it (seen already)."""
+    places: set[Path] = set()
+    for path in {program.absolute(), program.resolve()}:
+        folder, install = path.parent, path.parent.parent
+        marked = (install / "pyvenv.cfg").is_file() or (install / "lib/node_modules").is_dir()
+        if (folder.name == "bin" and marked) or (
+            folder.name == ".bin" and install.name == "node_modules"
+        ):
+            places.add(install)
+        else:
+            places.add(path)
+    return tuple(
+        sorted(p for p in places if not (p == root or p in root.parents or root in p.parents))
+    )
+
+
 def _kill(process: Any) -> None:
     """Kill the server's whole process group (it was started in a session of its own)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -628,7 +651,8 @@ class _Connection:
             return capped_http(server.url, server.headers, limit=MAX_MESSAGE, cut=self._cut_http)
         env = {k: os.environ[k] for k in (*_ENV_KEPT, *server.env) if k in os.environ}
         argv = list(server.argv)
-        if shutil.which(argv[0], path=env.get("PATH")) is None:
+        program = shutil.which(argv[0], path=env.get("PATH"))
+        if program is None:
             raise MCPError(f"no program {argv[0]!r} is found (on PATH, or at that path)")
         if server.confined:
             problem = sandbox_problem()
@@ -643,6 +667,7 @@ class _Connection:
                 root=self.root,
                 cwd=self.root,
                 network=server.network,
+                readable=_installed(Path(program), self.root),
                 read_only=self.read_only,
             )
             if "HOME" not in server.env:

@@ -250,6 +250,46 @@ def test_what_a_server_wrote_on_its_stderr_is_shown_escaped_and_redacted(
 
 
 @needs_bwrap
+@pytest.mark.parametrize("install", ["virtualenv", "node_modules"])
+def test_a_confined_server_installed_where_the_sandbox_hides_starts(
+    ws: Path, tmp_path: Path, install: str
+) -> None:
+    # the workspace's siblings are hidden (its folder a tmpfs): an install beside it is seen
+    # by its server only as what the server must read (its program, and the install it is in)
+    if install == "virtualenv":
+        top = tmp_path / "server-venv"
+        top.mkdir()
+        (top / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        program, code = top / "bin" / "hostile-server", top / "lib" / "server.py"
+    else:
+        top = tmp_path / "node_modules"
+        program, code = top / ".bin" / "hostile-server", top / "hostile" / "server.py"
+    for folder in (program.parent, code.parent):
+        folder.mkdir(parents=True)
+    shutil.copy(HOSTILE, code)
+    # a launcher that runs the code beside it, as a console script or an npm bin does
+    program.write_text(f'#!/bin/sh\nexec {sys.executable} -I "{code}" "$@"\n')
+    program.chmod(0o755)
+
+    async def main() -> Any:
+        async with open_mcp({"h": MCPServer.stdio([str(program)], timeout=10.0)}, root=ws) as s:
+            return await {t.name: t for t in s.tools}["h_echo"].call({"text": "hidden no more"})
+
+    said = anyio.run(main)
+    assert (said.ok, said.output) == (True, "hidden no more")
+    # the rest of the workspace's folder stays hidden from it
+    (tmp_path / "neighbour.txt").write_text("the neighbour's")
+
+    async def write() -> Any:
+        async with open_mcp({"h": MCPServer.stdio([str(program)], timeout=10.0)}, root=ws) as s:
+            by = {t.name: t for t in s.tools}
+            return await by["h_write"].call({"path": str(tmp_path / "neighbour.txt")})
+
+    anyio.run(write)
+    assert (tmp_path / "neighbour.txt").read_text() == "the neighbour's"
+
+
+@needs_bwrap
 def test_a_confined_server_has_only_the_variables_named_and_no_network(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
