@@ -20,6 +20,7 @@ __all__ = [
     "DB",
     "DETACH",
     "JSON",
+    "MCP",
     "NAMED_CODE",
     "TASK_QUEUE",
     "TEMPORAL",
@@ -101,6 +102,14 @@ TASK_QUEUE = Option(
 )
 DETACH = Option("--detach", action="store_true", help="with --temporal: do not wait for the end")
 JSON = Option("--json", action="store_true", help="machine-readable output")
+MCP = Option(
+    "--mcp",
+    action="append",
+    default=[],
+    help="an MCP server whose tools the run gets (in place of those it recorded, when it goes "
+    "on), NAME=COMMAND or NAME=URL; options in brackets: "
+    "NAME[network,env=VAR,prefix=P,timeout=S,unconfined]=... (repeatable)",
+)
 RUN = Option("run")
 
 NAMED_CODE = (
