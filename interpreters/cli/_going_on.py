@@ -15,6 +15,7 @@ from typing import Any
 from interpreters.cli._command import (
     DETACH,
     JSON,
+    MCP,
     NAMED_CODE,
     RUN,
     TASK_QUEUE,
@@ -202,12 +203,6 @@ WORKSPACE_AGAIN = Option(
     "--workspace", help="the workspace folder (default: the one the run recorded)"
 )
 TOOLS_AGAIN = Option("--tools", action="append", default=[])
-MCP_AGAIN = Option(
-    "--mcp",
-    action="append",
-    default=[],
-    help="MCP servers in place of those the run recorded, NAME=COMMAND or NAME=URL (repeatable)",
-)
 
 
 RESUME = Command(
@@ -229,7 +224,7 @@ RESUME = Command(
         Option("--model"),
         Option("--model-timeout", help=MODEL_TIMEOUT_HELP),
         TOOLS_AGAIN,
-        MCP_AGAIN,
+        MCP,
         *NAMED_CODE,
         Option("--quiet", action="store_true"),
     ),
@@ -259,7 +254,7 @@ ANSWER = Command(
         WORKSPACE_AGAIN,
         Option("--model"),
         TOOLS_AGAIN,
-        MCP_AGAIN,
+        MCP,
         *NAMED_CODE,
         Option("--quiet", action="store_true"),
     ),

@@ -10,6 +10,7 @@ from typing import Any
 
 from interpreters.cli._command import (
     DETACH,
+    MCP,
     TASK_QUEUE,
     Command,
     OnTemporal,
@@ -236,13 +237,7 @@ RUN_COMMAND = Command(
             default=[],
             help="tools to bind, module:attr (repeatable)",
         ),
-        Option(
-            "--mcp",
-            action="append",
-            default=[],
-            help="an MCP server whose tools the run gets, NAME=COMMAND or NAME=URL; options in "
-            "brackets: NAME[network,env=VAR,prefix=P,timeout=S,unconfined]=... (repeatable)",
-        ),
+        MCP,
         Option("--state", help="the initial state, a CRDTModel class as module:Class"),
         Option("--seed", help="the seed of random() and uuid()"),
         Option("--run-id", help="the run's id (default: a new one); refused if the journal has it"),
@@ -269,13 +264,7 @@ WORKER = Command(
             help="a program this worker runs, module:function (repeatable; no other is run)",
         ),
         Option("--tools", action="append", default=[], help="tools, module:attr (repeatable)"),
-        Option(
-            "--mcp",
-            action="append",
-            default=[],
-            help="an MCP server whose tools the runs get, NAME=COMMAND or NAME=URL; options in "
-            "brackets: NAME[network,env=VAR,prefix=P,timeout=S,unconfined]=... (repeatable)",
-        ),
+        MCP,
         Option("--model", help="the model spec the runs' infer effects use"),
         Option("--workspace", help="the folder workspace tools are confined to"),
     ),

@@ -689,6 +689,23 @@ def test_the_command_line_names_servers(
     assert "unknown option 'loud'" in capsys.readouterr().err
 
 
+def test_every_command_that_takes_mcp_says_it_in_the_same_words(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    said = {}
+    for command in ("run", "resume", "answer", "worker"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        lines = capsys.readouterr().out.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("--mcp"))
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("-"))
+        said[command] = " ".join(" ".join(lines[start:end]).split())
+    assert len(set(said.values())) == 1, said
+    assert "NAME[network,env=VAR,prefix=P,timeout=S,unconfined]" in said["resume"]
+    assert "in place of those" in said["run"]  # what it means for a run gone on with
+
+
 @needs_bwrap
 def test_the_command_line_answers_and_resumes_with_the_servers_a_run_recorded(
     ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
