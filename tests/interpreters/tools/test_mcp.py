@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -28,6 +30,7 @@ from interpreters.tools._mcp import (
     MCPServer,
     MCPToolsChanged,
     listed_tools,
+    mcp_servers,
     open_mcp,
     parse_mcp,
 )
@@ -704,6 +707,56 @@ def test_every_command_that_takes_mcp_says_it_in_the_same_words(
     assert len(set(said.values())) == 1, said
     assert "NAME[network,env=VAR,prefix=P,timeout=S,unconfined]" in said["resume"]
     assert "in place of those" in said["run"]  # what it means for a run gone on with
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+FETCHERS = ("uvx", "npx", "bunx", "pipx")
+"""Programs that fetch the server they run: without the network (and a cache) they cannot."""
+
+
+def readme_mcp_commands() -> list[list[str]]:
+    """The ``--mcp`` values of each command the README shows: a fenced block's command (its
+    backslashed line ends joined) as the shell splits it, and each inline ``--mcp '...'``."""
+    text = README.read_text(encoding="utf-8")
+    fenced = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.S | re.M)
+    found = []
+    for m in fenced.finditer(text):
+        for command in m.group(3).replace("\\\n", " ").splitlines():
+            if m.group(2) != "python" and "--mcp" in command:
+                words = shlex.split(command)
+                found.append([words[i + 1] for i, w in enumerate(words[:-1]) if w == "--mcp"])
+    found += [[spec] for spec in re.findall(r"--mcp '([^']*)'", fenced.sub("", text))]
+    return found
+
+
+def test_every_mcp_server_the_readme_shows_is_one_the_command_line_takes() -> None:
+    commands = readme_mcp_commands()
+    assert sum(map(len, commands)) >= 2
+    for specs in commands:
+        for name, server in mcp_servers(specs).items():  # what the CLI does with them
+            fetcher = server.argv[0] if server.argv else None
+            assert not (server.confined and not server.network and fetcher in FETCHERS), (
+                f"README: --mcp {name}: {fetcher} fetches its server, which a server confined "
+                "without the network cannot"
+            )
+
+
+@needs_bwrap
+def test_the_mcp_servers_the_readme_shows_start_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers import sample_repo
+
+    monkeypatch.chdir(sample_repo(tmp_path))  # the reader's repository, the current folder
+    # installed beside opdsl (the test extra), as the README says to
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    servers = [s for specs in readme_mcp_commands() for s in mcp_servers(specs).items()]
+    here = [(n, s) for n, s in servers if s.argv and shutil.which(s.argv[0])]
+    if not here:
+        pytest.skip("none of the README's MCP servers is installed here")
+    for name, server in here:
+        listed = listed_tools({name: server})
+        assert listed, f"--mcp {name} lists no tools"
 
 
 @needs_bwrap
