@@ -52,8 +52,9 @@ HOW = {
     "from op import Op, checkpoint, infer, tool": "run: tests/test_readme.py, and "
     "test_the_divergence_example_is_what_replay_says",
     "app:plan diverged": "run: test_the_divergence_example_is_what_replay_says",
-    "opdsl run programs.coder:coder --mcp": "needs uvx, mcp-server-git and github-mcp-server "
-    "(tests/interpreters/tools/test_mcp.py runs --mcp against a server of the tests)",
+    "opdsl run programs.coder:coder --mcp": "needs github-mcp-server and a model "
+    "(tests/interpreters/tools/test_mcp.py parses each --mcp the README shows as the command "
+    "line does, and starts those installed here; it runs --mcp against a server of the tests)",
     "opdsl run programs.coder:coder": "run: tests/test_new_user.py::"
     "test_the_readme_command_runs_the_coder_as_written (a loopback OpenAI server)",
     "make model": "run: tests/real_model/test_readme_llama.py, with make model's server and "
