@@ -93,13 +93,13 @@ class ToolHost:
 
 @functools.cache
 def mcp_problem() -> str | None:
-    """Why opdsl cannot serve tools over MCP here, or None."""
+    """Why opdsl cannot use MCP here (serve its tools, or start MCP servers), or None."""
     try:
         version = importlib.metadata.version("mcp")
     except importlib.metadata.PackageNotFoundError:
         return "the mcp package is not installed (pip install 'opdsl[mcp]')"
     if int(version.split(".", 1)[0]) < 2:
-        return f"mcp {version} is installed; opdsl's MCP server needs mcp 2.x (pip install 'mcp>=2,<3')"
+        return f"mcp {version} is installed; opdsl's MCP support needs mcp 2.x (pip install 'mcp>=2,<3')"
     return None
 
 
