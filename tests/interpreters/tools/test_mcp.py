@@ -405,6 +405,35 @@ def test_without_the_mcp_extra_a_server_is_one_clear_error(
     assert listed_tools({}) == [] and listed_tools(None) == []  # no server: nothing imported
 
 
+def test_with_an_mcp_older_than_2_a_server_says_which_is_installed(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interpreters.agents import _bridge
+
+    # an mcp 1.x distribution found first on the path, as where it is what pip installed
+    old = tmp_path / "site" / "mcp-1.9.0.dist-info"
+    old.mkdir(parents=True)
+    (old / "METADATA").write_text("Metadata-Version: 2.1\nName: mcp\nVersion: 1.9.0\n")
+    monkeypatch.syspath_prepend(str(old.parent))
+    _bridge.mcp_problem.cache_clear()
+
+    async def open_one() -> None:
+        async with open_mcp({"h": hostile(confined=False)}, root=ws):
+            pass
+
+    try:
+        with pytest.raises(MCPError) as caught:
+            anyio.run(open_one)
+    finally:
+        _bridge.mcp_problem.cache_clear()
+    said = str(caught.value)
+    assert said.startswith("MCP server 'h' (") and "\n" not in said
+    assert said.endswith(
+        "cannot start: MCPError: MCP servers need the mcp extra: mcp 1.9.0 is installed; "
+        "opdsl's MCP support needs mcp 2.x (pip install 'mcp>=2,<3')"
+    )
+
+
 @needs_bwrap
 def test_calls_are_journaled_redacted_budgeted_and_replayed_without_the_server(
     ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
