@@ -184,8 +184,12 @@ class Activities:
         store: ContentStore | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         mcp: Mapping[str, Any] | None = None,
+        accept_changed_code: bool = False,
     ) -> None:
         self.programs = frozenset(programs)
+        #: perform the effects of a run that refused a change of the MCP tools it depends on,
+        #: with this worker's (the run goes on with them)
+        self.accept_changed_code = accept_changed_code
         self.mcp: dict[str, Any] = dict(mcp or {})
         self.mcp_digest = tools_digest(self.mcp)
         self.handlers = LiveHandlers(
@@ -271,9 +275,9 @@ class Activities:
         if not isinstance(wanted, dict) or wanted.get("digest") == self.mcp_digest:
             return None
         refused = wanted.get("refused")
-        if isinstance(refused, str):
+        if isinstance(refused, str) and not self.accept_changed_code:
             raise ApplicationError(refused, type="MCPToolsChanged")
-        return Outcome(tools_now=self.mcp)
+        return Outcome(tools_now=self.mcp, tools_accepted=isinstance(refused, str))
 
     async def _perform(self, call: EffectCall) -> Outcome:
         other = self._other_tools(call)

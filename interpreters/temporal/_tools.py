@@ -21,7 +21,10 @@ among them. So:
    effect is sent again with the refusal, and a worker whose tools differ fails it with that
    message, naming the server and the tool, so Temporal retries it and the run waits (as a
    refused live resume leaves its run) until a worker that offers the tools as the run knew
-   them takes it.
+   them takes it, or a worker started to accept changed code
+   (``make_worker(accept_changed_code=True)``, ``opdsl worker --accept-changed-code``) takes it
+   and answers with what it offers, which the run then goes on with, as a live resume with
+   ``--accept-changed-code`` does.
 4. What the run goes with is carried into a continue-as-new (``RunInput.tools_json``); a fork
    or a continued run compares the admission with it, or with its carried record's, at its
    start.
@@ -64,12 +67,14 @@ class RunTools:
         now: Mapping[str, Any],
         entries: Iterable[Any],
         warn: Callable[[str], None],
+        *,
+        accept: bool = False,
     ) -> None:
         """A worker offers ``now``: go on with it, saying what changed, unless a tool the
         run's ``entries`` depend on changed (then the run waits for a worker that offers
-        them as they were)."""
+        them as they were) and the worker does not ``accept`` the change."""
         try:
-            _compare(run_id, self.listing, now, _depended_on(entries), False, warn)
+            _compare(run_id, self.listing, now, _depended_on(entries), accept, warn)
         except MCPToolsChanged as exc:
             self.refused = (
                 f"{exc}".split("; pass --accept-changed-code")[0]

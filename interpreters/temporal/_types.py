@@ -160,6 +160,8 @@ class Outcome:
     #: the effect was not performed: the worker offers other MCP tools than the run goes
     #: with, these (as ``Admission.mcp``)
     tools_now: dict[str, Any] | None = None
+    #: ... and its worker takes the change the run refused (``accept_changed_code``)
+    tools_accepted: bool = False
 
 
 @dataclass

@@ -119,6 +119,7 @@ def make_worker(
     sticky_seconds: float = 2.0,
     passthrough: Iterable[str] = (),
     mcp: MCPTools | None = None,
+    accept_changed_code: bool = False,
 ) -> Worker:
     """A worker for opdsl runs on ``task_queue``. A workspace-bound program needs a task queue
     of its own per workspace: a repository is a folder on one machine.
@@ -131,7 +132,9 @@ def make_worker(
     worker runs), performed as activities: a run records the tools the worker that admitted
     it offers, and a worker that offers them otherwise does not perform its effects as if
     nothing had changed (see ``_tools``: a change the run depends on makes it wait for a
-    worker that offers them as it knew them; any other is a warning).
+    worker that offers them as it knew them; any other is a warning);
+    ``accept_changed_code``: such a run goes on here, with this worker's tools, as a live
+    resume with ``--accept-changed-code`` does.
 
     The content store and the server's payload limit are the client's (:func:`connect`): a
     client made otherwise has neither, and content travels inline, under Temporal's limit.
@@ -154,6 +157,7 @@ def make_worker(
         store=None if codec is None else codec.store,
         payload_limit=DEFAULT_PAYLOAD_LIMIT if codec is None else codec.payload_limit,
         mcp=None if mcp is None else mcp.recorded,
+        accept_changed_code=accept_changed_code,
     )
     return Worker(
         client,

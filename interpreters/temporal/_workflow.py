@@ -307,7 +307,13 @@ class _Handlers(RunHandlers):
                 if outcome.tools_now is None:
                     break
                 before = [e for e in self.run.journal_entries() if e.address != call.address]
-                tools.meet(call.run_id, outcome.tools_now, before, workflow.logger.warning)
+                tools.meet(
+                    call.run_id,
+                    outcome.tools_now,
+                    before,
+                    workflow.logger.warning,
+                    accept=outcome.tools_accepted,
+                )
                 met += 1
             tools.performed()
         return self._result(effect, outcome)
@@ -379,6 +385,7 @@ def _outcome(data: Any) -> Outcome:
         fatal=data.get("fatal") is True,
         pieces=pieces if isinstance(pieces, dict) else {},
         tools_now=tools_now if isinstance(tools_now, dict) else None,
+        tools_accepted=data.get("tools_accepted") is True,
     )
 
 

@@ -50,9 +50,11 @@ def _server(*extra: str) -> MCPServer:
 
 
 @asynccontextmanager
-async def _worker(client: Client, queue: str, root: Path, *extra: str) -> AsyncIterator[None]:
+async def _worker(
+    client: Client, queue: str, root: Path, *extra: str, accept: bool = False
+) -> AsyncIterator[None]:
     """A worker on ``queue`` whose MCP server ``h`` is the hostile one (``extra``: its
-    options), for as long as the block runs."""
+    options), for as long as the block runs (``accept``: it accepts changed code)."""
     async with open_mcp({"h": _server(*extra)}, root=root) as served:
         worker = make_worker(
             client,
@@ -61,6 +63,7 @@ async def _worker(client: Client, queue: str, root: Path, *extra: str) -> AsyncI
             mcp=served,
             passthrough=("tests",),
             sticky_seconds=0.5,
+            accept_changed_code=accept,
         )
         async with worker:
             yield
@@ -132,6 +135,38 @@ def test_a_run_waits_for_a_worker_with_the_tools_it_depends_on(
             config = _config(await export(client, "mcp-changed"))
             names = [t["name"] for t in config["mcp"]["h"]["tools"]]
             assert names[:2] == ["h_echo", "h_huge"]
+
+    asyncio.run(main())
+
+
+def test_a_worker_that_accepts_changed_code_takes_such_a_run_on(
+    temporal: Server, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-accepted", tmp_path):
+            handle = await start_run(
+                client,
+                ECHO_THEN_ASK,
+                task_queue="mcp-accepted",
+                args=["hello"],
+                run_id="mcp-accepted",
+            )
+            await _asked(handle)
+        async with _worker(client, "mcp-accepted", tmp_path, "--variant", "2", accept=True):
+            await answer(client, "mcp-accepted", "yes")
+            ended = await outcome(handle)
+            assert ended.status == "completed"
+            assert json.loads(ended.result_json or "null") == "hello yes dotted"
+            assert await _replays(client, handle) is None
+            # the changed server's h_a_b was called once: nothing was performed twice
+            history = await handle.fetch_history()
+            scheduled = [
+                e.activity_task_scheduled_event_attributes.activity_id
+                for e in history.events
+                if e.HasField("activity_task_scheduled_event_attributes")
+            ]
+            assert [a.partition("#")[0] for a in scheduled] == ["1", "3", "3", "3"]
 
     asyncio.run(main())
 
