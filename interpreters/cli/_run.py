@@ -177,6 +177,7 @@ def worker(a: argparse.Namespace) -> int:
                 model=model,
                 workspace=folder,
                 mcp=listed,
+                accept_changed_code=a.accept_changed_code,
             )
             print(
                 f"opdsl worker on task queue {a.task_queue} at {a.temporal}: runs "
@@ -267,5 +268,11 @@ WORKER = Command(
         MCP,
         Option("--model", help="the model spec the runs' infer effects use"),
         Option("--workspace", help="the folder workspace tools are confined to"),
+        Option(
+            "--accept-changed-code",
+            action="store_true",
+            help="go on with a run that depends on MCP tools these servers now offer otherwise "
+            "than when it started (it waits for another worker otherwise)",
+        ),
     ),
 )
