@@ -139,6 +139,37 @@ def test_a_run_waits_for_a_worker_with_the_tools_it_depends_on(
     asyncio.run(main())
 
 
+def test_the_tools_a_run_goes_with_are_carried_into_a_continue_as_new(
+    temporal: Server, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-carried", tmp_path):
+            handle = await start_run(
+                client,
+                ECHO_THEN_ASK,
+                task_queue="mcp-carried",
+                args=["hello"],
+                run_id="mcp-carried",
+                history_limit=1,  # it continues as new before its next tool call
+            )
+            await _asked(handle)
+        # the run's next workflow is admitted by this worker, whose echo changed: the run
+        # still depends on the echo it called before, and waits
+        async with _worker(client, "mcp-carried", tmp_path, "--variant", "2"):
+            await answer(client, "mcp-carried", "yes")
+            latest = client.get_workflow_handle("mcp-carried")
+            said = await _pending_failure(latest)
+            assert "MCP server 'h' now takes other arguments for 'h_echo'" in said, said
+            first = client.get_workflow_handle("mcp-carried", run_id=handle.result_run_id)
+            assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        async with _worker(client, "mcp-carried", tmp_path):
+            ended = await outcome(handle)  # its result follows the continue-as-new
+            assert json.loads(ended.result_json or "null") == "hello yes dotted"
+
+    asyncio.run(main())
+
+
 def test_a_worker_that_accepts_changed_code_takes_such_a_run_on(
     temporal: Server, tmp_path: Path
 ) -> None:
