@@ -97,6 +97,11 @@ def test_malformed_input_fails_the_workflow_at_once_with_its_reason(temporal: Se
             {**good, "record": given, "pieces": {"b" * 64: "[" + DEEP + "]"}},
             "nests deeper than 100",
         ),
+        ({**good, "tools_json": "[]"}, "tools_json is not a listing of MCP tools: it is an"),
+        (
+            {**good, "tools_json": '{"git":{"tools":[{"name":"git_log","description":""}]}}'},
+            "server 'git': tool 1 needs its parameters as an object",
+        ),
         (_raw("[1, 2]"), "a run's input is an object of RunInput's fields, not a list"),
         (_raw("[" * 100_000 + "]" * 100_000), "a run's input cannot be decoded"),
     ]
