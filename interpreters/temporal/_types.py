@@ -54,7 +54,9 @@ def activity_id(address: str, effect_json: str) -> str:
 def tools_digest(listing: Mapping[str, Any]) -> str:
     """A short hash of the MCP tools a listing offers (by server: each tool's name, its
     description and its input schema; not how the server is started), the same in every
-    process, so a worker tells at a glance whether it offers what a run goes with.
+    process, so a worker tells at a glance whether it offers what a run goes with. A lone
+    surrogate (JSON lets a server write one; a journal handed over keeps it) is hashed as the
+    content store keeps text (``surrogatepass``), not an error.
 
     Example:
         >>> tools_digest({}) == tools_digest({})
@@ -65,7 +67,7 @@ def tools_digest(listing: Mapping[str, Any]) -> str:
         for server, entry in listing.items()
     }
     text = json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 @dataclass

@@ -14,10 +14,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
 
 from interpreters import MemoryJournal, export_run, run
-from interpreters.temporal import RunInput, TemporalError, answer, outcome, start_run
+from interpreters.temporal import RunInput, RunOutcome, TemporalError, answer, outcome, start_run
 from interpreters.temporal._client import TASK_TIMEOUT
-from interpreters.temporal._input import _FIELDS, MAX_NESTING, nesting
-from interpreters.temporal._types import WORKFLOW
+from interpreters.temporal._input import _FIELDS, MAX_NESTING, checked_input, nesting
+from interpreters.temporal._types import WORKFLOW, Admission, tools_digest
+from interpreters.temporal._workflow import _run_tools
 from tests.interpreters.temporal import programs
 from tests.interpreters.temporal import tools as test_tools
 from tests.interpreters.temporal.conftest import Server
@@ -182,3 +183,57 @@ def test_two_answers_to_one_question_at_once_the_second_is_refused(temporal: Ser
     assert got.status == "completed"
     value = json.loads(got.result_json or "null")
     assert [n for n in range(4) if f"name-{n}" in value] == accepted, value
+
+
+SURROGATE = '{"h":{"tools":[{"name":"x","description":"\\ud800","parameters":{}}]}}'
+"""A listing of MCP tools whose one tool's description is a lone surrogate (JSON lets it be
+written; a journal handed over keeps it, as SQLite's text does)."""
+
+
+def _given_with_config(config: dict[str, Any]) -> str:
+    """The journal of :func:`_exported`, its run's config replaced by ``config``."""
+    lines = _exported().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first["run"]["config_json"] = json.dumps(config)
+    return json.dumps(first) + "\n" + "".join(lines[1:])
+
+
+def test_a_listing_with_a_lone_surrogate_is_one_like_another() -> None:
+    """The MCP tools a run goes with come from its input (a continue-as-new) or from its
+    carried record's config (a fork): a lone surrogate in either is a listing like another
+    (its digest is taken, not a task that fails for ever)."""
+    listing = json.loads(SURROGATE)
+    checked = checked_input({"run_id": "r", "program": STEPS, "tools_json": SURROGATE}, "r")
+    tools = _run_tools(checked, Admission(mcp=listing))
+    assert tools is not None and tools.listing == listing
+    assert tools.digest == tools_digest(listing) != tools_digest({})
+    forked = {"run_id": "given", "program": STEPS, "record": _given_with_config({"mcp": listing})}
+    tools = _run_tools(checked_input(forked, "given"), Admission(mcp=listing))
+    assert tools is not None and tools.listing == listing
+
+
+def test_a_run_given_a_listing_with_a_lone_surrogate_goes_on(temporal: Server) -> None:
+    """A run of a worker with no MCP servers, given that listing as the tools it goes with,
+    goes on without them (nothing it did depends on them), rather than failing its first
+    task for ever."""
+
+    async def main() -> Any:
+        async with serving(temporal, "surrogate") as client:
+            handle = await client.start_workflow(
+                WORKFLOW,
+                {
+                    "run_id": "surrogate",
+                    "program": STEPS,
+                    "args_json": '{"args":[1,0],"kwargs":{}}',
+                    "tools_json": SURROGATE,
+                },
+                id="surrogate",
+                task_queue="surrogate",
+                task_timeout=TASK_TIMEOUT,
+                result_type=RunOutcome,
+            )
+            return await asyncio.wait_for(outcome(handle), 20)
+
+    got = asyncio.run(main())
+    assert got.status == "completed", got
+    assert json.loads(got.result_json or "null") == ["s0"]
