@@ -9,9 +9,11 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 from interpreters import MemoryJournal, export_run, run
 from interpreters.temporal import RunInput, RunOutcome, TemporalError, answer, outcome, start_run
@@ -210,6 +212,25 @@ def test_a_listing_with_a_lone_surrogate_is_one_like_another() -> None:
     forked = {"run_id": "given", "program": STEPS, "record": _given_with_config({"mcp": listing})}
     tools = _run_tools(checked_input(forked, "given"), Admission(mcp=listing))
     assert tools is not None and tools.listing == listing
+
+
+def test_a_listing_that_is_not_one_fails_the_run_naming_why() -> None:
+    """Carried into a continue-as-new (``tools_json``) or in a forked record's config, what is
+    not a listing of MCP tools fails the run at once, saying what is wrong with it."""
+    with pytest.raises(ApplicationError) as caught:
+        bare = '{"h":{"tools":[{"name":"x"}]}}'
+        checked_input({"run_id": "r", "program": STEPS, "tools_json": bare}, "r")
+    assert caught.value.message == (
+        "tools_json is not a listing of MCP tools: server 'h': tool 1 needs its description as text"
+    )
+    assert caught.value.non_retryable
+    not_one = {"run_id": "given", "program": STEPS, "record": _given_with_config({"mcp": {"h": 5}})}
+    with pytest.raises(ApplicationError) as caught:
+        _run_tools(checked_input(not_one, "given"), Admission(mcp={}))
+    assert caught.value.message == (
+        "the carried record's MCP tools are not a listing: server 'h' has no list of tools"
+    )
+    assert caught.value.non_retryable
 
 
 def test_a_run_given_a_listing_with_a_lone_surrogate_goes_on(temporal: Server) -> None:
