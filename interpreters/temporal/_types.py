@@ -52,22 +52,34 @@ def activity_id(address: str, effect_json: str) -> str:
 
 
 def tools_digest(listing: Mapping[str, Any]) -> str:
-    """A short hash of the MCP tools a listing offers (by server: each tool's name, its
-    description and its input schema; not how the server is started), the same in every
-    process, so a worker tells at a glance whether it offers what a run goes with. A lone
-    surrogate (JSON lets a server write one; a journal handed over keeps it) is hashed as the
-    content store keeps text (``surrogatepass``), not an error.
+    """A short hash of the MCP tools a listing offers (by server: each tool as listed, its
+    name, the server's name for it, its description and its input schema; not how the server
+    is started), the same in every process, so a worker tells at a glance whether it offers
+    what a run goes with. A server's tools are taken by name, as the workflow compares them
+    (``_compare``): listed in another order, they are the same. A lone surrogate (JSON lets a
+    server write one; a journal handed over keeps it) is hashed as the content store keeps
+    text (``surrogatepass``), not an error.
 
     Example:
         >>> tools_digest({}) == tools_digest({})
         True
     """
     tools = {
-        server: entry.get("tools") if isinstance(entry, Mapping) else None
+        server: _by_name(entry.get("tools")) if isinstance(entry, Mapping) else None
         for server, entry in listing.items()
     }
     text = json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _by_name(tools: Any) -> Any:
+    """A server's tools by name (the last of a name, as ``_compare`` reads them), or as they
+    are where they are not a list of named tools."""
+    if not isinstance(tools, list) or not all(
+        isinstance(t, Mapping) and isinstance(t.get("name"), str) for t in tools
+    ):
+        return tools
+    return {t["name"]: t for t in tools}
 
 
 @dataclass

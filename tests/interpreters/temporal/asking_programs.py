@@ -25,3 +25,13 @@ def ask_then_dotted() -> Op[str]:
     answer = yield from ask("go on?")
     dotted = yield from tool("h_a_b", {})
     return f"{answer} {dotted.output}"
+
+
+def echo_ask_count_dotted(text: str) -> Op[str]:
+    """A tool of the hostile MCP server, a question, a quick tool (``word_count``: a local
+    activity), then another of the server's tools."""
+    said = yield from tool("h_echo", {"text": text})
+    answer = yield from ask("go on?")
+    counted = yield from tool("word_count", {"text": f"{said.output} {answer}"})
+    dotted = yield from tool("h_a_b", {})
+    return f"{said.output} {answer} {counted.output} {dotted.output}"

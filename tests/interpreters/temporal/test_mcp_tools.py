@@ -35,13 +35,17 @@ from interpreters.temporal import (
     sandbox_runner,
     start_run,
 )
+from interpreters.temporal._activities import Activities
+from interpreters.temporal._types import EffectCall, tools_digest
 from interpreters.tools import open_mcp
 from interpreters.tools._mcp import MCPServer
 from tests.interpreters.temporal.conftest import Server
+from tests.interpreters.temporal.tools import word_count
 
 HOSTILE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_hostile.py")
 ECHO_THEN_ASK = "tests.fixtures.mcp_programs:echo_then_ask"
 ASK_THEN_DOTTED = "tests.interpreters.temporal.asking_programs:ask_then_dotted"
+COUNTED = "tests.interpreters.temporal.asking_programs:echo_ask_count_dotted"
 
 
 def _server(*extra: str) -> MCPServer:
@@ -51,15 +55,25 @@ def _server(*extra: str) -> MCPServer:
 
 @asynccontextmanager
 async def _worker(
-    client: Client, queue: str, root: Path, *extra: str, accept: bool = False
+    client: Client,
+    queue: str,
+    root: Path,
+    *extra: str,
+    accept: bool = False,
+    also: tuple[str, ...] | None = None,
 ) -> AsyncIterator[None]:
     """A worker on ``queue`` whose MCP server ``h`` is the hostile one (``extra``: its
-    options), for as long as the block runs (``accept``: it accepts changed code)."""
-    async with open_mcp({"h": _server(*extra)}, root=root) as served:
+    options), with the quick tool ``word_count``, for as long as the block runs (``accept``:
+    it accepts changed code; ``also``: a second hostile server, ``g``, with these options)."""
+    servers = {"h": _server(*extra)}
+    if also is not None:
+        servers["g"] = _server(*also)
+    async with open_mcp(servers, root=root) as served:
         worker = make_worker(
             client,
             task_queue=queue,
-            programs=[ECHO_THEN_ASK, ASK_THEN_DOTTED],
+            programs=[ECHO_THEN_ASK, ASK_THEN_DOTTED, COUNTED],
+            tools=[word_count],
             mcp=served,
             passthrough=("tests",),
             sticky_seconds=0.5,
@@ -253,3 +267,45 @@ def test_a_history_from_before_runs_recorded_their_tools_replays() -> None:
     replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner(("tests",)))
     result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
     assert result.replay_failure is None, result.replay_failure
+
+
+OLD_DIGEST = Path(__file__).resolve().parent / "histories" / "mcp_tools_old_digest.json"
+
+
+def test_a_history_whose_activities_carry_digests_replays() -> None:
+    """A history made by opdsl before a digest was the same for tools listed in another order,
+    and before quick tools were left out of the comparison: ``echo_ask_count_dotted`` admitted
+    by a worker with the hostile server, answered on one with ``--variant 2`` that accepts
+    changed code, whose quick ``word_count`` (a local activity, sent the run's digest) said
+    what it offers, was refused, then accepted, and ran there. It replays under this code: the
+    digests an activity was sent are not compared, and an outcome that says what a worker
+    offers is met as it was, so the same commands follow."""
+    history = WorkflowHistory.from_json("mcp-tools-old-digest", OLD_DIGEST.read_text())
+    importlib.import_module(COUNTED.partition(":")[0])
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    assert len(markers) == 4  # the admission, and the quick tool three times
+    replayer = Replayer(workflows=[OpdslRun], workflow_runner=sandbox_runner(("tests",)))
+    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+    assert result.replay_failure is None, result.replay_failure
+
+
+def _listing(*names: str) -> dict[str, Any]:
+    return {
+        "h": {
+            "server": {"argv": ["h"]},
+            "tools": [
+                {"name": n, "tool": n, "description": f"the {n} tool", "parameters": {}}
+                for n in names
+            ],
+        }
+    }
+
+
+def test_a_worker_listing_the_same_tools_in_another_order_offers_what_the_run_goes_with() -> None:
+    """The workflow compares listings by tool name; a worker's digest does too, so a worker
+    whose server lists the same tools in another order performs the run's effects."""
+    run = _listing("h_echo", "h_a_b")
+    other = Activities(programs=[], mcp=_listing("h_a_b", "h_echo"))
+    assert tools_digest(run) == other.mcp_digest != tools_digest(_listing("h_echo"))
+    call = EffectCall("r", "1", "{}", tools={"digest": tools_digest(run)})
+    assert other._other_tools(call) is None
