@@ -268,16 +268,24 @@ class Activities:
 
     def _other_tools(self, call: EffectCall) -> Outcome | None:
         """None if this worker offers the MCP tools the run goes with (or the run compares
-        none); else what it offers, not performing the effect, or, where the run refused a
-        change of them, the refusal, which Temporal retries until a worker that offers them
-        as the run knew them takes the effect."""
+        none); else what it offers, not performing the effect, or, where the run refused
+        what this worker offers, the refusal, which Temporal retries until another worker
+        takes the effect. (A workflow of before ``refusals`` refused any other tools.)"""
         wanted = call.tools
         if not isinstance(wanted, dict) or wanted.get("digest") == self.mcp_digest:
             return None
         refused = wanted.get("refused")
         if isinstance(refused, str) and not self.accept_changed_code:
-            raise ApplicationError(refused, type="MCPToolsChanged")
-        return Outcome(tools_now=self.mcp, tools_accepted=isinstance(refused, str))
+            refusals = wanted.get("refusals")
+            if not isinstance(refusals, dict):
+                raise ApplicationError(refused, type="MCPToolsChanged")
+            mine = refusals.get(self.mcp_digest)
+            if isinstance(mine, str):
+                raise ApplicationError(mine, type="MCPToolsChanged")
+        return Outcome(
+            tools_now=self.mcp,
+            tools_accepted=isinstance(refused, str) and self.accept_changed_code,
+        )
 
     async def _perform(self, call: EffectCall) -> Outcome:
         other = self._other_tools(call)

@@ -18,13 +18,14 @@ among them. So:
    model or served to an agent before this effect). A change nothing depends on is a
    warning in the worker's log, and the run goes on with what that worker offers (its
    digest is sent from then on). A change of a tool the run depends on is refused: the
-   effect is sent again with the refusal, and a worker whose tools differ fails it with that
-   message, naming the server and the tool, so Temporal retries it and the run waits (as a
-   refused live resume leaves its run) until a worker that offers the tools as the run knew
-   them takes it, or a worker started to accept changed code
-   (``make_worker(accept_changed_code=True)``, ``opdsl worker --accept-changed-code``) takes it
-   and answers with what it offers, which the run then goes on with, as a live resume with
-   ``--accept-changed-code`` does.
+   effect is sent again with the refusal, and a worker that offers the tools refused fails
+   it with that message, naming the server and the tool, so Temporal retries it and the run
+   waits (as a refused live resume leaves its run) until a worker that offers the tools as
+   the run knew them takes it; a worker that offers yet others (the tools the run knew and
+   one more) answers with them, and the run compares those in turn; a worker started to
+   accept changed code (``make_worker(accept_changed_code=True)``, ``opdsl worker
+   --accept-changed-code``) answers with what it offers, which the run then goes on with, as
+   a live resume with ``--accept-changed-code`` does.
 4. What the run goes with is carried into a continue-as-new (``RunInput.tools_json``); a fork
    or a continued run compares the admission with it, or with its carried record's, at its
    start.
@@ -52,14 +53,19 @@ class RunTools:
     def __init__(self, listing: Mapping[str, Any]) -> None:
         self.listing: dict[str, Any] = dict(listing)
         self.digest = tools_digest(self.listing)
-        #: why a worker that offers other tools must not perform the next effect
+        #: why a worker that offers other tools must not perform the next effect (the last
+        #: refusal; ``refusals`` holds each)
         self.refused: str | None = None
+        #: the listings the run refused since it last went on, by digest: why
+        self.refusals: dict[str, str] = {}
 
     def sent(self) -> dict[str, Any]:
-        """What an activity is sent of them (``EffectCall.tools``)."""
+        """What an activity is sent of them (``EffectCall.tools``): a worker whose tools are
+        among ``refusals`` fails the activity with the reason; any other that offers other
+        tools than ``digest`` answers with what it offers."""
         if self.refused is None:
             return {"digest": self.digest}
-        return {"digest": self.digest, "refused": self.refused}
+        return {"digest": self.digest, "refused": self.refused, "refusals": dict(self.refusals)}
 
     def meet(
         self,
@@ -81,14 +87,16 @@ class RunTools:
                 + "; the run waits for a worker whose MCP servers offer them as it started "
                 "with them (or end it: temporal workflow terminate)"
             )
+            self.refusals[tools_digest(now)] = self.refused
             return
         self.listing = dict(now)
         self.digest = tools_digest(self.listing)
-        self.refused = None
+        self.performed()
 
     def performed(self) -> None:
         """A worker that offers what the run goes with performed an effect."""
         self.refused = None
+        self.refusals = {}
 
     def as_json(self) -> str:
         return json.dumps(self.listing, sort_keys=True, separators=(",", ":"))

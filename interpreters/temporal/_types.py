@@ -156,8 +156,10 @@ class EffectCall:
     pieces: dict[str, str] = field(default_factory=dict)
     #: an ``infer``'s place among the run's model calls (``Call.model_calls``)
     model_calls: int | None = None
-    #: the MCP tools the run goes with: ``digest`` (:func:`tools_digest`), and ``refused``,
-    #: why a worker that offers others must not perform the effect (None: no tools compared)
+    #: the MCP tools the run goes with: ``digest`` (:func:`tools_digest`), and, where the run
+    #: refused a change of them, ``refused`` (the last reason) and ``refusals`` (the reason,
+    #: by the digest of the tools refused): a worker that offers those must not perform the
+    #: effect (None: no tools compared)
     tools: dict[str, Any] | None = None
 
 

@@ -216,6 +216,33 @@ def test_a_worker_that_accepts_changed_code_takes_such_a_run_on(
     asyncio.run(main())
 
 
+def test_after_a_refusal_a_worker_with_more_tools_takes_the_run_on(
+    temporal: Server, tmp_path: Path
+) -> None:
+    """A run that refused a worker's tools goes on with one that offers the tools it knew and
+    more (a second server, ``g``): what is added is no change it depends on."""
+
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-more", tmp_path):
+            handle = await start_run(
+                client, ECHO_THEN_ASK, task_queue="mcp-more", args=["hello"], run_id="mcp-more"
+            )
+            await _asked(handle)
+        async with _worker(client, "mcp-more", tmp_path, "--variant", "2"):
+            await answer(client, "mcp-more", "yes")
+            assert "now takes other arguments for 'h_echo'" in await _pending_failure(handle)
+        async with _worker(client, "mcp-more", tmp_path, also=()):
+            ended = await asyncio.wait_for(outcome(handle), 40)
+            assert ended.status == "completed"
+            assert json.loads(ended.result_json or "null") == "hello yes dotted"
+            assert await _replays(client, handle) is None
+            config = _config(await export(client, "mcp-more"))
+            assert sorted(config["mcp"]) == ["h"]  # recorded at the start, as a live run does
+
+    asyncio.run(main())
+
+
 def test_a_change_the_run_does_not_depend_on_is_a_warning(
     temporal: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
