@@ -299,9 +299,13 @@ class _Handlers(RunHandlers):
             # a worker that offers other MCP tools than the run goes with performs nothing
             # and says what it offers (``_tools``); the effect is sent again, under another
             # id, once the run has taken that in
+            # a quick tool (a local activity) is no MCP tool, and runs where the workflow's
+            # task does: it is sent none (in a history of before, where it was, what its
+            # outcome says is met still, so the same commands follow)
             met = 0
             while True:
-                sent["tools"] = tools.sent()
+                if not local:
+                    sent["tools"] = tools.sent()
                 at = aid if met == 0 else f"{aid}~{met}"
                 outcome = await self._once(effect, call, sent, at, local=local)
                 if outcome.tools_now is None:
@@ -315,7 +319,8 @@ class _Handlers(RunHandlers):
                     accept=outcome.tools_accepted,
                 )
                 met += 1
-            tools.performed()
+            if not local:
+                tools.performed()
         return self._result(effect, outcome)
 
     async def _once(

@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
 from interpreters.temporal import (
@@ -239,6 +240,42 @@ def test_after_a_refusal_a_worker_with_more_tools_takes_the_run_on(
             assert await _replays(client, handle) is None
             config = _config(await export(client, "mcp-more"))
             assert sorted(config["mcp"]) == ["h"]  # recorded at the start, as a live run does
+
+    asyncio.run(main())
+
+
+def test_a_quick_tool_is_performed_where_the_run_is_under_a_refusal(
+    temporal: Server, tmp_path: Path
+) -> None:
+    """A quick tool (``word_count``, a local activity) is no MCP tool, and runs on the worker
+    that runs the workflow's task: a worker whose MCP tools the run refuses performs it, and
+    the run's next MCP tool waits for, and is performed by, a worker with the tools it knew,
+    up at the same time."""
+
+    async def main() -> None:
+        client = await connect(temporal.target)
+        async with _worker(client, "mcp-quick", tmp_path):
+            handle = await start_run(
+                client, COUNTED, task_queue="mcp-quick", args=["hello"], run_id="mcp-quick"
+            )
+            await _asked(handle)
+        async with _worker(client, "mcp-quick", tmp_path, "--variant", "2"):
+            await answer(client, "mcp-quick", "yes")
+            assert "now takes other arguments for 'h_echo'" in await _pending_failure(handle)
+            # a second worker on the queue in this process needs a runtime of its own
+            beside = await Client.connect(
+                temporal.target,
+                data_converter=client.data_converter,
+                runtime=Runtime(telemetry=TelemetryConfig()),
+            )
+            async with _worker(beside, "mcp-quick", tmp_path):
+                ended = await asyncio.wait_for(outcome(handle), 40)
+            assert ended.status == "completed"
+            assert json.loads(ended.result_json or "null") == "hello yes 2 dotted"
+            assert await _replays(client, handle) is None
+            history = await handle.fetch_history()
+            markers = sum(e.HasField("marker_recorded_event_attributes") for e in history.events)
+            assert markers == 2  # the admission, and the quick tool once
 
     asyncio.run(main())
 
