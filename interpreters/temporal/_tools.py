@@ -58,6 +58,9 @@ class RunTools:
         self.refused: str | None = None
         #: the listings the run refused since it last went on, by digest: why
         self.refusals: dict[str, str] = {}
+        #: the changes said (from one listing to another, by digests): a run whose effects
+        #: two workers take in turn says each once, not at every switch
+        self._said: set[tuple[str, str]] = set()
 
     def sent(self) -> dict[str, Any]:
         """What an activity is sent of them (``EffectCall.tools``): a worker whose tools are
@@ -79,18 +82,21 @@ class RunTools:
         """A worker offers ``now``: go on with it, saying what changed, unless a tool the
         run's ``entries`` depend on changed (then the run waits for a worker that offers
         them as they were) and the worker does not ``accept`` the change."""
+        change = (self.digest, tools_digest(now))
+        say = warn if change not in self._said else _silent
+        self._said.add(change)
         try:
-            _compare(run_id, self.listing, now, _depended_on(entries), accept, warn)
+            _compare(run_id, self.listing, now, _depended_on(entries), accept, say)
         except MCPToolsChanged as exc:
             self.refused = (
                 f"{exc}".split("; pass --accept-changed-code")[0]
                 + "; the run waits for a worker whose MCP servers offer them as it started "
                 "with them (or end it: temporal workflow terminate)"
             )
-            self.refusals[tools_digest(now)] = self.refused
+            self.refusals[change[1]] = self.refused
             return
         self.listing = dict(now)
-        self.digest = tools_digest(self.listing)
+        self.digest = change[1]
         self.performed()
 
     def performed(self) -> None:
@@ -100,3 +106,7 @@ class RunTools:
 
     def as_json(self) -> str:
         return json.dumps(self.listing, sort_keys=True, separators=(",", ":"))
+
+
+def _silent(line: str) -> None:
+    """A change said before."""

@@ -37,6 +37,7 @@ from interpreters.temporal import (
     start_run,
 )
 from interpreters.temporal._activities import Activities
+from interpreters.temporal._tools import RunTools
 from interpreters.temporal._types import EffectCall, tools_digest
 from interpreters.tools import open_mcp
 from interpreters.tools._mcp import MCPServer
@@ -373,3 +374,18 @@ def test_a_worker_listing_the_same_tools_in_another_order_offers_what_the_run_go
     assert tools_digest(run) == other.mcp_digest != tools_digest(_listing("h_echo"))
     call = EffectCall("r", "1", "{}", tools={"digest": tools_digest(run)})
     assert other._other_tools(call) is None
+
+
+def test_a_run_between_two_workers_says_each_change_once() -> None:
+    """Effects taken in turn by two workers whose tools differ in a way the run does not
+    depend on: each switch is met (an effect sent again), but what changed is said once for
+    each listing, not at every switch."""
+    tools = RunTools(_listing("h_echo", "h_a_b"))
+    said: list[str] = []
+    for now in [("h_echo", "h_a_b", "h_more"), ("h_echo", "h_a_b")] * 3:
+        tools.meet("r", _listing(*now), [], said.append)
+        assert tools.digest == tools_digest(_listing(*now)) and tools.refused is None
+    assert said == [
+        "run r: MCP server 'h' now offers 'h_more' as well",
+        "run r: MCP server 'h' no longer offers 'h_more' (recorded at the run's start)",
+    ]
