@@ -168,7 +168,12 @@ def _effect_json(effect: LeafEffect) -> str:
 
 @final
 class _Handlers(RunHandlers):
-    """The leaf effects of a program inside the workflow."""
+    """The leaf effects of a program inside the workflow.
+
+    ``replayed`` is the default's, a no-op: the workspace is a worker's, which the workflow
+    cannot tell, so a worker that did not perform a run's ``read_file`` (another, or one
+    restarted) has not seen it read, and ``write_file`` may refuse to shrink that file until
+    the run reads it again."""
 
     def __init__(
         self, run: OpdslRun, inp: RunInput, admission: Admission, *, by_reference: bool
