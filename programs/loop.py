@@ -64,16 +64,20 @@ def echoed(text: str, earlier: Sequence[tuple[ToolCall, ToolResult]]) -> ToolCal
     said = text.strip()
     if not said:
         return None
+    # the forms :func:`text_result` gives start with one of the heads, and a tool message is
+    # the output or ``error: ...``: nothing is built per earlier call, so a check costs about
+    # the text's length and the number of calls, not the size of every result given so far
     for call, result in reversed(earlier):
-        framed = text_result(call, result).strip()
-        heads = (f"Result of {call.name}:", f"{call.name} failed:")
-        words = {
-            result.output.strip(),
-            (result.error or "").strip(),
-            framed,
-            Message.tool_result(call, result).content.strip(),
-        } - {""}
-        if said in words or said.startswith(heads):
+        if said.startswith((f"Result of {call.name}:", f"{call.name} failed:")):
+            return call
+        if len(said) <= len(result.output) and said == result.output.strip():
+            return call
+        error = result.error
+        if (
+            error
+            and len(said) <= len(error) + 7
+            and said in (error.strip(), f"error: {error}".strip())
+        ):
             return call
     return None
 
