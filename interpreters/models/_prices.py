@@ -70,6 +70,9 @@ class Price:
     tiers: tuple[Tier, ...] = ()
     since: date | None = None
     _kept: Any = field(default=None, repr=False, compare=False)
+    _rates: tuple[float, float, float, float] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def label(self) -> str:
@@ -79,7 +82,7 @@ class Price:
     def cost(self, usage: Usage) -> float:
         """The USD that ``usage`` costs at this price."""
         if self._kept is not None:
-            return _kept_cost(self._kept, usage)
+            return _kept_cost(self._kept, usage, self._rates)
         rates: Price | Tier = self
         for tier in self.tiers:
             if usage.input_tokens > tier.above:
@@ -95,7 +98,11 @@ class Price:
         ) / 1_000_000
 
 
-def _kept_cost(model_price: Any, usage: Usage) -> float:
+def _kept_cost(
+    model_price: Any, usage: Usage, rates: tuple[float, float, float, float] | None = None
+) -> float:
+    """What the kept table charges for ``usage``: by ``rates`` (:func:`_rates_of`) where
+    they are all its price is, else by its own calculation."""
     from genai_prices import Usage as KeptUsage
 
     # a part of the prompt the table has no cache price for is priced as the rest of it
@@ -105,6 +112,12 @@ def _kept_cost(model_price: Any, usage: Usage) -> float:
     written = min(usage.cache_write_tokens, usage.input_tokens - read)
     if getattr(model_price, "cache_write_mtok", None) is None:
         written = 0
+    if rates is not None:
+        fresh = usage.input_tokens - read - written
+        given, output, cache_read, cache_write = rates
+        return (
+            fresh * given + read * cache_read + written * cache_write + usage.output_tokens * output
+        ) / 1_000_000
     priced = model_price.calc_price(
         KeptUsage(
             input_tokens=usage.input_tokens,
@@ -364,4 +377,27 @@ def _kept_price(model: str, found: Any, at: datetime) -> Price:
         tiers=tiers,
         since=since,
         _kept=model_price,
+        _rates=_rates_of(model_price),
+    )
+
+
+_RATES = frozenset({"input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok"})
+
+
+def _rates_of(model_price: Any) -> tuple[float, float, float, float] | None:
+    """The kept price's input, output, cache-read and cache-write rates where the table
+    prices it by these four alone (none tiered, nothing else priced: requests, images,
+    audio...), so that a call is charged by them here; None where the table's own
+    calculation must do it (half a millisecond a call)."""
+    from genai_prices.types import TieredPrices
+
+    given = {k: v for k, v in vars(model_price).items() if not k.startswith("_") and v is not None}
+    if not set(given) <= _RATES or any(isinstance(v, TieredPrices) for v in given.values()):
+        return None
+    rate = {k: float(given.get(k, 0)) for k in _RATES}
+    return (
+        rate["input_mtok"],
+        rate["output_mtok"],
+        rate["cache_read_mtok"],
+        rate["cache_write_mtok"],
     )

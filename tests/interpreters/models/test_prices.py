@@ -53,3 +53,36 @@ def test_every_kept_tier_shows_the_rates_it_charges() -> None:
                 assert abs(shown.cost(usage) - price.cost(usage)) < 1e-9, (info.id, tier)
                 checked += 1
     assert checked > 10, checked  # the table has tiered models to check
+
+
+def test_a_price_of_four_rates_charges_what_the_tables_own_calculation_does() -> None:
+    """A kept price made of the four token rates alone is charged by them, without the
+    table's own calculation (half a millisecond a call): for every such model in the table,
+    and prompts with and without cache reads and writes, the cost is the table's."""
+    import random
+
+    from genai_prices.data_snapshot import get_snapshot
+
+    from interpreters.models._prices import _kept_cost, _kept_price
+
+    now = datetime.now(UTC)
+    rnd = random.Random(7)
+    by_rates = by_table = 0
+    for provider in get_snapshot().providers:
+        for info in provider.models:
+            price = _kept_price(info.id, (provider, info), now)
+            if price._rates is None:  # tiered, or priced by more than tokens
+                by_table += 1
+                continue
+            by_rates += 1
+            for _ in range(5):
+                prompt = rnd.randrange(0, 300_000)
+                usage = Usage(
+                    input_tokens=prompt,
+                    cached_tokens=rnd.randrange(0, prompt + 1),
+                    cache_write_tokens=rnd.randrange(0, 5_000),
+                    output_tokens=rnd.randrange(0, 9_000),
+                )
+                table = _kept_cost(price._kept, usage)  # the table's own calculation
+                assert abs(price.cost(usage) - table) <= 1e-12 * max(table, 1e-9), info.id
+    assert by_rates > 100 and by_table > 10, (by_rates, by_table)
