@@ -382,17 +382,41 @@ def _kept_price(model: str, found: Any, at: datetime) -> Price:
 
 
 _RATES = frozenset({"input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok"})
+_UNCOUNTED = frozenset(
+    {
+        # what opdsl's Usage never counts, so that the table charges nothing for it: searches,
+        # and the parts of a prompt or an answer it does not tell apart (audio, images, video,
+        # reasoning, citations, an hour-long cache write), charged as the rest of it
+        "web_searches_kcount",
+        "storage_searches_kcount",
+        "cache_write_1h_mtok",
+        "input_audio_mtok",
+        "input_image_mtok",
+        "input_video_mtok",
+        "cache_audio_read_mtok",
+        "cache_image_read_mtok",
+        "output_audio_mtok",
+        "output_image_mtok",
+        "output_video_mtok",
+        "output_reasoning_mtok",
+        "output_citation_mtok",
+    }
+)
+"""Prices a kept entry may hold beside its token rates and still be charged by them (a test
+checks every entry of the table against its own calculation)."""
 
 
 def _rates_of(model_price: Any) -> tuple[float, float, float, float] | None:
     """The kept price's input, output, cache-read and cache-write rates where the table
-    prices it by these four alone (none tiered, nothing else priced: requests, images,
-    audio...), so that a call is charged by them here; None where the table's own
-    calculation must do it (half a millisecond a call)."""
+    charges a call by these four alone (none tiered, nothing else priced that opdsl counts or
+    the table would count for it: requests, pages, hours), so that it is charged by them
+    here; None where the table's own calculation must do it (half a millisecond a call)."""
     from genai_prices.types import TieredPrices
 
     given = {k: v for k, v in vars(model_price).items() if not k.startswith("_") and v is not None}
-    if not set(given) <= _RATES or any(isinstance(v, TieredPrices) for v in given.values()):
+    if not set(given) <= _RATES | _UNCOUNTED or any(
+        isinstance(v, TieredPrices) for v in given.values()
+    ):
         return None
     rate = {k: float(given.get(k, 0)) for k in _RATES}
     return (
