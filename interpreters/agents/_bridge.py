@@ -13,9 +13,7 @@ closes, so a shim the CLI left behind can do nothing more.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hmac
-import importlib.metadata
 import json
 import os
 import secrets
@@ -30,6 +28,7 @@ import anyio
 from anyio.abc import SocketStream
 
 from interpreters.runtime import Redactor
+from interpreters.tools._mcp_version import mcp_problem
 from op import ToolResult, ToolSpec
 
 __all__ = ["SERVER", "ToolHost", "mcp_problem", "serve_tools"]
@@ -89,18 +88,6 @@ class ToolHost:
 
     specs: tuple[ToolSpec, ...]
     perform: Callable[[str, Mapping[str, Any]], Awaitable[ToolResult]]
-
-
-@functools.cache
-def mcp_problem() -> str | None:
-    """Why opdsl cannot use MCP here (serve its tools, or start MCP servers), or None."""
-    try:
-        version = importlib.metadata.version("mcp")
-    except importlib.metadata.PackageNotFoundError:
-        return "the mcp package is not installed (pip install 'opdsl[mcp]')"
-    if int(version.split(".", 1)[0]) < 2:
-        return f"mcp {version} is installed; opdsl's MCP support needs mcp 2.x (pip install 'mcp>=2,<3')"
-    return None
 
 
 def render(result: ToolResult, limit: int) -> str:

@@ -697,7 +697,7 @@ class _Connection:
     async def _serve(
         self, stop: anyio.Event, ended: anyio.Event, *, task_status: TaskStatus[Any]
     ) -> None:
-        from interpreters.agents._bridge import mcp_problem
+        from interpreters.tools._mcp_version import mcp_problem
 
         problem = mcp_problem()  # missing, or a version before 2
         if problem is not None:
