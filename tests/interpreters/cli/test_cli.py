@@ -48,8 +48,8 @@ def test_run_ask_answer_show_checkpoints_replay_fork(
     run_id = _only_run()
     code, out, err = opdsl(capsys, "answer", run_id, "the team", "--quiet")
     assert (code, out.strip()) == (0, "the team: Here they are.")
-    code, out, _ = opdsl(capsys, "show", run_id)
-    assert code == 0 and "before-ask" in out and "after-ask" in out and "completed" in out
+    code, out, err = opdsl(capsys, "show", run_id)
+    assert code == 0 and "before-ask" in out and "after-ask" in out and "completed" in out, err
     code, out, _ = opdsl(capsys, "checkpoints", run_id)
     assert out.split() == ["1", "before-ask", "completed", "3", "after-ask", "completed"]
     code, out, _ = opdsl(capsys, "replay", run_id)
