@@ -187,14 +187,18 @@ def test_the_session_start_hook_runs_the_python_it_names_from_any_folder(
         (venv / "lib").symlink_to(Path(sys.prefix) / "lib")
         (venv / "pyvenv.cfg").write_text((Path(sys.prefix) / "pyvenv.cfg").read_text())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "interpreters", "mcp", "install"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+
+    def opdsl_mcp(command: str) -> None:  # with the venv's Python, as the hook names it
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "interpreters", "mcp", command],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+
+    opdsl_mcp("install")
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     hook = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     before = files(project)
@@ -206,14 +210,7 @@ def test_the_session_start_hook_runs_the_python_it_names_from_any_folder(
     assert told.returncode == 0, told.stderr
     assert "in progress here (run abc123, implementor model:default)" in told.stdout
     assert files(project) == sorted([*before, ".opdsl/director.json"])  # nothing else ran
-    gone = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "interpreters", "mcp", "uninstall"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert gone.returncode == 0, gone.stderr
+    opdsl_mcp("uninstall")
     assert [f for f in files(project) if not f.startswith(".venv/")] == [".opdsl/director.json"]
 
 
