@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,6 +163,16 @@ def test_bad_input_is_one_line(writing: Path, capsys: pytest.CaptureFixture[str]
     assert code == 2 and err.count("\n") == 1
 
 
+def _two_essays(server: ScriptedServer, essay: Any, model: str) -> list[str]:
+    """Two finished runs of the writing program on ``model`` ("Kept." and "Short."): their ids."""
+    ids = []
+    for text in ("Kept.", "Short."):
+        server.add(openai("outline", usage=(100, 10, 0), model="small"))
+        server.add(openai(text, usage=(1000, 100, 0), model="small"))
+        ids.append(run(essay, "x", model=model, db="runs.db").run_id)
+    return ids
+
+
 def test_whatif_over_several_runs_sums_them_up(
     writing: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -170,11 +181,7 @@ def test_whatif_over_several_runs_sums_them_up(
     with ScriptedServer() as server:
         small = f"openai-compatible:small@{server.url}/v1"
         big = f"openai-compatible:big@{server.url}/v1"
-        ids = []
-        for essay in ("Kept.", "Short."):
-            server.add(openai("outline", usage=(100, 10, 0), model="small"))
-            server.add(openai(essay, usage=(1000, 100, 0), model="small"))
-            ids.append(run(module.essay, "x", model=small, db="runs.db").run_id)
+        ids = _two_essays(server, module.essay, small)
         server.add(openai("Kept.", usage=(1000, 100, 0), model="big"))
         server.add(openai("Longer.", usage=(1000, 200, 0), model="big"))
         code, out, err = _opdsl(
@@ -277,11 +284,7 @@ def test_whatif_over_every_finished_run_of_a_program(
     with ScriptedServer() as server:
         small = f"openai-compatible:small@{server.url}/v1"
         big = f"openai-compatible:big@{server.url}/v1"
-        ids = []
-        for essay in ("Kept.", "Short."):
-            server.add(openai("outline", usage=(100, 10, 0), model="small"))
-            server.add(openai(essay, usage=(1000, 100, 0), model="small"))
-            ids.append(run(module.essay, "x", model=small, db="runs.db").run_id)
+        ids = _two_essays(server, module.essay, small)
         code, _, err = _opdsl(
             capsys, "whatif", "--program", "writing:other", "--model", big, "--db", "runs.db"
         )
