@@ -34,8 +34,33 @@ def blocking(call: Callable[[], Awaitable[T]], *, backend: str = "asyncio") -> T
         running = True
     if not running:
         # outside the except block: an error of the call is not chained to "no running loop"
-        return anyio.run(call, backend=backend)
+        return _run_here(call, backend)
     # called from code an event loop is running (a journal read inside an async replay): a
     # loop of its own, in a thread of its own
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: anyio.run(call, backend=backend)).result()
+        return pool.submit(lambda: _run_here(call, backend)).result()
+
+
+def _run_here(call: Callable[[], Awaitable[T]], backend: str) -> T:
+    """``anyio.run``, where a Ctrl-C that ends the run is raised to the caller and nowhere else.
+
+    The Ctrl-C stops a run by raising ``KeyboardInterrupt`` in asyncio's main task; asyncio
+    marks the task's exception as seen only when its loop runs once more, as it closes. A
+    second Ctrl-C landing in that close leaves it unseen, and asyncio then logs it with a
+    traceback ("Task exception was never retrieved") whenever the task is collected, after the
+    caller has said in one line what the Ctrl-C left. The caller is given that exception (or
+    the second Ctrl-C), so it is marked as seen here."""
+    main: list[asyncio.Task[object]] = []
+
+    async def in_task() -> T:
+        task = asyncio.current_task() if backend == "asyncio" else None
+        if task is not None:
+            main.append(task)
+        return await call()
+
+    try:
+        return anyio.run(in_task, backend=backend)
+    finally:
+        for task in main:
+            if task.done() and not task.cancelled():
+                task.exception()
