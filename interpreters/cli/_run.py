@@ -155,11 +155,13 @@ async def until_it_ends_or_waits(
 def worker(a: argparse.Namespace) -> int:
     import asyncio
 
-    from interpreters import resolve_model
+    from interpreters import load_program, resolve_model
     from interpreters._live import as_workspace
     from interpreters.temporal import connect, make_worker
     from interpreters.tools._mcp import mcp_servers, open_mcp
 
+    for ref in a.program:
+        load_program(ref)  # one that cannot be imported: said now, not at each run's admission
     tools = load_tools(a.tools)
     folder = as_workspace(workspace(a.workspace))
     model = resolve_model(model_spec(a.model))

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, final
+from typing import Any, NoReturn, final
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from interpreters._live import AgentBackend, LiveHandlers
 from interpreters._loading import ProgramNotFound, load_program
@@ -57,6 +59,10 @@ from op.effects import LeafEffect
 from state import canonical_json, to_jsonable
 
 __all__ = ["Activities", "EffectReader", "effect_from_json"]
+
+REFUSAL_SAID_AGAIN_SECONDS = 60.0
+"""How often a worker says again that it still refuses a run whose MCP tools changed (a
+refused effect is retried every 10 seconds as long as the run waits)."""
 
 
 def effect_from_json(text: str) -> LeafEffect:
@@ -202,6 +208,9 @@ class Activities:
         self.payload_limit = payload_limit
         self.reader = EffectReader(store)
         self._results = Packer(self.redact, keep=False)
+        #: the runs this worker refused to take on, by run id: what it said and when (it says
+        #: a refusal once, then at most once every ``REFUSAL_SAID_AGAIN_SECONDS``)
+        self._refusals_said: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, to register on a worker."""
@@ -273,18 +282,42 @@ class Activities:
         takes the effect. (A workflow of before ``refusals`` refused any other tools.)"""
         wanted = call.tools
         if not isinstance(wanted, dict) or wanted.get("digest") == self.mcp_digest:
+            self._refusals_said.pop(call.run_id, None)
             return None
         refused = wanted.get("refused")
         if isinstance(refused, str) and not self.accept_changed_code:
             refusals = wanted.get("refusals")
             if not isinstance(refusals, dict):
-                raise ApplicationError(refused, type="MCPToolsChanged")
+                self._refuse(call.run_id, refused)
             mine = refusals.get(self.mcp_digest)
             if isinstance(mine, str):
-                raise ApplicationError(mine, type="MCPToolsChanged")
+                self._refuse(call.run_id, mine)
+        self._refusals_said.pop(call.run_id, None)
         return Outcome(
             tools_now=self.mcp,
             tools_accepted=isinstance(refused, str) and self.accept_changed_code,
+        )
+
+    def _refuse(self, run_id: str, why: str) -> NoReturn:
+        """Fail the activity with ``why``, which Temporal retries (every 10 seconds at most)
+        until a worker that can take the run on takes it. The error is benign: temporalio
+        logs it at DEBUG, not as a warning with its traceback at each retry (its category
+        changes no retry); the worker says it itself, in one line, once, then at most once
+        every ``REFUSAL_SAID_AGAIN_SECONDS`` while the run waits."""
+        now = time.monotonic()
+        said = self._refusals_said.get(run_id)
+        if said is None or said[0] != why or now - said[1] >= REFUSAL_SAID_AGAIN_SECONDS:
+            self._refusals_said[run_id] = (why, now)
+            self._refusals_said.move_to_end(run_id)
+            while len(self._refusals_said) > 1024:  # runs ended while they waited
+                self._refusals_said.popitem(last=False)
+            _warn(
+                f"{why}; this worker does not take it on: one started with "
+                "--accept-changed-code (make_worker(accept_changed_code=True)) goes on with "
+                "the tools its servers offer now"
+            )
+        raise ApplicationError(
+            why, type="MCPToolsChanged", category=ApplicationErrorCategory.BENIGN
         )
 
     async def _perform(self, call: EffectCall) -> Outcome:
@@ -344,3 +377,7 @@ class Activities:
                 fatal=True,
             )
         return Outcome(result_json=text)
+
+
+def _warn(line: str) -> None:
+    sys.stderr.write(f"opdsl: warning: {line}\n")

@@ -19,9 +19,10 @@ among them. So:
    warning in the worker's log, and the run goes on with what that worker offers (its
    digest is sent from then on). A change of a tool the run depends on is refused: the
    effect is sent again with the refusal, and a worker that offers the tools refused fails
-   it with that message, naming the server and the tool, so Temporal retries it and the run
-   waits (as a refused live resume leaves its run) until a worker that offers the tools as
-   the run knew them takes it; a worker that offers yet others (the tools the run knew and
+   it with that message, naming the server and the tool (a benign error: the worker says it
+   in one line, once a minute at most, not with a traceback at each retry), so Temporal
+   retries it and the run waits (as a refused live resume leaves its run) until a worker
+   that offers the tools as the run knew them takes it; a worker that offers yet others (the tools the run knew and
    one more) answers with them, and the run compares those in turn; a worker started to
    accept changed code (``make_worker(accept_changed_code=True)``, ``opdsl worker
    --accept-changed-code``) answers with what it offers, which the run then goes on with, as

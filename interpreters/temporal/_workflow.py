@@ -118,15 +118,42 @@ NEAR = 0.9
 """Inside a scope, a run ends with a reason once its history is this near a hard limit."""
 
 
+def on_loop(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether ``loop`` (a workflow's own, taken when it started) is the one running now.
+
+    A worker that stops without evicting the runs it holds leaves their coroutines to the
+    garbage collector, which closes them (``GeneratorExit`` through every ``finally``)
+    wherever it happens to run: often inside another workflow's activation. ``workflow``'s
+    module functions act on the workflow whose loop runs, so a memo upserted or a clock read
+    from such a ``finally`` would reach that other run (an upsert landed in another run's
+    history, which then failed to replay). Code that can run while a run is closed checks
+    this first."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs: closed outside any workflow
+        return False
+
+
 @final
 class TemporalClock(Clock):
-    """Workflow time: ``now`` and deadlines replay exactly as they first ran."""
+    """Workflow time: ``now`` and deadlines replay exactly as they first ran. Made on the
+    workflow's own loop; read while the run is being closed elsewhere (see :func:`on_loop`),
+    it gives the last time it read, not another workflow's."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        self._now = 0.0
+        self._monotonic = 0.0
 
     def now(self) -> float:
-        return workflow.now().timestamp()
+        if on_loop(self._loop):
+            self._now = workflow.now().timestamp()
+        return self._now
 
     def monotonic(self) -> float:
-        return workflow.time()
+        if on_loop(self._loop):
+            self._monotonic = workflow.time()
+        return self._monotonic
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)  # a durable timer on the workflow's loop
@@ -500,12 +527,14 @@ class OpdslRun:
         self._waiting: dict[str, str] = {}
         self._keeps_waiting_memo = False
         self._answers: dict[str, str] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the workflow's own, once it runs
         self._limit: int | None = None  # the payload limit, when content travels inline
         #: the MCP tools the run goes with (None: admitted by an opdsl that did not say)
         self.tools: RunTools | None = None
 
     @workflow.run
     async def run(self, raw: RawValue) -> RunOutcome:
+        self._loop = asyncio.get_running_loop()
         checked = _decoded(raw)
         inp = checked.inp
         self._run_id = inp.run_id
@@ -645,8 +674,9 @@ class OpdslRun:
         which listing the runs reads without a worker. A run admitted before the memo was kept
         replays without it: its recorded admission says so (a patch marker here would upsert
         Temporal's change-version search attribute too, and a replay that answers the question
-        from its record met that marker where the code asked nothing)."""
-        if self._keeps_waiting_memo:
+        from its record met that marker where the code asked nothing). Nothing is upserted
+        while the run is closed outside its own loop (see :func:`on_loop`)."""
+        if self._keeps_waiting_memo and on_loop(self._loop):
             workflow.upsert_memo({"waiting": dict(self._waiting) or None})
 
     @workflow.update(name="answer")

@@ -20,8 +20,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowHandle
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed")
 
@@ -162,3 +166,12 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+async def asked(handle: WorkflowHandle[object, object]) -> None:
+    """Once the run asks its question (its ``waiting`` query says so), within 20 s."""
+    for _ in range(400):
+        if await handle.query("waiting", result_type=dict):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {handle.id} never asked")

@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
@@ -36,12 +37,13 @@ from interpreters.temporal import (
     sandbox_runner,
     start_run,
 )
+from interpreters.temporal import _activities as activities_module
 from interpreters.temporal._activities import Activities
 from interpreters.temporal._tools import RunTools
 from interpreters.temporal._types import EffectCall, tools_digest
 from interpreters.tools import open_mcp
 from interpreters.tools._mcp import MCPServer
-from tests.interpreters.temporal.conftest import Server
+from tests.interpreters.temporal.conftest import Server, asked
 from tests.interpreters.temporal.tools import word_count
 
 HOSTILE = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_hostile.py")
@@ -85,14 +87,6 @@ async def _worker(
             yield
 
 
-async def _asked(handle: WorkflowHandle[object, object]) -> None:
-    for _ in range(400):
-        if await handle.query("waiting", result_type=dict):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {handle.id} never asked")
-
-
 async def _pending_failure(handle: WorkflowHandle[object, object]) -> str:
     """The last failure of the run's pending activity, once it has one."""
     for _ in range(400):
@@ -129,7 +123,7 @@ def test_a_run_waits_for_a_worker_with_the_tools_it_depends_on(
                 args=["hello"],
                 run_id="mcp-changed",
             )
-            await _asked(handle)  # h_echo called: the run depends on it
+            await asked(handle)  # h_echo called: the run depends on it
         # the worker comes back with a server whose echo takes other arguments
         async with _worker(client, "mcp-changed", tmp_path, "--variant", "2"):
             await answer(client, "mcp-changed", "yes")
@@ -169,7 +163,7 @@ def test_the_tools_a_run_goes_with_are_carried_into_a_continue_as_new(
                 run_id="mcp-carried",
                 history_limit=1,  # it continues as new before its next tool call
             )
-            await _asked(handle)
+            await asked(handle)
         # the run's next workflow is admitted by this worker, whose echo changed: the run
         # still depends on the echo it called before, and waits
         async with _worker(client, "mcp-carried", tmp_path, "--variant", "2"):
@@ -199,7 +193,7 @@ def test_a_worker_that_accepts_changed_code_takes_such_a_run_on(
                 args=["hello"],
                 run_id="mcp-accepted",
             )
-            await _asked(handle)
+            await asked(handle)
         async with _worker(client, "mcp-accepted", tmp_path, "--variant", "2", accept=True):
             await answer(client, "mcp-accepted", "yes")
             ended = await outcome(handle)
@@ -230,7 +224,7 @@ def test_after_a_refusal_a_worker_with_more_tools_takes_the_run_on(
             handle = await start_run(
                 client, ECHO_THEN_ASK, task_queue="mcp-more", args=["hello"], run_id="mcp-more"
             )
-            await _asked(handle)
+            await asked(handle)
         async with _worker(client, "mcp-more", tmp_path, "--variant", "2"):
             await answer(client, "mcp-more", "yes")
             assert "now takes other arguments for 'h_echo'" in await _pending_failure(handle)
@@ -259,7 +253,7 @@ def test_a_quick_tool_is_performed_where_the_run_is_under_a_refusal(
             handle = await start_run(
                 client, COUNTED, task_queue="mcp-quick", args=["hello"], run_id="mcp-quick"
             )
-            await _asked(handle)
+            await asked(handle)
         async with _worker(client, "mcp-quick", tmp_path, "--variant", "2"):
             await answer(client, "mcp-quick", "yes")
             assert "now takes other arguments for 'h_echo'" in await _pending_failure(handle)
@@ -270,7 +264,9 @@ def test_a_quick_tool_is_performed_where_the_run_is_under_a_refusal(
                 runtime=Runtime(telemetry=TelemetryConfig()),
             )
             async with _worker(beside, "mcp-quick", tmp_path):
-                ended = await asyncio.wait_for(outcome(handle), 40)
+                # each retry of the refused tool goes to either worker, at random, up to 10 s
+                # apart: 90 s leaves a loaded machine room for a run of unlucky draws
+                ended = await asyncio.wait_for(outcome(handle), 90)
             assert ended.status == "completed"
             assert json.loads(ended.result_json or "null") == "hello yes 2 dotted"
             assert await _replays(client, handle) is None
@@ -290,7 +286,7 @@ def test_a_change_the_run_does_not_depend_on_is_a_warning(
             handle = await start_run(
                 client, ASK_THEN_DOTTED, task_queue="mcp-warned", run_id="mcp-warned"
             )
-            await _asked(handle)  # nothing of the server's called yet
+            await asked(handle)  # nothing of the server's called yet
         async with _worker(client, "mcp-warned", tmp_path, "--variant", "2"):
             await answer(client, "mcp-warned", "yes")
             ended = await outcome(handle)
@@ -389,3 +385,34 @@ def test_a_run_between_two_workers_says_each_change_once() -> None:
         "run r: MCP server 'h' now offers 'h_more' as well",
         "run r: MCP server 'h' no longer offers 'h_more' (recorded at the run's start)",
     ]
+
+
+def test_a_worker_says_a_refusal_once_in_a_while_and_it_is_retried(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose tools a run refused fails the effect with the reason, a benign error
+    (temporalio logs it at DEBUG, with no traceback) that Temporal retries; the worker says it
+    in one line, once per run, then again only after ``REFUSAL_SAID_AGAIN_SECONDS``."""
+    worker = Activities(programs=[], mcp=_listing("h_echo"))
+    why = "run r depends on MCP tools that changed since it started: ..."
+    sent = {"digest": "theirs", "refused": why, "refusals": {worker.mcp_digest: why}}
+
+    def refused(run_id: str) -> ApplicationError:
+        with pytest.raises(ApplicationError) as caught:
+            worker._other_tools(EffectCall(run_id, "1", "{}", tools=sent))
+        return caught.value
+
+    error = refused("r")
+    assert error.message == why and error.type == "MCPToolsChanged" and not error.non_retryable
+    assert error.category == ApplicationErrorCategory.BENIGN
+    refused("r")
+    refused("s")  # another run is said too
+    line = (
+        f"opdsl: warning: {why}; this worker does not take it on: one started with "
+        "--accept-changed-code (make_worker(accept_changed_code=True)) goes on with the tools "
+        "its servers offer now\n"
+    )
+    assert capsys.readouterr().err == line * 2
+    monkeypatch.setattr(activities_module, "REFUSAL_SAID_AGAIN_SECONDS", 0.0)
+    refused("r")
+    assert capsys.readouterr().err == line
