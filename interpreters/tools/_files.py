@@ -47,6 +47,27 @@ _EXACT = 1_000  # characters of old up to which a window is compared by difflib'
 _SHOWN = 5  # occurrences an edit whose text occurs more than once is answered with
 
 
+def _shown(text: str) -> str:
+    """``text`` read keeping bytes that are not UTF-8, as ``read_file`` shows it (U+FFFD)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _not_text(path: str, what: str, value: str) -> str | None:
+    """Why ``value`` (a tool's argument) cannot be written: it holds a lone surrogate, which is
+    no character (JSON's ``"\\udcff"`` gives one); read back through ``surrogateescape`` it
+    would become a raw byte."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"{path}: {what} holds {value[exc.start]!a} at character {exc.start}, a lone "
+            "surrogate, which is not text; nothing was written"
+        )
+    return None
+
+
 class _Files(_Git):
     # -- file tools -----------------------------------------------------------------------
 
@@ -71,8 +92,12 @@ class _Files(_Git):
             self.read_paths.add(self.relative(self.resolve(path)))
         return result
 
-    def _read(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
-        """``read_file`` for the tools' own use: what it reads does not count as read."""
+    def _read(
+        self, path: str, start_line: int = 1, end_line: int | None = None, errors: str = "replace"
+    ) -> ToolResult:
+        """``read_file`` for the tools' own use: what it reads does not count as read. A byte
+        that is not UTF-8 is shown as U+FFFD; ``errors="surrogateescape"`` keeps it instead, so
+        the text encodes back to the file's very bytes."""
         try:
             real = self.resolve(path)
             if real.is_dir():
@@ -104,7 +129,7 @@ class _Files(_Git):
             data = f.read(self.max_read * 4 if not whole else self.max_read + 1)
         if b"\x00" in data[:8192]:
             return _fail(f"{path} is a binary file; it cannot be read as text")
-        text = data.decode("utf-8", "replace")
+        text = data.decode("utf-8", errors)
         lines = text.splitlines(keepends=True)
         if start_line < 1 or (end_line is not None and end_line < start_line):
             return _fail(f"bad line range {start_line}..{end_line}; lines count from 1")
@@ -120,7 +145,11 @@ class _Files(_Git):
             real = self.resolve(path, write=True)
             if real.is_dir():
                 return _fail(f"{path} is a directory")
-            refused = self._shrinks_unread(real, content)
+            refused = (
+                _not_text(path, "content", content)
+                or self._shrinks_unread(real, content)
+                or self._replaces_bytes(real, content)
+            )
             if refused is not None:
                 return _fail(refused)
         except WorkspaceError as exc:
@@ -130,16 +159,42 @@ class _Files(_Git):
             self.read_paths.add(self.relative(real))
         return written
 
-    def _write(self, real: Path, content: str) -> ToolResult:
+    def _write(self, real: Path, content: str, errors: str = "strict") -> ToolResult:
+        """Write ``content`` as UTF-8; ``errors="surrogateescape"``: the bytes a text read so
+        (:meth:`_read`) kept go back as they were."""
         try:
             self._check_hard_links(real)
-            self.check_settings(self.relative(real), content.encode("utf-8"))
+            data = content.encode("utf-8", errors)
+            self.check_settings(self.relative(real), data)
             fd = self.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
         except WorkspaceError as exc:
             return _fail(str(exc))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         return ToolResult(output=f"wrote {len(content)} characters to {self.relative(real)}")
+
+    def _replaces_bytes(self, real: Path, content: str) -> str | None:
+        """Why writing ``content`` to ``real`` is refused: the file holds bytes that are not
+        UTF-8, which ``read_file`` showed as U+FFFD, and ``content`` holds U+FFFD: written,
+        they would stand where those bytes were (a Latin-1 file read and written back)."""
+        if "\ufffd" not in content or not real.is_file():
+            return None
+        with real.open("rb") as f:
+            data = f.read(self.max_read)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if exc.end == len(data) and len(data) == self.max_read:
+                return None  # a character cut where the read stopped, not a wrong byte
+            line = data.count(b"\n", 0, exc.start) + 1
+            rel = self.relative(real)
+            return (
+                f"{rel} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}): "
+                "read_file shows such bytes as U+FFFD, and this content holds U+FFFD, "
+                "which would stand in their place; nothing was written. Change the lines you "
+                "mean to with edit_file, which keeps the bytes it does not touch."
+            )
+        return None
 
     def _shrinks_unread(self, real: Path, content: str) -> str | None:
         """Why writing ``content`` to ``real`` is refused: it would shrink a file git tracks
@@ -167,18 +222,31 @@ class _Files(_Git):
             return _fail("old must not be empty")
         if old == new:
             return _fail(f"{path}: old and new are the same; nothing would change")
+        refused = _not_text(path, "old", old) or _not_text(path, "new", new)
+        if refused is not None:
+            return _fail(refused)
         try:
             real = self.resolve(path, write=True)  # a locked file is refused before it is read
         except WorkspaceError as exc:
             return _fail(str(exc))
-        current = self._read(path)
+        # read keeping bytes that are not UTF-8, so the ones the edit does not touch are
+        # written back as they were (not as U+FFFD); what the model is shown has U+FFFD
+        current = self._read(path, errors="surrogateescape")
         if not current.ok:
             return current
         text = current.output
         count = text.count(old)
+        if count != 1:
+            text = _shown(text)
         if count == 0:
+            undecoded = (
+                " (U+FFFD in read_file's output stands for a byte that is not UTF-8: choose "
+                "old and new around it; the bytes an edit does not touch are kept)"
+                if "\ufffd" in old and "\ufffd" in text
+                else ""
+            )
             return _fail(
-                f"{path}: the text to replace was not found; nothing was changed. "
+                f"{path}: the text to replace was not found; nothing was changed.{undecoded} "
                 + _nearest(text, old)
             )
         if count > 1:
@@ -188,7 +256,7 @@ class _Files(_Git):
                 f"{path}: the text to replace occurs {count} times (lines {', '.join(map(str, lines))}); include more context so it occurs once"
                 + _occurrences(text, lines, old.count("\n") + 1)
             )
-        return self._write(real, text.replace(old, new, 1))
+        return self._write(real, text.replace(old, new, 1), errors="surrogateescape")
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> ToolResult:
         """List files under ``path`` (respecting .gitignore), optionally matching a glob."""

@@ -158,3 +158,51 @@ def test_what_was_read_before_a_crash_counts_as_read_when_the_run_is_resumed(
     resumed = resume("r", db=str(db), tools=[stop_once])
     assert resumed.status == "completed" and resumed.value.ok, resumed.value
     assert (repo / "money.py").read_text() == "x = 1\n"
+
+
+LATIN_1 = "# -*- coding: latin-1 -*-\nNAME = 'Café'\n\n\ndef price():\n    return 3 - 1\n"
+
+
+def test_a_file_that_is_not_utf8_keeps_the_bytes_an_edit_does_not_touch(repo: Path) -> None:
+    """A Latin-1 file: read_file shows its é as U+FFFD; an edit elsewhere writes every other
+    byte back as it was (it used to write U+FFFD in their place), and writing back what was
+    read is refused, naming the byte and its line."""
+    path = repo / "shop.py"
+    path.write_bytes(LATIN_1.encode("latin-1"))
+    git(repo, "add", "shop.py")
+    ws = Workspace(repo)
+    shown = ws.read_file("shop.py")
+    assert shown.ok and "Caf\ufffd" in shown.output
+    assert ws.edit_file("shop.py", "    return 3 - 1\n", "    return 3\n").ok
+    assert path.read_bytes() == LATIN_1.replace("3 - 1", "3").encode("latin-1")
+    before = path.read_bytes()
+    back = ws.write_file("shop.py", shown.output.replace("3 - 1", "4"))
+    assert not back.ok and "byte 0xe9 on line 2" in (back.error or ""), back.error
+    assert "nothing was written" in (back.error or "") and path.read_bytes() == before
+    # an old text copied with U+FFFD in it is not found, and the answer says why
+    missed = ws.edit_file("shop.py", "NAME = 'Caf\ufffd'\n", "NAME = 'Shop'\n")
+    assert not missed.ok and "stands for a byte that is not UTF-8" in (missed.error or "")
+    assert "\udce9" not in (missed.error or ""), (
+        "the nearest lines are shown as read_file shows them"
+    )
+    assert path.read_bytes() == before
+    # the same content without U+FFFD, or a file that is UTF-8, is written as asked
+    assert ws.write_file("shop.py", "NAME = 'Shop'\n").ok
+    assert Workspace(repo).write_file("money.py", MODULE + "# \ufffd\n").ok
+
+
+def test_a_lone_surrogate_in_an_argument_is_refused_not_written_as_a_byte(repo: Path) -> None:
+    """An edit keeps a file's undecodable bytes by reading it with ``surrogateescape``; a
+    model's ``"\\udcff"`` (a lone surrogate, from JSON) must not ride that back as a raw
+    byte, nor end the call with an exception."""
+    one = repo / "one.py"
+    one.write_text("def tax(cents):\n    return cents // 5\n")
+    before = one.read_bytes()
+    ws = Workspace(repo)
+    edit = ws.edit_file("one.py", "    return cents // 5\n", "    return cents // 5  # \udcff\n")
+    assert not edit.ok and "'\\udcff' at character" in (edit.error or ""), edit.error
+    old = ws.edit_file("one.py", "\ud800", "x")
+    assert not old.ok and "old holds '\\ud800'" in (old.error or ""), old.error
+    written = ws.write_file("one.py", "x = '\ud800'\n")
+    assert not written.ok and "content holds" in (written.error or ""), written.error
+    assert one.read_bytes() == before
