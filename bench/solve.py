@@ -53,6 +53,9 @@ MAX_TOKENS = 1_024
 """The most tokens one answer may have, for both agents."""
 STEPS = 20
 """Model calls each agent may make on one task."""
+PROPOSE_PARAMS = {"temperature": 0.7}
+"""What the Coder's answers after the first are drawn with (``propose``): greedy decoding would
+give the same wrong answer again."""
 TASK_SECONDS = 1_200
 """Wall time one agent may take on one task before it is stopped."""
 
@@ -261,8 +264,11 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def run_coder(task: Task, repo: Path, root: str, work: Path) -> Outcome:
-    """The Coder, as a user runs it: ``opdsl run programs.coder:coder``."""
+def run_coder(
+    task: Task, repo: Path, root: str, work: Path, mode: str, seconds: float = TASK_SECONDS
+) -> Outcome:
+    """The Coder, as a user runs it: ``opdsl run programs.coder:coder``, its work asked of the
+    model as ``mode`` says (``propose`` or ``tools``)."""
     from interpreters import SqliteJournal
 
     db = work / "coder.db"
@@ -272,15 +278,16 @@ def run_coder(task: Task, repo: Path, root: str, work: Path) -> Outcome:
         *("--arg", f"repo={repo}", "--arg", f"task={task.issue}"),
         *("--arg", 'test=["python", "-m", "pytest", "-q"]'),
         *("--arg", f"max_tokens={MAX_TOKENS}", "--arg", f"max_work_iterations={STEPS}"),
+        *("--arg", f"work_mode={mode}", "--arg", f"propose_params={json.dumps(PROPOSE_PARAMS)}"),
     ]
     t0 = time.monotonic()
     try:
         done = subprocess.run(
-            command, cwd=ROOT, env=_environment(), capture_output=True, timeout=TASK_SECONDS
+            command, cwd=ROOT, env=_environment(), capture_output=True, timeout=seconds
         )
         stopped = None if done.returncode in (0, 1) else f"exit {done.returncode}"
     except subprocess.TimeoutExpired:
-        stopped = f"stopped after {TASK_SECONDS} s"
+        stopped = f"stopped after {seconds:.0f} s"
     seconds = time.monotonic() - t0
     calls = tokens = 0
     ended = stopped or "no run"
@@ -345,7 +352,9 @@ print(json.dumps({"calls": agent.n_calls, "tokens": tokens, "ended": ended}))
 """
 
 
-def run_peer(task: Task, repo: Path, root: str, python: Path) -> Outcome:
+def run_peer(
+    task: Task, repo: Path, root: str, python: Path, seconds: float = TASK_SECONDS
+) -> Outcome:
     """mini-swe-agent with its text-based configuration (one bash block an answer)."""
     env = _environment()
     env.update(MSWEA_CONFIGURED="true", LITELLM_LOCAL_MODEL_COST_MAP="True", MSWEA_SILENT="1")
@@ -355,13 +364,11 @@ def run_peer(task: Task, repo: Path, root: str, python: Path) -> Outcome:
     ]
     t0 = time.monotonic()
     try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=TASK_SECONDS
-        )
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=seconds)
         lines = done.stdout.strip().splitlines()
         report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
     except subprocess.TimeoutExpired:
-        report = {"calls": 0, "tokens": 0, "ended": f"stopped after {TASK_SECONDS} s"}
+        report = {"calls": 0, "tokens": 0, "ended": f"stopped after {seconds:.0f} s"}
     seconds = time.monotonic() - t0
     if report is None:
         tail = (done.stderr or "").strip().splitlines()[-1:] or ["no output"]
@@ -380,6 +387,19 @@ def main() -> int:
     parser.add_argument("--fetch", action="store_true", help="fetch what the bench needs, only")
     parser.add_argument("--tasks", help="comma-separated task names (default: all)")
     parser.add_argument("--agents", default="coder,peer", help="coder, peer, or both")
+    parser.add_argument(
+        "--coder-mode",
+        choices=("propose", "tools"),
+        default="propose",
+        help="how the Coder asks for the change (its work_mode; default: propose)",
+    )
+    parser.add_argument(
+        "--task-seconds",
+        type=float,
+        default=TASK_SECONDS,
+        help=f"wall time one agent may take on one task (default: {TASK_SECONDS}; the model "
+        "calls are limited apart from it, so a machine shared with other work may need more)",
+    )
     parser.add_argument("--check", action="store_true", help="only check that every task fails")
     args = parser.parse_args()
     tasks = [t for t in TASKS if not args.tasks or t.name in args.tasks.split(",")]
@@ -401,9 +421,11 @@ def main() -> int:
                     work = Path(tmp)
                     repo = make_repo(task, work / "repo")
                     if agent == "coder":
-                        outcome = run_coder(task, repo, root, work)
+                        outcome = run_coder(
+                            task, repo, root, work, args.coder_mode, args.task_seconds
+                        )
                     else:
-                        outcome = run_peer(task, repo, root, peer)
+                        outcome = run_peer(task, repo, root, peer, args.task_seconds)
                 name = "opdsl Coder" if agent == "coder" else "mini-swe-agent"
                 rows.append((task.name, name, outcome))
                 print(

@@ -18,6 +18,9 @@ repository in its config, so ``opdsl run programs.coder:coder --arg repo=PATH`` 
   cut by ``max_tokens`` is never taken as done: the model is asked to go on
   (``programs.loop.tool_loop``); one that changed no file yet is asked once to make its
   change. A ``write_file`` or ``edit_file`` whose text is an earlier tool's result is refused.
+  With ``work_mode="propose"`` (for small models) the model is asked for the fixed code
+  instead, shown the functions the failure is about with their line numbers; the Coder places
+  each answer (``programs._propose``), runs the tests, and keeps the first they pass.
 - **verify** (``before-verify``, under ``verify_budget``): lint (with fix), build, test, each
   under its timeout; a failure goes back to the model with its output and the files it names
   for a fix, up to ``verify_retries`` times; a fix that gets stuck (or runs out of turns) ends
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +64,7 @@ from op import (
 )
 from op import Append as AppendOp
 from op import Assign as AssignOp
+from programs._propose import Change, Focus, focus, read_change
 from programs.loop import echoed, tool_loop
 from state import CRDTModel, GCounter, GSet, Log, LWWRegister
 
@@ -102,6 +106,15 @@ class CoderConfig(BaseModel):
     show_files: int = Field(default=3, ge=0)
     #: the most characters of a failure's output and files shown at once
     show_chars: int = Field(default=16_000, ge=1_000)
+    #: how the work is asked of the model: ``tools``, a tool-calling loop; ``propose``, for
+    #: small models: the functions the failing tests are about are shown with their line
+    #: numbers, the model answers with the fixed code in a block, and each answer is tried
+    #: against the tests and kept only when they pass (at most ``max_work_iterations``
+    #: answers; without a failing test to try them on, the tool loop)
+    work_mode: Literal["tools", "propose"] = "tools"
+    #: what each ``propose`` answer after the first is also asked with: ``{"temperature":
+    #: 0.7}`` draws other answers from a model that, greedy, gives the same one again
+    propose_params: dict[str, Any] = Field(default_factory=dict)
 
 
 class CodeState(CRDTModel):
@@ -412,11 +425,124 @@ def _tool_loop(cfg: CoderConfig, history: list[Message], phase: str, iterations:
 
 def _work(cfg: CoderConfig, commands: dict[str, list[str] | None]) -> Op[str]:
     task = f"Task: {cfg.task}"
-    if cfg.show_failure and commands["test"]:
-        ran = yield from _run_step(cfg, "test", commands["test"], cfg.test_timeout)
+    test = commands["test"]
+    if (cfg.show_failure or cfg.work_mode == "propose") and test:
+        ran = yield from _run_step(cfg, "test", test, cfg.test_timeout)
+        failed = ran[1]
+        if cfg.work_mode == "propose" and failed is not None and not failed.ok:
+            proposed = yield from _propose(cfg, test, failed)
+            if proposed is not None:
+                return proposed
+        if cfg.work_mode == "propose":
+            yield from emit(
+                "warning",
+                {"propose": "no failing test names a function to show: the tool loop instead"},
+            )
         task += "\n\n" + (yield from _brief(cfg, "test", ran))
     history = [Message.system(SYSTEM), Message.user(task)]
     return (yield from _tool_loop(cfg, history, "work", cfg.max_work_iterations))
+
+
+# -- propose: the fixed code in a block, tried against the tests ------------------------------------
+
+PROPOSE_SYSTEM = "You fix bugs in code. The tests decide whether a fix is right."
+
+PROPOSE_ASK = (
+    "Find the line that causes the failure. Say in one sentence what goes wrong, then write "
+    '"Line N:" (N its number) and the line as it should read in a ```python block (several '
+    "lines, or the whole function, if the fix needs them)."
+)
+
+
+def _propose(cfg: CoderConfig, test: list[str], failed: ToolResult) -> Op[str | None]:
+    """Ask for the fixed code, at most ``max_work_iterations`` times, trying each answer
+    against the tests and putting the file back when they still fail; what was changed, once
+    they pass. None when the failure names no function to show; ``_GaveUp`` when no answer
+    made the tests pass."""
+    shown = yield from _focused(cfg, failed)
+    if not shown:
+        return None
+    output = failed.output[-min(len(failed.output), cfg.show_chars // 4) :].strip()
+    code = "\n\n".join(
+        f"The code in {f.path} (line numbers on the left):\n```\n{f.shown()}\n```" for f in shown
+    )
+    asked = f"Task: {cfg.task}\n\nThe tests fail:\n```\n{output}\n```\n\n{code}\n\n{PROPOSE_ASK}"
+    tried: dict[str, tuple[str, int]] = {}  # a change (or a fault), how it failed, how often
+    for turn in range(cfg.max_work_iterations):
+        text = asked
+        if tried:
+            text += "\n\nTried already, and the tests still fail (give another fix):\n" + "\n".join(
+                f"- {note}" + (f" (answered {n} times)" if n > 1 else "")
+                for note, n in list(tried.values())[-8:]
+            )
+        params = _params(cfg) | (cfg.propose_params if turn else {})
+        reply = yield from infer(
+            [Message.system(PROPOSE_SYSTEM), Message.user(text)], model=cfg.model, **params
+        )
+        yield from _charge(reply)
+        change = read_change(reply.text, shown)
+        if isinstance(change, str):
+            key, note = change, f"an answer in which {change}"
+        else:
+            source = next(f.text for f in shown if f.path == change.path)
+            key = repr((change.path, change.start, change.end, change.new))
+            note = change.said(source)
+            if key not in tried:
+                outcome = yield from _tried(cfg, test, change, source)
+                if outcome is None:
+                    yield from update(files_modified=Add(change.path))
+                    yield from emit("proposed", {"turn": turn + 1, "change": note})
+                    return f"{note} in {change.path}"
+                note = f"{note}: {outcome}"
+        note, n = tried.pop(key, (note, 0))
+        tried[key] = (note, n + 1)  # the latest last
+        yield from emit("proposal_failed", {"turn": turn + 1, "why": note})
+    last = next(reversed(tried.values()))[0]
+    raise _GaveUp(
+        "work", f"none of the {cfg.max_work_iterations} answers made the tests pass (last: {last})"
+    )
+
+
+def _focused(cfg: CoderConfig, failed: ToolResult) -> Op[list[Focus]]:
+    """The functions of the repository's code that the task and the failure name, file by
+    file: the files the failure names, then the modules its tests import."""
+    order, _, _ = yield from _failing_files(cfg, failed.output)
+    words = f"{cfg.task}\n{failed.output}"
+    room = cfg.show_chars // 2
+    shown: list[Focus] = []
+    for path in order[: max(cfg.show_files, 1)]:
+        if not path.endswith(".py") or _is_test(path):
+            continue
+        read = yield from tool("read_file", {"path": path})
+        # a file read with characters it could not decode would be written back damaged
+        readable = read.ok and "\ufffd" not in read.output
+        found = focus(path, read.output, words, room) if readable else None
+        if found is not None:
+            shown.append(found)
+            room -= len(found.shown())
+    return shown
+
+
+_FIRST_ERROR = re.compile(r"^E +(\S.*)$", re.MULTILINE)
+
+
+def _tried(cfg: CoderConfig, test: list[str], change: Change, source: str) -> Op[str | None]:
+    """Make ``change`` and run the tests: None when they pass (the change is kept), else how
+    they failed, the file put back as it was."""
+    wrote = yield from tool("write_file", {"path": change.path, "content": change.applied(source)})
+    if not wrote.ok:
+        return f"it could not be written: {wrote.error}"
+    summary, result = yield from _run_step(cfg, "test", test, cfg.test_timeout)
+    if result is not None and result.ok:
+        return None
+    back = yield from tool("write_file", {"path": change.path, "content": source})
+    if not back.ok:
+        raise _Failed("work", f"cannot put {change.path} back after a failed try: {back.error}")
+    if result is None:
+        return summary
+    first = _FIRST_ERROR.search(result.output)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return (first[1] if first else lines[-1] if lines else summary)[:300]
 
 
 # -- what the model is shown of a failure ----------------------------------------------------------
@@ -527,6 +653,25 @@ def _excerpt(text: str, lines: list[int], room: int) -> str:
     )
 
 
+def _failing_files(
+    cfg: CoderConfig, output: str
+) -> Op[tuple[list[str], dict[str, list[int]], dict[str, str]]]:
+    """The repository's code a failure's ``output`` is about (the files it names, then the
+    modules its failing tests import), the files it names with their lines, and the failing
+    tests' text as read."""
+    listing = set((yield from tool("list_files", {"path": "."})).output.splitlines())
+    named = _named_files(output, listing, cfg.repo)
+    code = [p for p in named if not _is_test(p)]
+    tests = [p for p in named if _is_test(p)]
+    contents: dict[str, str] = {}
+    for path in tests:
+        read = yield from tool("read_file", {"path": path})
+        if read.ok:
+            contents[path] = read.output
+            code += [m for m in _imported(read.output, path, listing) if m not in code]
+    return code, named, contents
+
+
 def _brief(cfg: CoderConfig, step: str, ran: tuple[str, ToolResult | None]) -> Op[str]:
     """What the model is shown of how a step ended: its output, and the files the output
     names (read through ``read_file``: the model has read them), with the modules a failing
@@ -540,18 +685,8 @@ def _brief(cfg: CoderConfig, step: str, ran: tuple[str, ToolResult | None]) -> O
     room -= len(text)
     if not cfg.show_files:
         return text
-    listing = set((yield from tool("list_files", {"path": "."})).output.splitlines())
-    named = _named_files(result.output, listing, cfg.repo)
-    sources = [p for p in named if not _is_test(p)]
-    tests = [p for p in named if _is_test(p)]
-    contents: dict[str, str] = {}
-    order = list(sources)
-    for path in tests:
-        read = yield from tool("read_file", {"path": path})
-        if read.ok:
-            contents[path] = read.output
-            order += [m for m in _imported(read.output, path, listing) if m not in order]
-    order += tests
+    code, named, contents = yield from _failing_files(cfg, result.output)
+    order = code + [p for p in named if _is_test(p)]
     shown = 0
     for path in order:
         if shown >= cfg.show_files or room < 500:

@@ -63,7 +63,7 @@ def test_the_coder_row_is_read_from_its_journal(tmp_path: Path) -> None:
     answers = [lambda r: openai_calls(r, "c", ("edit_file", fix))]
     answers += [openai("Fixed bisect_left.", usage=(10, 5, 0))] * 8
     with ScriptedServer(answers) as server:
-        outcome = solve.run_coder(task, repo, server.url, tmp_path)
+        outcome = solve.run_coder(task, repo, server.url, tmp_path, "tools")
         requests = len(server.requests)
     assert outcome.solved, outcome
     assert outcome.ended == "committed"
@@ -75,3 +75,17 @@ def test_the_coder_row_is_read_from_its_journal(tmp_path: Path) -> None:
 
 def test_the_peer_driver_is_valid_python() -> None:
     compile(solve.PEER_DRIVER, "peer", "exec")  # it runs in mini-swe-agent's own virtualenv
+
+
+def test_the_coder_row_in_propose_mode_through_opdsl_run(tmp_path: Path) -> None:
+    """``--arg work_mode=propose`` and ``--arg propose_params=...`` as the README writes them."""
+    task = next(t for t in solve.TASKS if t.name == "bisect")
+    repo = solve.make_repo(task, tmp_path / "repo")
+    fixed = "Line 88: it goes past equal items.\n```python\n        if a[mid] < x:\n```"
+    answers = [openai(fixed, usage=(10, 5, 0))] + [openai("Fix bisect_left", usage=(10, 5, 0))] * 4
+    with ScriptedServer(answers) as server:
+        outcome = solve.run_coder(task, repo, server.url, tmp_path, "propose")
+        asked = server.requests[0]
+    assert outcome.solved and outcome.ended == "committed", outcome
+    assert outcome.calls == 2  # the fix, then the commit message
+    assert "line numbers on the left" in asked["messages"][-1]["content"] and "tools" not in asked

