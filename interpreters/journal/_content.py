@@ -218,7 +218,11 @@ class _Writer:
 
     def text(self, data: Any) -> str:
         """``data`` (holding marks) as packed text: cleaned, then the references put in."""
-        cleaned = self.clean(dump_jsonable(data).replace(_MARK_JSON, _MARK))
+        return self.written(dump_jsonable(data))
+
+    def written(self, dumped: str) -> str:
+        """:meth:`text` of data already written as canonical JSON (``dumped``)."""
+        cleaned = self.clean(dumped.replace(_MARK_JSON, _MARK))
         if not self.refs:
             return cleaned
         parts = cleaned.split(_MARK)
@@ -344,6 +348,21 @@ class Packer:
     def _infer(self, effect: Infer) -> Packed:
         pieces: dict[str, str] = {}
         head, n = self._chain(effect.messages, pieces)
+        model, params, tools = effect.model, effect.params, effect.tools
+        if (
+            effect.output is None
+            and type(params) is dict
+            and not params
+            and tools == ()
+            and (model is None or type(model) is str)
+        ):
+            # the commonest infer (no tools, params or output), written as text: the bytes
+            # the dict below is written as
+            w = _Writer(self._clean, pieces)
+            w.refs.append('{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}')
+            shown = "null" if model is None else _STR(model)
+            dumped = '{"kind":"infer","messages":' + _MARK_JSON + ',"model":' + shown
+            return Packed(w.written(dumped + ',"params":{},"tools":[]}'), self._made(pieces))
         data = to_jsonable(
             {"kind": "infer", "model": effect.model, "params": effect.params, "tools": effect.tools}
         )
@@ -366,8 +385,12 @@ class Packer:
         head = heads[start]
         for message in messages[start:]:
             w = _Writer(self._clean, pieces)
-            node = [w.ref("null" if head is None else f'"{head}"'), _packed_message(w, message)]
-            head = w.piece(w.text(node))
+            prev = w.ref("null" if head is None else f'"{head}"')
+            short = _short_message(message)
+            if short is not None:  # written as text: the bytes the node below is written as
+                head = w.piece(w.written("[" + _MARK_JSON + "," + short + "]"))
+            else:
+                head = w.piece(w.text([prev, _packed_message(w, message)]))
             heads.append(head)
         conv.messages = messages
         return head, len(messages)
@@ -431,6 +454,48 @@ def _common(a: Sequence[Message], b: Sequence[Message]) -> int:
             break
         n += 1
     return n
+
+
+_MESSAGE_FIELDS = tuple(Message.model_fields) == (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "is_error",
+)
+"""Whether a message has the fields :func:`_short_message` writes (a field added sends every
+message to the generic walk)."""
+
+
+def _short_message(message: Message) -> str | None:
+    """The canonical text of a message that holds no piece (a short text, no tool calls, an
+    ``is_error`` its text implies), written field by field; None for any other."""
+    if not _MESSAGE_FIELDS or type(message) is not Message or message.tool_calls:
+        return None
+    # as objects: a value made without validation is the walk's to judge
+    content: object = message.content
+    role: object = message.role
+    call_id: object = message.tool_call_id
+    if type(content) is not str or len(content) >= PIECE_MIN - 2 or type(role) is not str:
+        return None
+    # is_error is left out while it is what the text says (Message.__canonical_implied__)
+    if message.is_error is not (role == "tool" and content.startswith("error: ")):
+        return None
+    if call_id is None:
+        shown = "null"
+    elif type(call_id) is str:
+        shown = _STR(call_id)
+    else:
+        return None
+    return (
+        '{"content":'
+        + _STR(content)
+        + ',"role":'
+        + _STR(role)
+        + ',"tool_call_id":'
+        + shown
+        + ',"tool_calls":[]}'
+    )
 
 
 def _packed_message(w: _Writer, message: Message) -> Any:

@@ -453,9 +453,12 @@ class SqliteJournal(Journal):
         (the commonest statements, two per effect); returns how many rows it changed."""
         try:
             with self._mutex:
-                if self._pieces:  # the pieces and the entry that needs them: one commit
+                grouped = self.grouped
+                if self._pieces and not grouped:  # the pieces and their entry: one commit
                     return self._with_pieces(sql, params)
-                self._into_tx(self.grouped)
+                # grouped, the pieces wait for the group's commit, which writes them first (one
+                # statement for all of them, not one for each entry)
+                self._into_tx(grouped)
                 self._cursor.execute(sql, params)
                 return self._db.changes()
         except apsw.ConstraintError:
@@ -494,6 +497,7 @@ class SqliteJournal(Journal):
                 self._db.execute("BEGIN")
                 self._in_tx = True
         elif self._in_tx:
+            self._write_pieces()  # none committed without the pieces it needs
             self._db.execute("COMMIT")
             self._in_tx = False
 

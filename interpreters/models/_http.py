@@ -728,7 +728,32 @@ async def sse_events(response: httpx.Response, seen: Stream) -> AsyncIterator[tu
         yield event, "\n".join(data)
 
 
+_BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_write_body = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        # no markers: a body is a tree (a cycle ends in RecursionError, answered below); the
+        # default and the rest are json.dumps's with the settings above, built once, not per call
+        None,
+        _BODY_ENCODER.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        False,
+    )
+    if getattr(json.encoder, "c_make_encoder", None) is not None
+    else None
+)
+
+
 def _json_body(body: dict[str, Any]) -> bytes:
+    if _write_body is not None:
+        try:
+            return "".join(_write_body(body, 0)).encode()
+        except RecursionError:
+            pass  # a body that holds itself: json.dumps says so
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 

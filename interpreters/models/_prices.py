@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -103,8 +104,6 @@ def _kept_cost(
 ) -> float:
     """What the kept table charges for ``usage``: by ``rates`` (:func:`_rates_of`) where
     they are all its price is, else by its own calculation."""
-    from genai_prices import Usage as KeptUsage
-
     # a part of the prompt the table has no cache price for is priced as the rest of it
     read = min(usage.cached_tokens, usage.input_tokens)
     if getattr(model_price, "cache_read_mtok", None) is None:
@@ -118,6 +117,8 @@ def _kept_cost(
         return (
             fresh * given + read * cache_read + written * cache_write + usage.output_tokens * output
         ) / 1_000_000
+    from genai_prices import Usage as KeptUsage
+
     priced = model_price.calc_price(
         KeptUsage(
             input_tokens=usage.input_tokens,
@@ -198,6 +199,10 @@ class Prices:
         # the kept table's prices built today (a price is dated by the day, so it is built
         # once a day per model and server, not on every call)
         self._built: dict[tuple[str, str | None, str | None, date], Price] = {}
+        # the price each call's names found today (the day as UTC days since 1970), and the
+        # size of the table it was found in: a call is priced without a search of the tables
+        self._prices_of: dict[tuple[str, str | None, str | None, str | None], Price | None] = {}
+        self._prices_day = (-1, -1)
 
     @staticmethod
     def read(path: str) -> dict[str, Price]:
@@ -276,9 +281,20 @@ class Prices:
         ``model``: the model that answered, as the server names it; ``asked``: the name the
         call asked for, priced when no table knows the first (a server that calls its model
         otherwise than its users do)."""
-        price = self.price(model, provider=provider, base_url=base_url)
-        if price is None and asked and asked != model:
-            price = self.price(asked, provider=provider, base_url=base_url)
+        key = (model, asked, provider, base_url)
+        day = (int(time.time() // 86400), len(self.table))
+        if day != self._prices_day:
+            self._prices_of.clear()  # another day's prices, or a table changed since
+            self._prices_day = day
+        if key in self._prices_of:
+            price = self._prices_of[key]
+        else:
+            price = self.price(model, provider=provider, base_url=base_url)
+            if price is None and asked and asked != model:
+                price = self.price(asked, provider=provider, base_url=base_url)
+            if len(self._prices_of) >= 1024:
+                self._prices_of.clear()
+            self._prices_of[key] = price
         if price is None:
             return usage
         return usage.model_copy(update={"cost_usd": price.cost(usage), "price_source": price.label})

@@ -135,6 +135,24 @@ class OpenAIModel(HttpModel):
             raise self.error("the answer has no choices")
         choice = choices[0]
         message = choice.get("message") or {}
+        text = message.get("content") or ""
+        finish = choice.get("finish_reason") or "stop"
+        model = data.get("model") or self.model
+        if (
+            not message.get("tool_calls")
+            and type(text) is str
+            and type(finish) is str
+            and type(model) is str
+        ):
+            # the commonest answer, its values checked here: made without validating them
+            # again (the usage is validated as it is read)
+            return Response.model_construct(
+                text=text,
+                tool_calls=(),
+                stop_reason=OPENAI_STOP_REASONS.get(finish, finish),
+                usage=openai_usage(data.get("usage")),
+                model=model,
+            )
         calls = tuple(
             ToolCall(
                 id=c.get("id") or f"call_{i}",

@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import math
+import os
 import sys
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -85,6 +87,7 @@ from op import (
     Patched,
     Put,
     Random,
+    Response,
     RunFailed,
     RunNotFinished,
     Sleep,
@@ -92,6 +95,7 @@ from op import (
     Tool,
     ToolResult,
     Update,
+    Usage,
     Uuid,
     default_state,
     usage_of,
@@ -119,8 +123,106 @@ _OK_HEAD = '{"error":null,"ok":true,"output":'
 _STRING = json.encoder.encode_basestring
 """A str as canonical JSON writes it (``canonical_json``'s encoder, for one string)."""
 
+_KNOWN_FIELDS = tuple(Response.model_fields) == (
+    "text",
+    "tool_calls",
+    "stop_reason",
+    "usage",
+    "model",
+) and tuple(Usage.model_fields) == (
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cost_usd",
+    "cache_write_tokens",
+    "price_source",
+)
+"""Whether a response and its usage have the fields :func:`usage_json` and
+:func:`response_json` write (a field added to either sends them to the generic walk)."""
+
+
+def usage_json(usage: Usage) -> str | None:
+    """``canonical_json(usage)``, written field by field (every model call's usage is
+    journaled, twice: in its response and on its own); None where the generic walk must
+    write it (an unusual value: it says what is wrong with it)."""
+    if not _KNOWN_FIELDS or type(usage) is not Usage:
+        return None
+    w, c, i, o = (
+        usage.cache_write_tokens,
+        usage.cached_tokens,
+        usage.input_tokens,
+        usage.output_tokens,
+    )
+    cost, source = usage.cost_usd, usage.price_source
+    if type(w) is not int or type(c) is not int or type(i) is not int or type(o) is not int:
+        return None
+    if cost is None:
+        cost_text = "null"
+    elif type(cost) is float and math.isfinite(cost):
+        cost_text = float.__repr__(cost)
+    else:
+        return None
+    # cache_write_tokens is left out while 0 (Usage.__canonical_implied__), price_source
+    # while None (omit_if_none)
+    text = (
+        ('{"cache_write_tokens":' + str(w) + ',"cached_tokens":' if w else '{"cached_tokens":')
+        + str(c)
+        + ',"cost_usd":'
+        + cost_text
+        + ',"input_tokens":'
+        + str(i)
+        + ',"output_tokens":'
+        + str(o)
+    )
+    if source is None:
+        return text + "}"
+    if type(source) is not str:
+        return None
+    return text + ',"price_source":' + _STRING(source) + "}"
+
+
+def response_json(response: Response, usage: str | None) -> str | None:
+    """``canonical_json(response)`` of a response without tool calls (the commonest answer),
+    written field by field, ``usage`` its usage's text (:func:`usage_json`); None where the
+    generic walk must write it."""
+    text, model, stop = response.text, response.model, response.stop_reason
+    if usage is None or response.tool_calls or type(response) is not Response:
+        return None
+    if type(text) is not str or type(model) is not str or type(stop) is not str:
+        return None
+    return (
+        '{"model":'
+        + _STRING(model)
+        + ',"stop_reason":'
+        + _STRING(stop)
+        + ',"text":'
+        + _STRING(text)
+        + ',"tool_calls":[],"usage":'
+        + usage
+        + "}"
+    )
+
+
 _ADDRESS = Marker("address", str)
 """The address where an exception first left a program (what a failed run reports)."""
+
+
+_ENV_REDACTOR: list[tuple[dict[Any, Any], Redactor]] = []
+"""The redactor the environment made last, and a copy of the environment it was made from."""
+
+
+def env_redactor() -> Redactor:
+    """``Redactor.from_env()``, made again only when the environment changed since it was last
+    made (reading every variable costs about half a millisecond, and every run's driver needs
+    one): a variable set, changed or removed between two runs is seen by the second."""
+    data = getattr(os.environ, "_data", None)  # the process's environment, as os keeps it
+    if not isinstance(data, dict):
+        return Redactor.from_env()
+    if _ENV_REDACTOR and _ENV_REDACTOR[0][0] == data:
+        return _ENV_REDACTOR[0][1]
+    made = Redactor.from_env()
+    _ENV_REDACTOR[:] = [(dict(data), made)]
+    return made
 
 
 def new_run_id() -> str:
@@ -196,7 +298,7 @@ class Driver:
         self.scheduler = services.scheduler or AnyioScheduler()
         self.last_checkpoint: tuple[str, str] | None = None
         #: secrets are replaced before anything is journaled (events: the bus does the same)
-        self.redact = services.redactor if services.redactor is not None else Redactor.from_env()
+        self.redact = services.redactor if services.redactor is not None else env_redactor()
         self._secrets = bool(self.redact.secrets)
         #: Ctrl-C was pressed: the run stops before its next effect (``_interrupt``)
         self.interrupted = False
@@ -208,6 +310,8 @@ class Driver:
         self.packer = Packer(self.clean, keep=self.journal is not None)
         self._packed_of: object = None
         self._packed = ""
+        self._usage_of: object = None
+        self._usage = ""
         self._build_chains()
         #: the path of a scope effect (``_scopes``), beside the chain of a leaf
         self.scoped = Scoped(self)
@@ -431,10 +535,27 @@ class Driver:
                 path=exc.path,
             ) from None
 
+    def usage_text(self, usage: Usage) -> str:
+        """A usage's canonical JSON text, written once for the response that holds it and
+        the entry's own usage."""
+        if usage is self._usage_of:
+            return self._usage
+        text = usage_json(usage)
+        if text is None:
+            text = canonical_json(usage)
+        self._usage_of, self._usage = usage, text
+        return text
+
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
             # the commonest result, written without the generic walk (the same bytes)
             return _OK_HEAD + _STRING(value.output) + "}"
+        if type(value) is Response:
+            usage = usage_json(value.usage)
+            text = response_json(value, usage)
+            if text is not None and usage is not None:
+                self._usage_of, self._usage = value.usage, usage  # the entry's usage too
+                return text
         try:
             return canonical_json(value)
         except NotSerializable as exc:

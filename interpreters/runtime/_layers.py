@@ -196,7 +196,7 @@ class Journaled(Layer):
                 at=d.clock.now(),
                 result_json=result_text,
                 error_json=None if exc is None else d.clean(error_json(exc)),
-                usage_json=None if usage is None else canonical_json(usage),
+                usage_json=None if usage is None else d.usage_text(usage),
             )
         except JournalError:
             raise

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import apsw
 import pytest
 
-from interpreters import CallInfo, JournalError, LiveInterpreter, SqliteJournal, check_integrity
+from interpreters import (
+    CallInfo,
+    JournalError,
+    LiveInterpreter,
+    RunResult,
+    SqliteJournal,
+    check_integrity,
+)
+from interpreters.journal._content import refs_of
 from op import Op, tool
 
 
@@ -47,6 +56,25 @@ def _trace(journal: SqliteJournal, statements: list[str], only: str | None = Non
     journal._db.exec_trace = tracer
 
 
+def _together(
+    interp: LiveInterpreter, runs: int, program: Any, *args: Any, tagged: bool = False
+) -> list[RunResult[Any]]:
+    """``runs`` runs of ``program(*args)`` at once on ``interp`` (each given its index after
+    ``args`` when ``tagged``), in the order they ended."""
+    results: list[RunResult[Any]] = []
+
+    async def one(tag: int) -> None:
+        results.append(await interp.arun(program, *args, *((tag,) if tagged else ())))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for tag in range(runs):
+                tg.start_soon(one, tag)
+
+    anyio.run(main)
+    return results
+
+
 def _program(n: int) -> Op[list[str]]:
     out = []
     for i in range(n):
@@ -66,18 +94,7 @@ def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
     _trace(journal, commits, only="COMMIT")
     interp = LiveInterpreter(tools=[seen_from_outside], journal=journal)
     runs, steps = 20, 5
-    results = []
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            for _ in range(runs):
-
-                async def one() -> None:
-                    results.append(await interp.arun(_program, steps))
-
-                tg.start_soon(one)
-
-    anyio.run(main)
+    results = _together(interp, runs, _program, steps)
     assert [r.status for r in results] == ["completed"] * runs
     assert all(r.value == ["committed"] * steps for r in results)
     for r in results:
@@ -119,18 +136,7 @@ def test_a_commit_that_fails_fails_every_run_that_waits_on_it(
     def program() -> Op[str]:
         return (yield from tool("noop")).output
 
-    results = []
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            for _ in range(3):
-
-                async def one() -> None:
-                    results.append(await interp.arun(program))
-
-                tg.start_soon(one)
-
-    anyio.run(main)
+    results = _together(interp, 3, program)
     # the three begins were in the commit that failed: no handler ran, every run says why
     # and stays resumable (running)
     assert [r.status for r in results] == ["failed"] * 3
@@ -186,19 +192,62 @@ def test_by_default_a_run_alone_commits_each_write_and_runs_together_group(
     assert "BEGIN" not in statements and not journal.grouped
     statements.clear()
 
-    async def together() -> list[list[str]]:
-        out: list[list[str]] = []
-
-        async def one() -> None:
-            out.append((await interp.arun(_program, 4)).value)
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
-                tg.start_soon(one)
-        return out
-
-    assert anyio.run(together) == [["committed"] * 4] * 5
+    assert [r.value for r in _together(interp, 5, _program, 4)] == [["committed"] * 4] * 5
     assert "BEGIN" in statements  # grouped while they ran together
     assert not journal.grouped and not journal._writing  # and alone again after
+    journal.close()
+    outside.close()
+
+
+def test_grouped_pieces_are_committed_with_their_begins_in_one_statement_a_commit(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    outside = apsw.Connection(str(db))
+
+    async def pieces_seen(i: int, pad: str, call: CallInfo) -> str:
+        # the begin, and the piece of content its long arguments were packed into, are both
+        # committed (seen from another connection) before the tool runs
+        await anyio.sleep(0)
+        row = outside.execute(
+            "SELECT status, effect_json FROM entries WHERE run_id=? AND address=?",
+            (call.run_id, call.address),
+        ).fetchone()
+        if row is None or row[0] != "started":
+            return f"not committed: {row}"
+        refs = refs_of("tool", str(row[1]), None)
+        keys = outside.execute("SELECT hash FROM content").fetchall()
+        held = {key.hex() for (key,) in keys if isinstance(key, bytes)}
+        return "committed" if refs and refs <= held else f"pieces missing: {refs - held}"
+
+    def padded(n: int, tag: int) -> Op[list[str]]:
+        out = []
+        for i in range(n):
+            pad = f"run {tag} effect {i} " * 30  # long enough to be a piece of its own
+            out.append((yield from tool("pieces_seen", {"i": i, "pad": pad})).output)
+        return out
+
+    journal = SqliteJournal(db, group_commit=True)
+    inserts: list[str] = []
+    _trace(journal, inserts, only="INSERT OR IGNORE INTO content (hash, body) VALUES (?, ?)")
+    writes: list[int] = []  # the pieces each statement that stores them writes
+    write_pieces = journal._write_pieces
+
+    def counted() -> None:
+        if journal._pieces:
+            writes.append(len(journal._pieces))
+        write_pieces()
+
+    journal._write_pieces = counted  # type: ignore[method-assign]
+    interp = LiveInterpreter(tools=[pieces_seen], journal=journal)
+    runs, steps = 10, 4
+    results = _together(interp, runs, padded, steps, tagged=True)
+    assert [r.value for r in results] == [["committed"] * steps] * runs
+    for r in results:
+        assert check_integrity(journal, r.run_id) == []
+    # apsw traces an executemany once per row: the rows are the pieces, each written once,
+    # by one statement for each commit that holds some, not one for each entry
+    assert len(inserts) == sum(writes) == runs * steps
+    assert len(writes) < runs * steps / 2, writes
     journal.close()
     outside.close()

@@ -4,15 +4,20 @@ needs, and the bytes written are the ones the journal's format has always had.""
 from __future__ import annotations
 
 import zlib
+from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from interpreters.journal import _content as content
 from interpreters.journal._content import (
     COMPRESS_MIN,
     DICTIONARY,
     SHORT_MIN,
     Packer,
+    _short_message,
     kept_body,
     stored_body,
 )
@@ -101,3 +106,38 @@ def test_a_result_is_journaled_as_the_bytes_it_always_was() -> None:
         assert canonical_json(usage.model_copy(update={"price_source": "p"})) == (
             usage_text[:-1] + ',"price_source":"p"}'
         )
+
+
+_ROLES = st.sampled_from(["user", "assistant", "system", "tool"])
+_CONTENT = st.one_of(st.text(max_size=300), st.text(max_size=20).map(lambda t: "error: " + t))
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(_ROLES, _CONTENT, st.none() | st.text(max_size=8), st.booleans()), max_size=4
+    ),
+    st.none() | st.text(max_size=12),
+)
+def test_an_infer_is_packed_as_the_generic_walk_packs_it(
+    messages: list[tuple[str, str, str | None, bool]], model: str | None
+) -> None:
+    conversation = tuple(
+        Message(role=role, content=content, tool_call_id=call_id, is_error=failed)  # type: ignore[arg-type]
+        for role, content, call_id, failed in messages
+    )
+    # the commonest infer is written as text, and an infer written through the generic walk
+    # (its params another mapping, equal in canonical form) must pack to the same bytes
+    quick = Packer(keep=True).effect(Infer(messages=conversation, model=model))
+    written = content._short_message
+    content._short_message = lambda message: None  # every message through the walk too
+    try:
+        walked = Packer(keep=True).effect(
+            Infer(messages=conversation, model=model, params=MappingProxyType({}))
+        )
+    finally:
+        content._short_message = written
+    assert quick == walked
+    for message in conversation:
+        short = _short_message(message)
+        assert short is None or short == canonical_json(message)

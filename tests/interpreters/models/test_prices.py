@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from interpreters.models._prices import Prices
+import pytest
+
+from interpreters.models._prices import Price, Prices
 from op import Usage
 
 
@@ -86,3 +88,36 @@ def test_a_price_of_four_rates_charges_what_the_tables_own_calculation_does() ->
                 table = _kept_cost(price._kept, usage)  # the table's own calculation
                 assert abs(price.cost(usage) - table) <= 1e-12 * max(table, 1e-9), info.id
     assert by_rates > 100 and by_table > 10, (by_rates, by_table)
+
+
+def test_a_calls_price_is_looked_up_once_per_names_and_day(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = Prices({"bench": {"input": 1.0, "output": 2.0}}, kept=True)
+    searched: list[str] = []
+    price = table.price
+
+    def counted(
+        model: str,
+        *,
+        provider: str | None = None,
+        base_url: str | None = None,
+        at: datetime | None = None,
+    ) -> Price | None:
+        searched.append(model)
+        return price(model, provider=provider, base_url=base_url, at=at)
+
+    monkeypatch.setattr(table, "price", counted)
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    # the server names its model otherwise than the call asked: both names looked up once
+    for _ in range(3):
+        priced = table.priced("server-name", usage, asked="gpt-4.1-mini", provider="openai")
+        assert priced.cost_usd is not None and priced.price_source is not None
+        assert "gpt-4.1-mini" in priced.price_source
+    assert searched == ["server-name", "gpt-4.1-mini"]
+    assert table.priced("bench-7b", usage, provider="openai").cost_usd == 3.0
+    # a table changed since is searched again
+    table.table.update(Prices({"server": {"input": 5.0, "output": 0.0}}, kept=False).table)
+    assert (
+        table.priced("server-name", usage, asked="gpt-4.1-mini", provider="openai").cost_usd == 5.0
+    )

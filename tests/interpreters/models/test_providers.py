@@ -471,6 +471,12 @@ MALFORMED = [
     {"choices": [{"message": {"content": None, "tool_calls": [{"function": None}]}}]},
     {"usage": {"prompt_tokens": "many"}, "choices": [{"message": {"content": "x"}}]},
     [1, 2, 3],
+    # the commonest answer's shape with a value of the wrong type (it is made without
+    # validating its values again: each is checked as it is read)
+    {"choices": [{"message": {"content": ["a", "list"]}}]},
+    {"model": 7, "choices": [{"message": {"content": "x"}}]},
+    {"choices": [{"message": {"content": "x"}, "finish_reason": 5}]},
+    {"usage": {"prompt_tokens": -3}, "choices": [{"message": {"content": "x"}}]},
 ]
 
 

@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interpreters.runtime import Driver, Services, SystemClock
+from interpreters.runtime._driver import response_json, usage_json
 from interpreters.runtime._frame import Call, Handlers
-from op import Checkpoint, Emit, Tool, ToolResult
+from op import Checkpoint, Emit, Response, Tool, ToolCall, ToolResult, Usage
 from op.effects import LeafEffect
 from state import NotSerializable, canonical_json, dump_jsonable, to_jsonable
 
@@ -97,3 +98,56 @@ def test_a_field_that_is_not_json_is_named_by_its_path() -> None:
     assert caught.value.path == "$.args.f"
     with pytest.raises(NotSerializable, match=r"\$\.a: nan is not allowed"):
         canonical_json(_NoKind((), math.nan))
+
+
+_COUNTS = st.integers(min_value=0, max_value=10**12)
+
+
+@given(
+    st.text(),
+    st.text(),
+    st.text(),
+    _COUNTS,
+    _COUNTS,
+    _COUNTS,
+    _COUNTS,
+    st.one_of(st.none(), st.floats(min_value=0, allow_nan=False, allow_infinity=False)),
+    st.one_of(st.none(), st.text()),
+)
+def test_a_response_and_its_usage_are_written_as_canonical_json_writes_them(
+    text: str,
+    model: str,
+    stop: str,
+    given_tokens: int,
+    output: int,
+    cached: int,
+    written: int,
+    cost: float | None,
+    source: str | None,
+) -> None:
+    usage = Usage(
+        input_tokens=given_tokens,
+        output_tokens=output,
+        cached_tokens=cached,
+        cache_write_tokens=written,
+        cost_usd=cost,
+        price_source=source,
+    )
+    response = Response(text=text, model=model, stop_reason=stop, usage=usage)
+    assert usage_json(usage) == canonical_json(usage)
+    assert _DRIVER.json(response, "the result", "1") == canonical_json(response)
+    assert _DRIVER.usage_text(usage) == canonical_json(usage)
+
+
+def test_a_response_the_writer_does_not_know_is_written_by_the_generic_walk() -> None:
+    calls = Response(text="t", tool_calls=(ToolCall(id="c", name="n", arguments={"a": 1}),))
+    assert response_json(calls, usage_json(calls.usage)) is None
+    assert _DRIVER.json(calls, "the result", "1") == canonical_json(calls)
+    # a cost set without validation that JSON cannot hold is refused, naming where it was
+    bad = Response(usage=Usage().model_copy(update={"cost_usd": math.inf}))
+    assert usage_json(bad.usage) is None
+    with pytest.raises(NotSerializable, match="the result at address 1"):
+        _DRIVER.json(bad, "the result", "1")
+    # an int where a float belongs is written as the walk writes it
+    odd = Usage().model_copy(update={"cost_usd": 2})
+    assert usage_json(odd) is None and _DRIVER.usage_text(odd) == canonical_json(odd)
