@@ -1,12 +1,15 @@
-"""Shared test helpers: an event recorder that checks the event protocol, and the sample
-repository the Coder works on."""
+"""Shared test helpers: an event recorder that checks the event protocol, the sample
+repository the Coder works on, and a look into a journal file through the journal's own SQLite."""
 
 from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import apsw
 
 from op.events import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
 
@@ -61,3 +64,39 @@ def sample_repo(tmp_path: Path) -> Path:
     sh(root, "config", "user.name", "Dev")
     sh(root, "config", "user.email", "dev@example.com")
     return root
+
+
+class RawJournal:
+    """A journal file opened with plain SQL, through the SQLite library the journal itself runs
+    on (apsw's), never Python's ``sqlite3``: that is a second SQLite library in the process,
+    blind to the journal's locks, and closing its connection it takes itself for the file's
+    last user and deletes the WAL: the journal's next reads in this process fail ("disk I/O
+    error", "database disk image is malformed") and commits can be lost.
+
+    Outside a ``with`` block each statement is committed at once; a ``with`` block is one
+    transaction. ``execute`` gives the cursor untyped, as ``sqlite3``'s rows are."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        if read_only:
+            flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+            self._db = apsw.Connection(f"{Path(path).resolve().as_uri()}?mode=ro", flags=flags)
+        else:
+            self._db = apsw.Connection(str(path))
+        self._db.set_busy_timeout(30_000)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._db.execute(sql, params)
+
+    def changes(self) -> int:
+        """How many rows the last statement changed (``sqlite3``'s ``rowcount``)."""
+        return self._db.changes()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> RawJournal:
+        self._db.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._db.__exit__(*exc)

@@ -219,3 +219,32 @@ def test_the_cycle_check_sees_a_cycle_and_only_one(tmp_path: Path) -> None:
     assert _cycles(tmp_path, ("a", "b", "c")) == {("a", "b"): "a -> b; b -> a"}
     assert _room("interpreters.models._http") == "interpreters.models"
     assert _room("interpreters._api") == "interpreters._api"
+
+
+OWN_SQLITE3 = "# sqlite3 on purpose"
+"""The mark of a line that opens a file with Python's sqlite3 where it cannot harm a journal:
+a file made as opdsl 0.3.0 made them, closed before opdsl opens it; code run in a process of
+its own; the hazard's own test."""
+
+
+def _own_sqlite3(path: Path) -> list[str]:
+    """The lines of ``path`` that open a file with Python's sqlite3, unmarked."""
+    return [
+        f"{path.name}:{n}: {line.strip()}"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "sqlite3.connect(" in line and OWN_SQLITE3 not in line
+    ]
+
+
+def test_tests_look_into_journals_through_the_journals_own_sqlite() -> None:
+    """Python's sqlite3 closing a journal this process's journal has open deletes the WAL
+    under it (``tests.helpers.RawJournal`` says why): a test that did so failed at random."""
+    here = Path(__file__).resolve()
+    bad = [b for p in sorted((ROOT / "tests").rglob("*.py")) if p != here for b in _own_sqlite3(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_sqlite3_rule_catches_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "test_x.py"
+    bad.write_text(f"a = sqlite3.connect(db)\nb = sqlite3.connect(db)  {OWN_SQLITE3}\n")
+    assert _own_sqlite3(bad) == ["test_x.py:1: a = sqlite3.connect(db)"]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import RawJournal
 from tests.programs.test_director import (
     GREET_V1,
     GREET_V2,
@@ -126,7 +127,6 @@ def test_the_readme_director_commands_run_as_written(tmp_path: Path) -> None:
 
 def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> None:
     import signal
-    import sqlite3
     import time
 
     import pytest
@@ -160,7 +160,7 @@ def test_a_crash_in_each_state_resumes_to_the_same_commits(tmp_path: Path) -> No
             deadline = time.monotonic() + 60
             reached = False
             while time.monotonic() < deadline and answering.poll() is None:
-                with sqlite3.connect(db) as con:
+                with RawJournal(db) as con:
                     row = con.execute(
                         "SELECT 1 FROM entries WHERE run_id=? AND kind='checkpoint' "
                         "AND effect_json LIKE ?",

@@ -79,6 +79,11 @@ def test_codex_calls_opdsls_tools_over_mcp(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.skipif(
+    CODEX.resolve().is_relative_to("/tmp"),
+    reason="Codex's own sandbox gives a command a /tmp of its own, which hides a Codex installed "
+    "under /tmp from the sandbox's helper (bwrap: execvp codex-linux-sandbox): check out elsewhere",
+)
 def test_a_tool_of_codexs_own_writes_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "work" / "marker"
     out, _, requests = _go(

@@ -18,6 +18,7 @@ import pytest
 
 from interpreters import SqliteJournal, export_run, run
 from interpreters.cli._main import main
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -282,7 +283,6 @@ def test_check_counts_the_runs_that_take_a_patch_s_old_code(
 def test_a_patched_marker_tampered_in_the_file_is_one_run_s_verdict_not_a_crash(
     shop: Path,
 ) -> None:
-    import sqlite3
 
     (shop / "gate.py").write_text(GATE_NEW)
     import gate  # pyright: ignore[reportMissingImports]
@@ -293,13 +293,13 @@ def test_a_patched_marker_tampered_in_the_file_is_one_run_s_verdict_not_a_crash(
     finally:
         sys.modules.pop("gate", None)
     tampered = dict(zip(ids, ["[1]", "{", '"x"'], strict=False))
-    with sqlite3.connect(db) as conn:
+    with RawJournal(db) as conn:
         for run_id, effect in tampered.items():
-            changed = conn.execute(
+            conn.execute(
                 "UPDATE entries SET effect_json = ? WHERE run_id = ? AND kind = 'patched'",
                 (effect, run_id),
-            ).rowcount
-            assert changed == 1
+            )
+            assert conn.changes() == 1
     conn.close()
     checked = opdsl(shop, "check", "--db", "runs.db", "--all")
     assert checked.returncode in (0, 1), checked.stdout + checked.stderr

@@ -12,6 +12,7 @@ from interpreters.cli import _reading
 from interpreters.cli._errors import INTERNAL, USAGE
 from interpreters.cli._main import main
 from tests.fixtures.durable_programs import chat
+from tests.helpers import RawJournal
 
 
 def _opdsl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -138,10 +139,9 @@ def test_an_argument_nested_deeper_than_a_journal_writes_is_the_users_error(
 def test_a_malformed_row_of_a_run_s_history_is_the_users_error_naming_its_table(
     table: str, row: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    import sqlite3
 
     db = _a_journal(tmp_path)
-    with sqlite3.connect(db) as conn:
+    with RawJournal(db) as conn:
         (run_id,) = conn.execute("SELECT run_id FROM runs").fetchone()
         columns = "address, kind, started_at, status, finished_at, again_at"
         named = columns if table == "attempts" else "at"

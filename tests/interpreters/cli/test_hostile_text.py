@@ -5,7 +5,6 @@ refused by ``import`` (or shown) rather than a traceback."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from interpreters.cli._main import main
 from tests.fixtures.hostile_programs import MARKUP
+from tests.helpers import RawJournal
 
 PROGRAMS = "tests.fixtures.hostile_programs"
 SHOWN = MARKUP.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
@@ -46,9 +46,7 @@ def test_every_command_shows_markup_and_terminal_codes_as_written(
     )
     assert code == 1 and f"RuntimeError: {SHOWN}" in err
     _no_terminal_codes(err)
-    first, second = (
-        r[0] for r in sqlite3.connect(db).execute("SELECT run_id FROM runs ORDER BY rowid")
-    )
+    first, second = (r[0] for r in RawJournal(db).execute("SELECT run_id FROM runs ORDER BY rowid"))
 
     code, out, _ = opdsl(capsys, "show", first, "--db", db)
     assert code == 0 and f"│ {SHOWN}" in out  # the checkpoints' and the emit's names
@@ -83,7 +81,7 @@ def _exported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> list[dict[s
         capsys, "run", f"{PROGRAMS}:marked", "--arg", "text=plain", *tools, "--db", db, "--quiet"
     )
     assert code == 0, err
-    run_id = str(sqlite3.connect(db).execute("SELECT run_id FROM runs").fetchone()[0])
+    run_id = str(RawJournal(db).execute("SELECT run_id FROM runs").fetchone()[0])
     code, out, err = opdsl(capsys, "export", run_id, "--db", db)
     assert code == 0, err
     return [json.loads(line) for line in out.splitlines()]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,12 +50,12 @@ def opdsl(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _runs(cwd: Path) -> list[str]:
-    with sqlite3.connect(cwd / "runs.db") as db:
+    with RawJournal(cwd / "runs.db") as db:
         return [r[0] for r in db.execute("SELECT run_id FROM runs ORDER BY created_at, rowid")]
 
 
 def _entries(cwd: Path, run_id: str) -> list[tuple[str, str, str | None]]:
-    with sqlite3.connect(cwd / "runs.db") as db:
+    with RawJournal(cwd / "runs.db") as db:
         rows = db.execute(
             "SELECT address, kind, result_json FROM entries WHERE run_id = ? ORDER BY seq",
             (run_id,),

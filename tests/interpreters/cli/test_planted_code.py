@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from interpreters import Workspace
 from interpreters.tools._sandbox import sandbox_problem
+from tests.helpers import RawJournal
 from tests.programs.test_director import _repo
 from tests.programs.test_director_readme import Director
 from tests.servers import ScriptedServer, openai
@@ -65,7 +65,7 @@ pathlib.Path("programs").mkdir(exist_ok=True)
 pathlib.Path("programs/__init__.py").write_text(evil)
 said = []
 for what, attempt in [
-    ("sql", lambda: sqlite3.connect(".opdsl/runs.db").execute("CREATE TABLE forged (x)")),
+    ("sql", lambda: sqlite3.connect(".opdsl/runs.db").execute("CREATE TABLE forged (x)")),  # sqlite3 on purpose
     ("file", lambda: open(".opdsl/runs.db", "r+b").write(b"forged")),
     ("new", lambda: open(".opdsl/forged.db", "w").write("forged")),
 ]:
@@ -117,7 +117,7 @@ def _start(ws: Path, mode: str) -> str:
 
 
 def _journal_untouched(ws: Path) -> None:
-    db = sqlite3.connect(f"file:{ws / '.opdsl' / 'runs.db'}?mode=ro", uri=True)
+    db = RawJournal(ws / ".opdsl" / "runs.db", read_only=True)
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "forged" not in tables
     assert not (ws / ".opdsl" / "forged.db").exists()

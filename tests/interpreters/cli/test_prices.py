@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from interpreters.journal import SqliteJournal
 from interpreters.models import OllamaModel, OpenAIModel
 from interpreters.observe._report import report_data
 from op import Budget, Message, Op, infer, limit
+from tests.helpers import RawJournal
 from tests.servers import ScriptedServer, openai
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
@@ -169,7 +169,7 @@ def test_journals_from_before_prices_were_recorded_still_read(
     for name in ("v0.1.0.db", "v0.3.0.db"):
         db = tmp_path / name
         shutil.copy(FIXTURES / name, db)
-        runs = [r for (r,) in sqlite3.connect(db).execute("SELECT run_id FROM runs")]
+        runs = [r for (r,) in RawJournal(db).execute("SELECT run_id FROM runs")]
         assert runs
         for run_id in runs:
             code, out, err = opdsl(capsys, "show", run_id, "--db", str(db))

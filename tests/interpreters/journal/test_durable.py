@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -52,6 +51,7 @@ from tests.fixtures.durable_programs import (
     lines_of,
     stamped,
 )
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,7 +60,7 @@ def test_journal_is_plain_sqlite_in_wal_mode_with_canonical_json(tmp_path: Path)
     db = tmp_path / "runs.db"
     result = run(appender, str(tmp_path / "out.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
     assert result.status == "completed"
-    con = sqlite3.connect(db)
+    con = RawJournal(db)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     rows = con.execute(
         "SELECT address, kind, status, effect_json FROM entries ORDER BY seq"
@@ -94,16 +94,14 @@ def test_bad_journal_files_are_refused_and_left_alone(
 def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
     newer = tmp_path / "newer.db"
     SqliteJournal(newer).close()
-    con = sqlite3.connect(newer)
+    con = RawJournal(newer)
     con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    con.commit()
     con.close()
     with pytest.raises(JournalError, match="written by a newer opdsl \\(schema 99"):
         SqliteJournal(newer)
     other = tmp_path / "other.db"
-    con = sqlite3.connect(other)
+    con = RawJournal(other)
     con.execute("CREATE TABLE invoices (id INTEGER)")
-    con.commit()
     con.close()
     with pytest.raises(
         JournalError, match="SQLite database of something else \\(tables: invoices\\)"
@@ -193,7 +191,7 @@ def test_an_effect_left_started_is_performed_again_with_the_same_idempotency_key
     out = tmp_path / "out.txt"
     first = run(appender, str(out), 2, tools=TOOLS, state=Counted(), db=str(db))
     # make the record look like a crash right after the second tool call began
-    con = sqlite3.connect(db)
+    con = RawJournal(db)
     addr = con.execute(
         "SELECT address FROM entries WHERE kind='tool' ORDER BY seq DESC LIMIT 1"
     ).fetchone()[0]
@@ -202,7 +200,6 @@ def test_an_effect_left_started_is_performed_again_with_the_same_idempotency_key
     )
     con.execute("UPDATE entries SET status='started', result_json=NULL WHERE address=?", (addr,))
     con.execute("UPDATE runs SET status='running'")
-    con.commit()
     con.close()
     again = resume(first.run_id, db=str(db))
     assert again.value == first.value

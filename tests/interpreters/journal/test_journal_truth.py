@@ -4,7 +4,6 @@ lock at once; a damaged journal is a clear error; a read-only journal can still 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from interpreters import BoundTool, JournalError, SqliteJournal, open_journal, r
 from interpreters.cli._main import main
 from op import Op, tool
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -58,13 +58,11 @@ def test_a_missing_table_or_a_malformed_row_is_a_clear_error(
 ) -> None:
     db = tmp_path / "runs.db"
     done = run(appender, str(tmp_path / "o.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
-    raw = sqlite3.connect(db)
+    raw = RawJournal(db)
     raw.execute("UPDATE entries SET status='bogus' WHERE address='2'")
-    raw.commit()
     assert main(["show", done.run_id, "--db", str(db)]) == 2
     assert f"entry 2 of run {done.run_id} is malformed" in capsys.readouterr().err
     raw.execute("DROP TABLE entries")
-    raw.commit()
     raw.close()
     for argv in (["runs"], ["show", done.run_id], ["replay", done.run_id]):
         assert main([*argv, "--db", str(db)]) == 2
@@ -72,9 +70,7 @@ def test_a_missing_table_or_a_malformed_row_is_a_clear_error(
         assert "is corrupt: the table(s) entries are missing" in err, err
     with pytest.raises(JournalError, match="is corrupt"):
         run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, db=str(db))
-    assert "entries" not in {
-        r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")
-    }
+    assert "entries" not in {r[0] for r in RawJournal(db).execute("SELECT name FROM sqlite_master")}
 
 
 @pytest.mark.skipif(
@@ -165,7 +161,7 @@ lambda_free_tool = BoundTool.from_function(grab_again, name="grab_the_journal")
 
 
 def _plan(db: Path, table: str) -> str:
-    with sqlite3.connect(db) as raw:
+    with RawJournal(db) as raw:
         rows = raw.execute(f"EXPLAIN QUERY PLAN SELECT * FROM {table} WHERE run_id='x'")
         plan = " ".join(str(r[-1]) for r in rows)
     raw.close()
@@ -179,7 +175,7 @@ def test_a_run_s_attempts_and_resumes_are_found_by_index_in_new_and_older_files(
     done = run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, state=Counted(), db=str(db))
     assert "USING INDEX attempts_of_run" in _plan(db, "attempts")
     assert "USING INDEX resumes_of_run" in _plan(db, "resumes")
-    with sqlite3.connect(db) as raw:  # a file made before the indexes were
+    with RawJournal(db) as raw:  # a file made before the indexes were
         raw.execute("DROP INDEX attempts_of_run")
         raw.execute("DROP INDEX resumes_of_run")
     raw.close()
@@ -190,3 +186,30 @@ def test_a_run_s_attempts_and_resumes_are_found_by_index_in_new_and_older_files(
     SqliteJournal(str(db)).close()  # opened for writing: it gains them
     assert "USING INDEX attempts_of_run" in _plan(db, "attempts")
     assert "USING INDEX resumes_of_run" in _plan(db, "resumes")
+
+
+def test_pythons_sqlite3_closing_a_journal_this_process_has_open_loses_what_follows(
+    tmp_path: Path,
+) -> None:
+    """What the README's limitations warn of, and why the tests read journals through
+    ``RawJournal``: Python's ``sqlite3`` is a second SQLite library in the process; closing,
+    it takes itself for the file's last user and deletes the WAL under the journal."""
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db)
+    first = run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, db=journal)
+    assert Path(f"{db}-wal").exists()
+    other = sqlite3.connect(db)  # sqlite3 on purpose: the hazard itself
+    assert other.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    other.close()
+    assert not Path(f"{db}-wal").exists()  # deleted under the open journal
+    second = run(appender, str(tmp_path / "o.txt"), 1, tools=TOOLS, db=journal)
+    try:  # another reader in this process, as the next command of a test would be
+        seen = [r.run_id for r in SqliteJournal(db, read_only=True).runs()]
+    except JournalError as exc:
+        seen = [str(exc)]
+    journal.close()
+    kept = [r.run_id for r in SqliteJournal(db).runs()]
+    # the next reader in this process fails ("disk I/O error"), or commits are lost
+    assert seen != [first.run_id, second.run_id] or kept != seen, (seen, kept)

@@ -194,7 +194,7 @@ OLD_SET_UP = [  # what 0.3.0 ran, each statement committed on its own, the versi
 
 
 def _half_made(db: Path, statements: int) -> None:
-    con = sqlite3.connect(db, isolation_level=None)
+    con = sqlite3.connect(db, isolation_level=None)  # sqlite3 on purpose: as 0.3.0 wrote
     con.execute("PRAGMA journal_mode=WAL")
     for sql in OLD_SET_UP[:statements]:
         con.execute(sql)
@@ -219,7 +219,7 @@ def test_opdsl_tables_holding_rows_without_a_schema_version_are_refused_untouche
 ) -> None:
     db = tmp_path / "runs.db"
     _half_made(db, len(OLD_SET_UP))
-    con = sqlite3.connect(db)
+    con = sqlite3.connect(db)  # sqlite3 on purpose: as 0.3.0 wrote, closed before opdsl opens it
     con.execute("INSERT INTO locks VALUES ('r', 'someone', 1, 'host')")
     con.commit()
     con.close()

@@ -75,7 +75,12 @@ def head(status: str = "200 OK", length: int | None = None, **headers: str) -> b
 
 
 def call(srv: RawServer, *, stream: bool) -> tuple[Any, int]:
-    """The model's call against ``srv``, and the most memory it held at once."""
+    """The model's call against ``srv``, and the most memory it held at once.
+
+    tracemalloc counts what every thread of the process allocates meanwhile (a test runner's
+    own thread talking to its controller, say): a peak over :data:`PEAK` is measured again,
+    up to three times, and the least is given. A call that held the answer whole is over it
+    every time."""
     model = OpenAIModel(
         "m",
         base_url=f"http://127.0.0.1:{srv.port}/v1",
@@ -84,13 +89,19 @@ def call(srv: RawServer, *, stream: bool) -> tuple[Any, int]:
         retry=RetryPolicy(max_retries=0),
         timeout=30,
     )
-    tracemalloc.start()
-    try:
-        result = run(ask, model=model, db=MemoryJournal())
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return result, peak
+    least = None
+    for _ in range(3):
+        tracemalloc.start()
+        try:
+            result = run(ask, model=model, db=MemoryJournal())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        least = peak if least is None else min(least, peak)
+        if least < PEAK:
+            break
+    assert least is not None
+    return result, least
 
 
 def whole_answer(text: str) -> bytes:

@@ -5,7 +5,6 @@ real servers on loopback, one of them failing."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from interpreters.models.ollama import OllamaModel
 from interpreters.models.openai import OpenAIModel
 from op import ModelError
 from tests.fixtures import scripted_runs
+from tests.helpers import RawJournal
 from tests.servers import Reply, Request, ScriptedServer, anthropic, closed_port, openai, status
 
 DOWN = status(503, "the server is down for maintenance", headers={"retry-after-ms": "1"})
@@ -36,7 +36,7 @@ def test_the_command_falls_back_and_the_journal_names_the_model_that_answered(
         assert out.strip() == "from claude"
         assert len(down.requests) == 3  # the first model's own retries came first
         assert len(up.requests) == 1
-    run_id = str(sqlite3.connect(".opdsl/runs.db").execute("SELECT run_id FROM runs").fetchone()[0])
+    run_id = str(RawJournal(".opdsl/runs.db").execute("SELECT run_id FROM runs").fetchone()[0])
     (entry,) = [e for e in SqliteJournal(".opdsl/runs.db").entries(run_id) if e.kind == "infer"]
     assert json.loads(entry.result_json or "{}")["model"] == "anthropic:claude-sonnet-4-5"
 

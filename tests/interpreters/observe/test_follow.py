@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 from interpreters.cli._main import main
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,10 +29,10 @@ def _start(db: Path, run_id: str, steps: int) -> subprocess.Popen[str]:
     for _ in range(200):  # until the run is in the journal
         if db.exists():
             try:
-                with sqlite3.connect(db) as c:
+                with RawJournal(db) as c:
                     if c.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
                         return child
-            except sqlite3.OperationalError:
+            except apsw.Error:
                 pass
         time.sleep(0.05)
     child.kill()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from interpreters import MemoryJournal, ScriptedModel, resume, run
 from interpreters.cli._main import main
 from tests.fixtures import scripted_runs
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,7 +33,7 @@ def answers(tmp_path: Path, *texts: str) -> str:
 
 
 def only_run() -> str:
-    row = sqlite3.connect(".opdsl/runs.db").execute("SELECT run_id FROM runs").fetchone()
+    row = RawJournal(".opdsl/runs.db").execute("SELECT run_id FROM runs").fetchone()
     return str(row[0])
 
 

@@ -253,7 +253,7 @@ def test_a_journal_elsewhere_in_the_workspace_is_out_of_every_tools_reach(
     ws.guard_journal(journal)
     forge = (
         "import sqlite3, sys; name = sys.argv[1]\n"
-        "for attempt in (lambda: sqlite3.connect(name).execute('CREATE TABLE forged (x)'),\n"
+        "for attempt in (lambda: sqlite3.connect(name).execute('CREATE TABLE forged (x)'),\n"  # sqlite3 on purpose: in the confined child
         "                lambda: open(name, 'r+b').write(b'forged'),\n"
         "                lambda: open(name + '-journal', 'wb').write(b'forged')):\n"
         "    try:\n"

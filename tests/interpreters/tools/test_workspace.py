@@ -16,6 +16,7 @@ import pytest
 from interpreters import MemoryJournal, ScriptedModel, Workspace, WorkspaceError, resume, run
 from interpreters.cli._main import main
 from op import Op, Response, ToolCall, checkpoint, tool
+from tests.helpers import RawJournal
 
 
 def sh(cwd: Path, *args: str) -> str:
@@ -467,7 +468,6 @@ def test_a_workspace_that_is_not_a_folder(tmp_path: Path) -> None:
 def test_gc_removes_finished_runs_only_keeps_what_forks_need_and_gives_space_back(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import sqlite3
 
     from tests.fixtures.durable_programs import chat
 
@@ -496,8 +496,7 @@ def test_gc_removes_finished_runs_only_keeps_what_forks_need_and_gives_space_bac
         == "completed"
     )
     size = Path(db).stat().st_size
-    with sqlite3.connect(db) as raw:
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    RawJournal(db).execute("PRAGMA wal_checkpoint(TRUNCATE)")  # outside a transaction
     size = Path(db).stat().st_size
     assert main(["gc", waiting.run_id, "--db", db]) == 0
     assert Path(db).stat().st_size < size
