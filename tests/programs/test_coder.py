@@ -297,7 +297,13 @@ def test_end_to_end_over_http_through_opdsl_run(
             ]
         )
         out, err = capsys.readouterr()
-    assert code == 0, err
+    # what the server was asked, for a failure's message: each request's path, whether it
+    # asked for a stream, and how many messages it carried
+    asked = [
+        (r.get("path"), r.get("stream"), len(r.get("messages") or ()), sorted(r))
+        for r in srv.requests
+    ]
+    assert code == 0, (err, asked, srv.gets)
     result = json.loads(out.splitlines()[-1])
     assert result["ok"] and result["commit"] == git.Repo(repo).head.commit.hexsha, result
     assert str(git.Repo(repo).head.commit.message).startswith("Fix add() to add")
