@@ -298,10 +298,11 @@ def test_end_to_end_over_http_through_opdsl_run(
         )
         out, err = capsys.readouterr()
     # what the server was asked, for a failure's message: each request's path, whether it
-    # asked for a stream, and how many messages it carried
+    # asked for a stream, how many messages it carried, and who sent it (another process
+    # that took the port for a closed one would show here)
     asked = [
-        (r.get("path"), r.get("stream"), len(r.get("messages") or ()), sorted(r))
-        for r in srv.requests
+        (r.get("path"), r.get("stream"), len(r.get("messages") or ()), h.get("user-agent"))
+        for r, h in zip(srv.requests, srv.headers, strict=True)
     ]
     assert code == 0, (err, asked, srv.gets)
     result = json.loads(out.splitlines()[-1])
