@@ -47,6 +47,8 @@ class ScriptedServer:
         self.answers: deque[Answer] = deque(answers or [])
         self.requests: list[Request] = []
         self.headers: list[dict[str, str]] = []
+        #: the address each request came from (its client's port tells its connection)
+        self.peers: list[tuple[str, int]] = []
         #: what GET /props answers (llama.cpp's server description); None: 404, as elsewhere
         self.props: Any = None
         self.gets: list[str] = []
@@ -76,6 +78,7 @@ class ScriptedServer:
                 request = {"path": self.path, **body}
                 server.requests.append(request)
                 server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                server.peers.append(self.client_address[:2])
                 if not server.answers:
                     self._send(
                         Reply(

@@ -30,7 +30,7 @@ import re
 import ssl
 import time
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,13 +105,21 @@ USER_AGENT = "opdsl"
 """What opdsl's requests say they come from."""
 
 
-async def _closed_at_loop_end(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
-    """Suspended once; asyncio closes it (running the ``finally``) when its loop shuts down."""
+async def _closed_at_loop_end(
+    client: httpx.AsyncClient, forget: Callable[[], None]
+) -> AsyncGenerator[None, None]:
+    """Suspended once; asyncio closes it (running the ``finally``) when its loop shuts down:
+    ``forget`` drops what the model keeps of that loop, and the client is closed."""
     try:
         yield
     finally:
+        forget()
         with contextlib.suppress(Exception):
             await client.aclose()
+
+
+_TRIO_POOLS_KEPT = 4
+"""A model's clients kept for this many trio runs (each ``trio.run`` has its own)."""
 
 
 MODEL_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -308,7 +316,12 @@ class HttpModel(RemoteModel):
         self.retry = retry or RetryPolicy()
         self.prices = prices or Prices()
         self.max_connections = max_connections
-        self._closers: list[AsyncGenerator[None, None]] = []
+        #: each running loop's clients and transports (asyncio: by loop; trio: by its token)
+        self._pools: dict[
+            object, tuple[list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]]
+        ] = {}
+        #: what closes each asyncio loop's clients as it ends (by loop, as ``_pools``)
+        self._closers: dict[object, list[AsyncGenerator[None, None]]] = {}
         per_shard = max(1, -(-max_connections // _SHARDS))
         self.limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
         self._clients: (
@@ -375,49 +388,78 @@ class HttpModel(RemoteModel):
         try:
             token: object = asyncio.get_running_loop()
             on_asyncio = True
-        except RuntimeError:  # trio
-            token, on_asyncio = anyio.lowlevel.current_token(), False
-        if self._clients is None or self._clients[0] is not token:
-            forced = os.environ.get("OPDSL_HTTP_TRANSPORT") or None
-            if forced not in (None, "httpx"):
-                raise self.error(
-                    f"OPDSL_HTTP_TRANSPORT={forced!r} is not a transport opdsl has: set it to "
-                    "'httpx' for httpx's own, or leave it unset for aiohttp's pool"
-                )
-            try:
-                routes = ProxyRoutes()
-            except ValueError as exc:
-                raise self.error(str(exc)) from None
-            self._secrets = routes.secrets
-            transports: list[httpx.AsyncBaseTransport]
-            if on_asyncio and forced is None:
-                transports = [
-                    AiohttpTransport(
-                        ssl_context=_ssl_context(),
-                        max_connections=self.max_connections,
-                        routes=routes,
-                    )
-                ]
-            else:
-                transports = [
-                    HttpxTransport(ssl_context=_ssl_context(), limits=self.limits, routes=routes)
-                    for _ in range(_SHARDS)
-                ]
-            clients = [
-                httpx.AsyncClient(transport=t, timeout=self.timeout, trust_env=False)
-                for t in transports
-            ]
-            if on_asyncio:
-                # closed when the event loop shuts down (as it ends its async generators),
-                # so no connection is left open
-                closers = [_closed_at_loop_end(c) for c in clients]
-                for closer in closers:
-                    await closer.__anext__()
-                self._closers = closers  # held here: the loop keeps only a weak reference
-            self._clients = (token, clients, transports)
-        _, clients, transports = self._clients
+        except RuntimeError:  # trio: its own token, the same for the whole of one trio.run
+            token, on_asyncio = anyio.lowlevel.current_token().native_token, False
+        last = self._clients
+        if last is None or last[0] is not token:
+            pool = self._pools.get(token)
+            if pool is None:
+                pool = await self._new_pool(token, on_asyncio)
+            last = self._clients = (token, *pool)
+        _, clients, transports = last
         shard = hash(key) % len(clients)
         return clients[shard], transports[shard]
+
+    async def _new_pool(
+        self, token: object, on_asyncio: bool
+    ) -> tuple[list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]]:
+        """The clients of the loop ``token`` names, kept until that loop ends. Each loop has
+        its own, so a model used from two loops at once (two threads' runs) never closes the
+        clients the other is using."""
+        forced = os.environ.get("OPDSL_HTTP_TRANSPORT") or None
+        if forced not in (None, "httpx"):
+            raise self.error(
+                f"OPDSL_HTTP_TRANSPORT={forced!r} is not a transport opdsl has: set it to "
+                "'httpx' for httpx's own, or leave it unset for aiohttp's pool"
+            )
+        try:
+            routes = ProxyRoutes()
+        except ValueError as exc:
+            raise self.error(str(exc)) from None
+        self._secrets = routes.secrets
+        transports: list[httpx.AsyncBaseTransport]
+        if on_asyncio and forced is None:
+            transports = [
+                AiohttpTransport(
+                    ssl_context=_ssl_context(),
+                    max_connections=self.max_connections,
+                    routes=routes,
+                )
+            ]
+        else:
+            transports = [
+                HttpxTransport(ssl_context=_ssl_context(), limits=self.limits, routes=routes)
+                for _ in range(_SHARDS)
+            ]
+        clients = [
+            httpx.AsyncClient(transport=t, timeout=self.timeout, trust_env=False)
+            for t in transports
+        ]
+        pool = (clients, transports)
+        if on_asyncio:
+            # closed when the event loop shuts down (as it ends its async generators), so no
+            # connection is left open; held with the pool, as the loop keeps only a weak
+            # reference to them (one collected would close the clients while in use)
+            closers = [
+                _closed_at_loop_end(c, functools.partial(self._forget, token)) for c in clients
+            ]
+            for closer in closers:
+                await closer.__anext__()  # runs to its yield: nothing here lets another task in
+            self._closers[token] = closers
+        else:
+            # a trio run's clients are left to the collector when it ends: the few most
+            # recent runs' are kept
+            while len(self._pools) >= _TRIO_POOLS_KEPT:
+                self._pools.pop(next(iter(self._pools)))
+        self._pools[token] = pool
+        return pool
+
+    def _forget(self, token: object) -> None:
+        """Drop the clients of the loop ``token`` names (it is ending)."""
+        self._pools.pop(token, None)
+        self._closers.pop(token, None)
+        if self._clients is not None and self._clients[0] is token:
+            self._clients = None
 
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
 
 from interpreters import resolve_model, run
@@ -22,9 +24,9 @@ def ask() -> Op[str]:
     return (yield from infer("hi")).text
 
 
-def _transport(model: HttpModel) -> str:
-    assert model._clients is not None
-    return type(model._clients[2][0]).__name__
+async def _carrier(model: HttpModel) -> httpx.AsyncBaseTransport:
+    """The transport a call of this loop goes over."""
+    return (await model._pool("run"))[1]
 
 
 @pytest.mark.parametrize(
@@ -43,12 +45,14 @@ def test_which_transport(
     with ScriptedServer([openai("a"), openai("b")]) as srv:
         model = resolve_model(f"openai-compatible:m@{srv.url}/v1")
         assert isinstance(model, HttpModel)
-        assert run(ask, model=model, backend=backend).value == "a"
-        assert _transport(model) == expected
+        first = anyio.run(_carrier, model, backend=backend)
+        assert type(first).__name__ == expected
         # a second run is a second event loop: a client of its own
-        first = model._clients
+        assert anyio.run(_carrier, model, backend=backend) is not first
+        assert run(ask, model=model, backend=backend).value == "a"
         assert run(ask, model=model, backend=backend).value == "b"
-        assert model._clients is not first
+    if backend == "asyncio":
+        assert model._clients is None and not model._pools, "an ended loop's clients are kept"
 
 
 def test_no_client_is_left_unclosed_when_the_loop_ends() -> None:

@@ -1,0 +1,98 @@
+"""A model object's clients belong to the event loop that made them. One model used from two
+loops at once (two threads, each running its own run) keeps a pool for each: neither loop's
+end, nor the collector, closes the clients the other is using. On trio, one run's calls share
+one pool (and its kept-alive connections), as on asyncio."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from interpreters import MemoryJournal, run
+from interpreters.models import OpenAIModel
+from op import Op, infer
+from tests.servers import Reply, Request, ScriptedServer, openai
+
+
+def ask(text: str) -> Op[str]:
+    return (yield from infer(text)).text
+
+
+def asks(n: int) -> Op[list[str]]:
+    out = []
+    for i in range(n):
+        out.append((yield from infer(f"question {i}")).text)
+    return out
+
+
+def test_a_run_on_another_loop_meanwhile_does_not_close_this_runs_clients() -> None:
+    gate = threading.Event()
+
+    def held(req: Request) -> Reply:
+        gate.wait(10)  # the answer comes once the other run is over
+        return openai("from the first")(req)
+
+    with ScriptedServer([held, openai("from the second")]) as srv:
+        model = OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test")
+        first: list[object] = []
+        thread = threading.Thread(
+            target=lambda: first.append(run(ask, "one", model=model, db=MemoryJournal()).value)
+        )
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not srv.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.requests, "the first run's request never came"
+        # the same model, from this thread's own loop, while the first run's call waits
+        second = run(ask, "two", model=model, db=MemoryJournal()).value
+        gc.collect()  # what the second loop left behind is collected now, not by chance later
+        time.sleep(0.2)  # time for anything that would close the first loop's clients
+        gate.set()
+        thread.join(20)
+        # one request each: the first run's connection was never cut (a cut one is retried)
+        assert (first, second, len(srv.requests)) == (["from the first"], "from the second", 2)
+
+
+def test_two_threads_runs_at_once_on_one_model_make_no_request_twice() -> None:
+    calls = 25
+    with ScriptedServer([openai("ok") for _ in range(2 * calls)]) as srv:
+        model = OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test")
+        values: list[object] = []
+        done = threading.Event()
+
+        def collect() -> None:
+            while not done.is_set():
+                gc.collect()
+                time.sleep(0.005)
+
+        collector = threading.Thread(target=collect)
+        collector.start()
+        threads = [
+            threading.Thread(
+                target=lambda: values.append(
+                    run(asks, calls, model=model, db=MemoryJournal()).value
+                )
+            )
+            for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        done.set()
+        collector.join()
+        assert values == [["ok"] * calls] * 2
+        assert len(srv.requests) == 2 * calls, "a request was sent again: its connection was cut"
+
+
+def test_a_trio_runs_calls_share_one_pool_and_its_connections() -> None:
+    pytest.importorskip("trio")
+    with ScriptedServer([openai("ok") for _ in range(4)]) as srv:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test", stream=False
+        )
+        assert run(asks, 4, model=model, db=MemoryJournal(), backend="trio").value == ["ok"] * 4
+        assert len(set(srv.peers)) == 1, f"a new connection for each call: {srv.peers}"
