@@ -446,13 +446,24 @@ class HttpModel(RemoteModel):
             for closer in closers:
                 await closer.__anext__()  # runs to its yield: nothing here lets another task in
             self._closers[token] = closers
-        else:
-            # a trio run's clients are left to the collector when it ends: the few most
-            # recent runs' are kept
-            while len(self._pools) >= _TRIO_POOLS_KEPT:
-                self._pools.pop(next(iter(self._pools)))
+        self._prune()
         self._pools[token] = pool
         return pool
+
+    def _prune(self) -> None:
+        """Forget the pools of loops that ended unseen: an asyncio loop closed without ending
+        its async generators (``run_until_complete`` and ``close``), whose clients nothing
+        can close now, and all but the most recent trio runs' (trio's clients are left to the
+        collector when their run ends)."""
+        trio_runs = []
+        for token in list(self._pools):
+            if isinstance(token, asyncio.AbstractEventLoop):
+                if token.is_closed():
+                    self._forget(token)
+            else:
+                trio_runs.append(token)
+        for token in trio_runs[: max(0, len(trio_runs) - _TRIO_POOLS_KEPT + 1)]:
+            self._forget(token)
 
     def _forget(self, token: object) -> None:
         """Drop the clients of the loop ``token`` names (it is ending)."""

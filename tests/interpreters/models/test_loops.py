@@ -5,13 +5,14 @@ one pool (and its kept-alive connections), as on asyncio."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import time
 
 import pytest
 
-from interpreters import MemoryJournal, run
+from interpreters import LiveInterpreter, MemoryJournal, run
 from interpreters.models import OpenAIModel
 from op import Op, infer
 from tests.servers import Reply, Request, ScriptedServer, openai
@@ -96,3 +97,29 @@ def test_a_trio_runs_calls_share_one_pool_and_its_connections() -> None:
         )
         assert run(asks, 4, model=model, db=MemoryJournal(), backend="trio").value == ["ok"] * 4
         assert len(set(srv.peers)) == 1, f"a new connection for each call: {srv.peers}"
+
+
+def test_loops_closed_without_ending_their_generators_are_not_kept() -> None:
+    """``run_until_complete`` then ``close`` (no ``shutdown_asyncgens``): nothing closes such
+    a loop's clients, and the model forgets them once another loop makes its own."""
+    with ScriptedServer([openai("ok") for _ in range(5)]) as srv:
+        model = OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test")
+        interp = LiveInterpreter(model=model, journal=MemoryJournal())
+        for _ in range(5):
+            loop = asyncio.new_event_loop()
+            try:
+                assert loop.run_until_complete(interp.arun(ask, "hi")).value == "ok"
+            finally:
+                loop.close()
+        assert len(model._pools) == 1, "a closed loop's clients are kept"
+
+
+def test_only_the_last_few_trio_runs_clients_are_kept() -> None:
+    pytest.importorskip("trio")
+    with ScriptedServer([openai("ok") for _ in range(10)]) as srv:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test", stream=False
+        )
+        for _ in range(10):
+            assert run(ask, "hi", model=model, db=MemoryJournal(), backend="trio").value == "ok"
+        assert 1 <= len(model._pools) <= 4
