@@ -16,11 +16,19 @@ from typing import Any
 Request = dict[str, Any]
 
 
+_HELD: list[socket.socket] = []
+"""The sockets that keep :func:`closed_port`'s ports from anyone else."""
+
+
 def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (it was bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 that nothing listens on and nothing can: a socket of this process
+    holds it, bound but not listening, so a connection to it is refused. A port bound and then
+    let go could be handed to a server that another test (in this process or another) starts
+    next, whose requests a connection meant to be refused would then take."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    _HELD.append(held)
+    return int(held.getsockname()[1])
 
 
 @dataclass
