@@ -118,8 +118,9 @@ async def _closed_at_loop_end(
             await client.aclose()
 
 
-_TRIO_POOLS_KEPT = 4
-"""A model's clients kept for this many trio runs (each ``trio.run`` has its own)."""
+_IDLE_LOOPS_KEPT = 4
+"""A model keeps the clients of this many asyncio loops left open and not running (the next
+``run_until_complete`` on one of them finds its clients)."""
 
 
 MODEL_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -403,9 +404,9 @@ class HttpModel(RemoteModel):
     async def _new_pool(
         self, token: object, on_asyncio: bool
     ) -> tuple[list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]]:
-        """The clients of the loop ``token`` names, kept until that loop ends. Each loop has
-        its own, so a model used from two loops at once (two threads' runs) never closes the
-        clients the other is using."""
+        """The clients of the loop ``token`` names (an asyncio loop, or a trio run's token),
+        kept until that loop ends. Each loop has its own, so a model used from two loops at
+        once (two threads' runs) never closes the clients the other is using."""
         forced = os.environ.get("OPDSL_HTTP_TRANSPORT") or None
         if forced not in (None, "httpx"):
             raise self.error(
@@ -436,40 +437,41 @@ class HttpModel(RemoteModel):
             for t in transports
         ]
         pool = (clients, transports)
-        if on_asyncio:
-            # closed when the event loop shuts down (as it ends its async generators), so no
-            # connection is left open; held with the pool, as the loop keeps only a weak
-            # reference to them (one collected would close the clients while in use)
-            closers = [
-                _closed_at_loop_end(c, functools.partial(self._forget, token)) for c in clients
-            ]
-            for closer in closers:
-                await closer.__anext__()  # runs to its yield: nothing here lets another task in
-            self._closers[token] = closers
+        # closed as the loop ends (asyncio and trio both end the async generators still
+        # suspended then), so no connection is left open; held with the pool, as the loop
+        # keeps only a weak reference to them (one collected would close the clients in use)
+        forget = functools.partial(self._forget, token, pool)
+        closers = [_closed_at_loop_end(c, forget) for c in clients]
+        for closer in closers:
+            await closer.__anext__()  # runs to its yield: nothing here lets another task in
         self._prune()
         self._pools[token] = pool
+        self._closers[token] = closers
         return pool
 
     def _prune(self) -> None:
-        """Forget the pools of loops that ended unseen: an asyncio loop closed without ending
-        its async generators (``run_until_complete`` and ``close``), whose clients nothing
-        can close now, and all but the most recent trio runs' (trio's clients are left to the
-        collector when their run ends)."""
-        trio_runs = []
-        for token in list(self._pools):
-            if isinstance(token, asyncio.AbstractEventLoop):
+        """Forget the pools of asyncio loops that ended unseen, as nothing will close their
+        clients and a pool keeps its loop alive: every one closed without ending its async
+        generators (``run_until_complete``, then ``close``), and all but the last few of those
+        left open and not running (``run_until_complete`` alone)."""
+        idle = []
+        for token, pool in list(self._pools.items()):
+            if isinstance(token, asyncio.AbstractEventLoop) and not token.is_running():
                 if token.is_closed():
-                    self._forget(token)
-            else:
-                trio_runs.append(token)
-        for token in trio_runs[: max(0, len(trio_runs) - _TRIO_POOLS_KEPT + 1)]:
-            self._forget(token)
+                    self._forget(token, pool)
+                else:
+                    idle.append((token, pool))
+        for token, pool in idle[: max(0, len(idle) - _IDLE_LOOPS_KEPT + 1)]:
+            self._forget(token, pool)
 
-    def _forget(self, token: object) -> None:
-        """Drop the clients of the loop ``token`` names (it is ending)."""
-        self._pools.pop(token, None)
-        self._closers.pop(token, None)
-        if self._clients is not None and self._clients[0] is token:
+    def _forget(self, token: object, pool: tuple[Any, Any]) -> None:
+        """Drop ``pool``, the clients of the loop ``token`` names, unless that loop has
+        another pool by now (one forgotten while the loop was idle, closed when it runs)."""
+        if self._pools.get(token) is pool:
+            self._pools.pop(token, None)
+            self._closers.pop(token, None)
+        last = self._clients
+        if last is not None and last[0] is token and last[1] is pool[0]:
             self._clients = None
 
     def _redact(self, text: str) -> str:

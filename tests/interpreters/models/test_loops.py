@@ -9,6 +9,7 @@ import asyncio
 import gc
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -114,12 +115,37 @@ def test_loops_closed_without_ending_their_generators_are_not_kept() -> None:
         assert len(model._pools) == 1, "a closed loop's clients are kept"
 
 
-def test_only_the_last_few_trio_runs_clients_are_kept() -> None:
+def test_loops_left_open_after_their_run_keep_only_a_few_pools() -> None:
+    """``run_until_complete`` alone, the loop dropped: the model keeps the clients of the last
+    few such loops, not of every one (a pool keeps its loop alive)."""
+    with ScriptedServer([openai("ok") for _ in range(8)]) as srv:
+        model = OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test")
+        interp = LiveInterpreter(model=model, journal=MemoryJournal())
+        loops = []
+        for _ in range(8):
+            loop = asyncio.new_event_loop()
+            loops.append(loop)
+            assert loop.run_until_complete(interp.arun(ask, "hi")).value == "ok"
+        assert 1 <= len(model._pools) <= 4, "every open loop's clients are kept"
+        for loop in loops:
+            loop.close()
+
+
+def test_a_trio_runs_clients_are_closed_as_it_ends() -> None:
     pytest.importorskip("trio")
-    with ScriptedServer([openai("ok") for _ in range(10)]) as srv:
+    with ScriptedServer([openai("ok") for _ in range(6)]) as srv:
         model = OpenAIModel(
             "gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test", stream=False
         )
-        for _ in range(10):
-            assert run(ask, "hi", model=model, db=MemoryJournal(), backend="trio").value == "ok"
-        assert 1 <= len(model._pools) <= 4
+        gc.collect()  # what earlier tests left is not this test's
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            for _ in range(3):
+                assert run(asks, 2, model=model, db=MemoryJournal(), backend="trio").value == [
+                    "ok",
+                    "ok",
+                ]
+            gc.collect()
+        assert not model._pools and model._clients is None, "an ended run's clients are kept"
+        unclosed = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+        assert not unclosed, unclosed
