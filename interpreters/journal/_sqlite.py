@@ -15,6 +15,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -256,13 +257,7 @@ class SqliteJournal(Journal):
                 # apsw never opens a transaction by itself (as isolation_level=None), and one
                 # connection may be used from any thread (the mutex below keeps them apart)
                 self._db = apsw.Connection(str(self.path))
-                self._db.set_busy_timeout(int(busy_timeout * 1000))
-                # a new file's pages hold three 1 KB pieces of content, not two (no effect on
-                # a file that exists); set before WAL mode, which writes the first page
-                self._db.pragma("page_size", _PAGE_SIZE)
-                self._db.pragma("journal_mode", "wal")
-                self._db.pragma("synchronous", "normal")
-                self._setup()
+                self._set_up(busy_timeout)
         except apsw.NotADBError:
             raise self._not_a_database(self._db) from None
         except (apsw.BusyError, apsw.LockedError):
@@ -398,6 +393,33 @@ class SqliteJournal(Journal):
                 f"journal {self.path} is corrupt: the table(s) {', '.join(sorted(missing))} are "
                 "missing; restore it from a backup (nothing was changed)"
             )
+
+    def _set_up(self, busy_timeout: float) -> None:
+        """WAL mode and this version's tables, tried again while the file is busy, for up to
+        ``busy_timeout`` seconds in all. SQLite waits for most locks itself, but answers busy
+        at once where waiting could deadlock: a statement that read the file and must now
+        write it while another process holds the write lock (turning a file that is not yet
+        in WAL mode to it does that), as many processes opening one new journal do."""
+        deadline = time.monotonic() + busy_timeout
+        pause = 0.005
+        while True:
+            self._db.set_busy_timeout(max(1, int((deadline - time.monotonic()) * 1000)))
+            try:
+                # a new file's pages hold three 1 KB pieces of content, not two (no effect on
+                # a file that exists); set before WAL mode, which writes the first page
+                self._db.pragma("page_size", _PAGE_SIZE)
+                self._db.pragma("journal_mode", "wal")
+                self._db.pragma("synchronous", "normal")
+                self._setup()
+            except (apsw.BusyError, apsw.LockedError):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.1)
+            else:
+                self._db.set_busy_timeout(int(busy_timeout * 1000))
+                return
 
     def _setup(self) -> None:
         """Make the file a journal of this version, or check that it is one. Making it (its
