@@ -8,7 +8,7 @@ import json
 import shlex
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from interpreters.cli._interrupt import STARTED
 
@@ -110,6 +110,13 @@ def run_json(r: Any) -> dict[str, Any]:
     }
 
 
+def say(text: str, stream: TextIO | None = None) -> None:
+    """``text`` and its line's end, in one write to ``stream`` (stdout by default): a Ctrl-C
+    lands before the line or after it, never between its text and its end (``print`` writes
+    them apart, and the line that says what the Ctrl-C left would follow on the same line)."""
+    (sys.stdout if stream is None else stream).write(text + "\n")
+
+
 def report_result(result: Any, *, db: str | None = None) -> int:
     """How a local run ended: its value on stdout (status 0), or what stopped it on stderr
     (status 1; 0 for a run that waits for an answer, with how to give it)."""
@@ -124,12 +131,12 @@ def report_result(result: Any, *, db: str | None = None) -> int:
         from interpreters._shown import visible
 
         # piped, the value as it is; on a terminal, no control code of it reaches the terminal
-        print(visible(shown) if sys.stdout.isatty() else shown)
+        say(visible(shown) if sys.stdout.isatty() else shown)
         failed = _failure(result.program, value)
         if failed:
-            print(visible(f"run {result.run_id} completed, but {failed}"), file=sys.stderr)
+            say(visible(f"run {result.run_id} completed, but {failed}"), sys.stderr)
             return 1
-        print(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", file=sys.stderr)
+        say(f"run {result.run_id} completed; see `opdsl show {result.run_id}`", sys.stderr)
         return 0
     from interpreters._redact import Redactor
     from interpreters._shown import visible
@@ -140,7 +147,7 @@ def report_result(result: Any, *, db: str | None = None) -> int:
         ]
         report_waiting(result.run_id, result.program, asked, db=db)
         return 0
-    print(visible(Redactor.from_env()(result.describe())), file=sys.stderr)
+    say(visible(Redactor.from_env()(result.describe())), sys.stderr)
     return 1
 
 
@@ -183,20 +190,20 @@ def report_waiting(
     redact = Redactor.from_env()
     if len(asked) == 1:
         address, question = asked[0]
-        print(
+        say(
             visible(redact(f"run {run_id} of {program} is waiting for an answer to: {question}")),
-            file=sys.stderr,
+            sys.stderr,
         )
-        print(f"answer it with: opdsl answer {run_id}{where} TEXT", file=sys.stderr)
+        say(f"answer it with: opdsl answer {run_id}{where} TEXT", sys.stderr)
         return
-    print(
+    say(
         f"run {run_id} of {program} is waiting for answers to {len(asked)} questions; "
         "answer each with:",
-        file=sys.stderr,
+        sys.stderr,
     )
     for address, question in asked:
         line = f"  opdsl answer {run_id}{where} --at {address} TEXT    # {question}"
-        print(visible(redact(line)), file=sys.stderr)
+        say(visible(redact(line)), sys.stderr)
 
 
 def _failure(program: str, value: Any) -> str | None:
@@ -216,16 +223,16 @@ def report_outcome(ended: Any) -> int:
     """How a run on Temporal ended, as :func:`report_result` says it for a local run."""
     if ended.status == "completed":
         value = json.loads(ended.result_json or "null")
-        print(json.dumps(value, indent=2, ensure_ascii=False))
+        say(json.dumps(value, indent=2, ensure_ascii=False))
         failed = _failure(ended.program, value)
         if failed:
             from interpreters._shown import visible
 
-            print(visible(f"run {ended.run_id} completed, but {failed}"), file=sys.stderr)
+            say(visible(f"run {ended.run_id} completed, but {failed}"), sys.stderr)
             return 1
         return 0
     from interpreters._shown import visible
 
     where = f" at address {ended.address}" if ended.address else ""
-    print(visible(f"run {ended.run_id} {ended.status}{where}: {ended.error}"), file=sys.stderr)
+    say(visible(f"run {ended.run_id} {ended.status}{where}: {ended.error}"), sys.stderr)
     return 1

@@ -5,6 +5,7 @@ first Ctrl-C, and while the process ends. Real processes, signalled at moments t
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -213,3 +214,36 @@ def test_a_ctrl_c_in_the_moment_between_the_commands_own_handling_and_the_end_is
         run_id = _run_of(tmp_path / "r.db")
         assert lines == [f"run {run_id} completed; see `opdsl show {run_id}`", "opdsl: stopped"]
         assert proc.stdout.strip() == "step 1 done, step 2 done"
+
+
+class _CtrlCAfterWrite(io.StringIO):
+    """A stream a Ctrl-C lands on right after its first write, as a signal would."""
+
+    def write(self, text: str) -> int:
+        super().write(text)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_ctrl_c_as_the_result_is_said_leaves_no_line_without_its_end(
+    stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value (stdout) and the line that says the run completed (stderr) each reach their
+    stream in one write: the line that says what the Ctrl-C left starts a line of its own. A
+    full run once printed 'run ... completed; see `opdsl show ...`opdsl: stopped; ...'."""
+    from interpreters import MemoryJournal, run
+    from interpreters.cli._output import report_result
+    from op import Op, emit
+
+    def answer() -> Op[str]:
+        yield from emit("answering")
+        return "forty-two"
+
+    result = run(answer, db=MemoryJournal())
+    caught = _CtrlCAfterWrite()
+    monkeypatch.setattr(sys, "stdout", caught if stream == "stdout" else io.StringIO())
+    monkeypatch.setattr(sys, "stderr", caught if stream == "stderr" else io.StringIO())
+    with pytest.raises(KeyboardInterrupt):
+        report_result(result)
+    said = caught.getvalue()
+    assert said.endswith("\n") and said.count("\n") == 1, repr(said)
