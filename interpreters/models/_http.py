@@ -118,6 +118,19 @@ async def _closed_at_loop_end(
             await client.aclose()
 
 
+class _Pool:
+    """One event loop's clients, their transports, and what closes them as the loop ends."""
+
+    __slots__ = ("clients", "closers", "transports")
+
+    def __init__(
+        self, clients: list[httpx.AsyncClient], transports: list[httpx.AsyncBaseTransport]
+    ) -> None:
+        self.clients = clients
+        self.transports = transports
+        self.closers: list[AsyncGenerator[None, None]] = []
+
+
 _IDLE_LOOPS_KEPT = 4
 """A model keeps the clients of this many asyncio loops left open and not running (the next
 ``run_until_complete`` on one of them finds its clients)."""
@@ -317,17 +330,12 @@ class HttpModel(RemoteModel):
         self.retry = retry or RetryPolicy()
         self.prices = prices or Prices()
         self.max_connections = max_connections
-        #: each running loop's clients and transports (asyncio: by loop; trio: by its token)
-        self._pools: dict[
-            object, tuple[list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]]
-        ] = {}
-        #: what closes each asyncio loop's clients as it ends (by loop, as ``_pools``)
-        self._closers: dict[object, list[AsyncGenerator[None, None]]] = {}
+        #: each running loop's clients (asyncio: by loop; trio: by its token)
+        self._pools: dict[object, _Pool] = {}
         per_shard = max(1, -(-max_connections // _SHARDS))
         self.limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
-        self._clients: (
-            tuple[object, list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]] | None
-        ) = None
+        #: the pool of the loop that asked last, and that loop
+        self._clients: tuple[object, _Pool] | None = None
         self._urls: dict[str, httpx.URL] = {}
         self._secrets: list[str] = []
         #: the user's own client, if one was given: every call goes through it (its proxies,
@@ -392,18 +400,16 @@ class HttpModel(RemoteModel):
         except RuntimeError:  # trio: its own token, the same for the whole of one trio.run
             token, on_asyncio = anyio.lowlevel.current_token().native_token, False
         last = self._clients
-        if last is None or last[0] is not token:
-            pool = self._pools.get(token)
-            if pool is None:
-                pool = await self._new_pool(token, on_asyncio)
-            last = self._clients = (token, *pool)
-        _, clients, transports = last
-        shard = hash(key) % len(clients)
-        return clients[shard], transports[shard]
+        if last is not None and last[0] is token:
+            pool = last[1]
+        else:
+            found = self._pools.get(token)
+            pool = found if found is not None else await self._new_pool(token, on_asyncio)
+            self._clients = (token, pool)
+        shard = hash(key) % len(pool.clients)
+        return pool.clients[shard], pool.transports[shard]
 
-    async def _new_pool(
-        self, token: object, on_asyncio: bool
-    ) -> tuple[list[httpx.AsyncClient], list[httpx.AsyncBaseTransport]]:
+    async def _new_pool(self, token: object, on_asyncio: bool) -> _Pool:
         """The clients of the loop ``token`` names (an asyncio loop, or a trio run's token),
         kept until that loop ends. Each loop has its own, so a model used from two loops at
         once (two threads' runs) never closes the clients the other is using."""
@@ -436,17 +442,16 @@ class HttpModel(RemoteModel):
             httpx.AsyncClient(transport=t, timeout=self.timeout, trust_env=False)
             for t in transports
         ]
-        pool = (clients, transports)
+        pool = _Pool(clients, transports)
         # closed as the loop ends (asyncio and trio both end the async generators still
         # suspended then), so no connection is left open; held with the pool, as the loop
         # keeps only a weak reference to them (one collected would close the clients in use)
         forget = functools.partial(self._forget, token, pool)
-        closers = [_closed_at_loop_end(c, forget) for c in clients]
-        for closer in closers:
+        pool.closers = [_closed_at_loop_end(c, forget) for c in clients]
+        for closer in pool.closers:
             await closer.__anext__()  # runs to its yield: nothing here lets another task in
         self._prune()
         self._pools[token] = pool
-        self._closers[token] = closers
         return pool
 
     def _prune(self) -> None:
@@ -464,14 +469,13 @@ class HttpModel(RemoteModel):
         for token, pool in idle[: max(0, len(idle) - _IDLE_LOOPS_KEPT + 1)]:
             self._forget(token, pool)
 
-    def _forget(self, token: object, pool: tuple[Any, Any]) -> None:
+    def _forget(self, token: object, pool: _Pool) -> None:
         """Drop ``pool``, the clients of the loop ``token`` names, unless that loop has
         another pool by now (one forgotten while the loop was idle, closed when it runs)."""
         if self._pools.get(token) is pool:
             self._pools.pop(token, None)
-            self._closers.pop(token, None)
         last = self._clients
-        if last is not None and last[0] is token and last[1] is pool[0]:
+        if last is not None and last[1] is pool:
             self._clients = None
 
     def _redact(self, text: str) -> str:
