@@ -257,7 +257,7 @@ class SqliteJournal(Journal):
                 # apsw never opens a transaction by itself (as isolation_level=None), and one
                 # connection may be used from any thread (the mutex below keeps them apart)
                 self._db = apsw.Connection(str(self.path))
-                self._set_up(busy_timeout)
+                self._prepare(busy_timeout)
         except apsw.NotADBError:
             raise self._not_a_database(self._db) from None
         except (apsw.BusyError, apsw.LockedError):
@@ -394,7 +394,7 @@ class SqliteJournal(Journal):
                 "missing; restore it from a backup (nothing was changed)"
             )
 
-    def _set_up(self, busy_timeout: float) -> None:
+    def _prepare(self, busy_timeout: float) -> None:
         """WAL mode and this version's tables, tried again while the file is busy, for up to
         ``busy_timeout`` seconds in all. SQLite waits for most locks itself, but answers busy
         at once where waiting could deadlock: a statement that read the file and must now
