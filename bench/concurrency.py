@@ -10,7 +10,9 @@ over the client it is carried on. Targets: opdsl at most 1.5 times the bare clie
 and 2 times at 1,000; the time per request at 1,000 runs within 1.3 times that at 200; under
 100 KB of memory per waiting run. Each figure is the best of two interleaved rounds; the CPU
 time each took (this process's, the server's not counted) is printed beside, as a machine
-shared with other work slows the wall clock more than it does CPU time.
+shared with other work slows the wall clock more than it does CPU time, and so is the time
+Python's garbage collector took in the fastest rounds (and its full collections, which walk
+every object the process holds).
 
     python bench/concurrency.py [RUNS ...]      (default: 200 1000)
 """
@@ -18,6 +20,7 @@ shared with other work slows the wall clock more than it does CPU time.
 from __future__ import annotations
 
 import asyncio
+import gc
 import resource
 import socket
 import subprocess
@@ -48,11 +51,33 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(work: Any) -> tuple[Any, float]:
-    """``asyncio.run(work)``'s value, and the CPU seconds it took."""
+class Collected:
+    """What Python's garbage collector did during a round: its seconds, and how many full
+    collections (those that walk every object the process holds) it made."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.full += info["generation"] == 2
+
+
+def timed(work: Any) -> tuple[Any, float, Collected]:
+    """``asyncio.run(work)``'s value, the CPU seconds it took, and the collector's share."""
+    collected = Collected()
+    gc.callbacks.append(collected)
     before = _cpu()
-    value = asyncio.run(work)
-    return value, _cpu() - before
+    try:
+        value = asyncio.run(work)
+    finally:
+        gc.callbacks.remove(collected)
+    return value, _cpu() - before, collected
 
 
 async def bare_aiohttp(url: str, runs: int) -> float:
@@ -125,29 +150,43 @@ def main() -> int:
     )
     rows = []
     cpu: list[tuple[float, float]] = []
+    collected: list[dict[str, Collected]] = []
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}/v1"
         for runs in sizes:
             # interleaved rounds, the best of each kept: the machine's noise hits them all
             best: dict[str, float] = {}
+            # the collector's share in each kind's fastest round
+            fastest: dict[str, Collected] = {}
             grown = 0
             for _ in range(ROUNDS):
                 folder = Path(tempfile.mkdtemp(prefix="opdsl-bench-"))
-                (journaled, used), journaled_cpu = timed(opdsl(url, runs, folder / "runs.db"))
+                (journaled, used), journaled_cpu, gc_journaled = timed(
+                    opdsl(url, runs, folder / "runs.db")
+                )
                 grown = max(grown, used)
-                bare, bare_cpu = timed(bare_aiohttp(url, runs))
+                bare, bare_cpu, gc_bare = timed(bare_aiohttp(url, runs))
+                (unjournaled, _), _, gc_unjournaled = timed(opdsl(url, runs, None))
                 times: dict[str, float] = {
                     "journaled": journaled,
                     "bare": bare,
                     "journaled cpu": journaled_cpu,
                     "bare cpu": bare_cpu,
-                    "unjournaled": asyncio.run(opdsl(url, runs, None))[0],
+                    "unjournaled": unjournaled,
                     "single": asyncio.run(opdsl(url, runs, folder / "single.db", grouped=False))[0],
                 }
+                for name, collector in (
+                    ("journaled", gc_journaled),
+                    ("bare", gc_bare),
+                    ("unjournaled", gc_unjournaled),
+                ):
+                    if times[name] < best.get(name, float("inf")):
+                        fastest[name] = collector
                 for name, t in times.items():
                     best[name] = min(t, best.get(name, t))
             cpu.append((best["bare cpu"], best["journaled cpu"]))
+            collected.append(fastest)
             rows.append(
                 (
                     runs,
@@ -182,6 +221,16 @@ def main() -> int:
             f"{runs:>6} runs, CPU time: bare aiohttp {bare_cpu:.2f}s, opdsl+SQLite "
             f"{journaled_cpu:.2f}s, ratio {journaled_cpu / bare_cpu:.2f}"
         )
+    for (runs, *_), fastest in zip(rows, collected, strict=True):
+        shown = ", ".join(
+            f"{label} {fastest[name].seconds:.2f}s ({fastest[name].full} full)"
+            for name, label in (
+                ("bare", "bare aiohttp"),
+                ("journaled", "opdsl+SQLite"),
+                ("unjournaled", "no journal"),
+            )
+        )
+        print(f"{runs:>6} runs, garbage collector: {shown}")
     print("targets: ratio at most 1.5 at 200 runs, 2 at 1,000; KB/run under 100")
     if len(rows) >= 2:
         (r1, _, t1, *_), (r2, _, t2, *_) = rows[0], rows[-1]

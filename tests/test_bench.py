@@ -73,6 +73,28 @@ def test_the_concurrency_bench_runs_against_its_server(tmp_path: Path) -> None:
     assert len(calls) == 3 * concurrency.CALLS
 
 
+def test_the_concurrency_bench_times_the_collector_only_during_its_round() -> None:
+    concurrency = _bench("concurrency")
+    import gc
+
+    async def garbage() -> int:
+        for _ in range(3):
+            ring: list[object] = []
+            ring.append(ring)  # a cycle: only the collector frees it
+            del ring
+            gc.collect()
+        return 7
+
+    before = list(gc.callbacks)
+    value, cpu, collected = concurrency.timed(garbage())
+    assert value == 7 and cpu >= 0
+    assert collected.full >= 3 and collected.seconds > 0
+    assert gc.callbacks == before  # nothing of the round's is left counting
+    full, seconds = collected.full, collected.seconds
+    gc.collect()
+    assert (collected.full, collected.seconds) == (full, seconds)
+
+
 def test_the_growth_bench_measures_a_journal_and_its_readers(tmp_path: Path) -> None:
     growth = _bench("growth")
     size, content, whole, model = growth.journaled(6, 400, tmp_path / "kb.db")
