@@ -13,7 +13,10 @@ matching prefix wins)::
 
     {"qwen3": {"input": 0.2, "output": 0.6, "cached_input": 0.02, "cache_write": 0.25}}
 
-``cached_input`` (a cache read) and ``cache_write`` default to the ``input`` price.
+A name with a ``/`` is a prefix of the model's whole name (``meta-llama/Llama-3-70b``); one
+without, of the part after the model's last ``/`` (``qwen3`` prices ``qwen/qwen3-8b``).
+``input`` and ``output`` are required (an entry without them would price its model at
+zero); ``cached_input`` (a cache read) and ``cache_write`` default to the ``input`` price.
 
 A model no table knows has an unknown cost (None), never zero. A model served on this
 machine (Ollama) is priced only by the first two: a local model that shares a name with a
@@ -145,12 +148,18 @@ def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
             f"{source}: unknown key {sorted(unknown)[0]!r} "
             "(the keys are input, output, cached_input and cache_write)"
         )
-    given = rate("input", 0.0)
+    for key in ("input", "output"):
+        if key not in rates:
+            raise ValueError(
+                f"{source}: no {key!r} price (input and output are required, in USD per "
+                "million tokens; 0 for a model that costs nothing)"
+            )
+    given = rate("input")
     return Price(
         model=model,
         source=source,
         input=given,
-        output=rate("output", 0.0),
+        output=rate("output"),
         cache_read=rate("cached_input", given),
         cache_write=rate("cache_write", given),
     )
@@ -192,7 +201,8 @@ class Prices:
             for name, rates in table.items():
                 if not name.startswith("_"):
                     entries[name] = _entry(name, f"the price table given: {name}", rates)
-        #: USD per million tokens by model name (the longest matching prefix wins)
+        #: USD per million tokens by model name (the longest matching prefix wins; a name
+        #: without a '/' is matched against the part after the model's last '/')
         self.table = entries
         self.kept = kept
         self._found: dict[tuple[str, str | None, str | None], Any] = {}
@@ -212,6 +222,10 @@ class Prices:
                 table = json.load(f)
         except (OSError, ValueError) as exc:
             raise ValueError(f"OPDSL_PRICES={path}: cannot read the price table: {exc}") from None
+        except RecursionError:  # JSON nested deeper than the parser's stack
+            raise ValueError(
+                f"OPDSL_PRICES={path}: cannot read the price table: its JSON is nested too deeply"
+            ) from None
         if not isinstance(table, dict):
             raise ValueError(
                 f"OPDSL_PRICES={path}: cannot read the price table: expected a JSON object "
@@ -233,8 +247,14 @@ class Prices:
     ) -> Price | None:
         """The price of ``model`` as ``provider`` serves it from ``base_url`` (where known),
         on the day ``at`` (default: now); None when no table knows it."""
+        # a key with a '/' is matched against the whole name, one without against the part
+        # after its last '/'; of two keys as long, the one without a '/' matched more of it
         name = model.rsplit("/", 1)[-1]
-        best = max((k for k in self.table if name.startswith(k)), key=len, default=None)
+        best = max(
+            (k for k in self.table if (model if "/" in k else name).startswith(k)),
+            key=lambda k: (len(k), "/" not in k),
+            default=None,
+        )
         if best is not None:
             return self.table[best]
         if not self.kept or provider in LOCAL_PROVIDERS:

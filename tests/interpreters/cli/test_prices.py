@@ -199,3 +199,69 @@ def test_a_usd_budget_stops_a_local_model_named_like_an_api_model_before_calling
         stopped.exceeded == "usd"
         and "no price is known for model 'deepseek-r1:7b'" in stopped.reason
     )
+
+
+def test_a_model_named_with_a_slash_is_priced_by_the_key_opdsl_advises(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM and OpenRouter name a model ``maker/model``: the key ``opdsl prices`` says to give
+    is the whole name, and once given it prices the model, in ``opdsl prices`` and for a
+    usd budget, which refuses the call until then."""
+    table = tmp_path / "prices.json"
+    for spec in ("openai-compatible:meta-llama/Llama-3-70b@http://127.0.0.1:9/v1", 'my"odd\\model'):
+        monkeypatch.delenv("OPDSL_PRICES", raising=False)
+        code, out, _ = opdsl(capsys, "prices", spec)
+        assert code == 1 and "no known price" in out
+        # doing what it says: the JSON it shows, with numbers filled in
+        advice = out.strip().split("named by OPDSL_PRICES: ", 1)[1]
+        table.write_text(advice.replace("USD_PER_M", "1.0"))
+        monkeypatch.setenv("OPDSL_PRICES", str(table))
+        code, out, _ = opdsl(capsys, "prices", spec, "--input", "1000000", "--output", "1000000")
+        assert code == 0, out
+        assert f"price from OPDSL_PRICES={table}: " in out and ": $2.000000" in out
+
+    # a usd budget: refused before the call, then priced by the key the refusal gives
+    monkeypatch.delenv("OPDSL_PRICES")
+    model = "meta-llama/Llama-3-70b"
+    with ScriptedServer([openai("x", model=model)]) as srv:
+        refused = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
+        assert srv.requests == []
+    stopped = refused.value.failure()  # type: ignore[attr-defined]
+    assert stopped.exceeded == "usd" and "OPDSL_PRICES" in stopped.reason
+    advice = stopped.reason.split("named by OPDSL_PRICES: ", 1)[1]
+    table.write_text(advice.replace("USD_PER_M", "1.0"))
+    assert json.loads(table.read_text()) == {model: {"input": 1.0, "output": 1.0}}
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    with ScriptedServer([openai("x", model=model, usage=(1000, 500, 0))]) as srv:
+        priced = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
+        assert len(srv.requests) == 1
+    assert priced.value.unwrap() == "x"  # type: ignore[attr-defined]
+    assert priced.totals.cost_usd == pytest.approx(1500 / 1e6)
+    assert priced.totals.price_sources == (f"OPDSL_PRICES={table}: {model}",)
+
+
+@pytest.mark.parametrize(
+    ("text", "wrong"),
+    [
+        (
+            "[" * 200_000 + "]" * 200_000,
+            "cannot read the price table: its JSON is nested too deeply",
+        ),
+        ('{"m": {}}', "m: no 'input' price"),
+        ('{"m": {"input": 1.0}}', "m: no 'output' price"),
+    ],
+)
+def test_a_price_file_too_deep_or_without_a_price_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    wrong: str,
+) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text(text)
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    code, out, err = opdsl(capsys, "prices", "m", "--input", "1000")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"opdsl: error: OPDSL_PRICES={table}: {wrong}")
+    assert len(err.strip().splitlines()) == 1

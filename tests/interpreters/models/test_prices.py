@@ -1,9 +1,12 @@
 """The price table underneath every priced call: a kept-table price is built once a day, not
-on every call, and the rates it shows above a tier are the rates it charges there."""
+on every call, and the rates it shows above a tier are the rates it charges there; the user's
+keys match models by name, '/' and all; a broken price file is an error naming it."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +124,79 @@ def test_a_calls_price_is_looked_up_once_per_names_and_day(
     assert (
         table.priced("server-name", usage, asked="gpt-4.1-mini", provider="openai").cost_usd == 5.0
     )
+
+
+def test_a_key_with_a_slash_prices_the_model_of_that_whole_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served by vLLM, Together or OpenRouter, a model's name has its maker before a '/': the
+    user's key for that whole name prices it, over any shorter key; a key without a '/'
+    still prices a model by the part of its name after the last '/'."""
+    table = tmp_path / "prices.json"
+    table.write_text(
+        json.dumps(
+            {
+                "meta-llama/Llama-3-70b": {"input": 1.0, "output": 2.0},
+                "Llama-3": {"input": 3.0, "output": 4.0},
+                "qwen3": {"input": 5.0, "output": 6.0},
+                "mistralai/": {"input": 7.0, "output": 8.0},
+                "Mistral-7B": {"input": 0.5, "output": 0.5},
+            }
+        )
+    )
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    prices = Prices(kept=False)
+
+    def rates(model: str) -> tuple[float, float] | None:
+        price = prices.price(model)
+        return None if price is None else (price.input, price.output)
+
+    assert rates("meta-llama/Llama-3-70b") == (1.0, 2.0)
+    assert rates("meta-llama/Llama-3-70b-Instruct") == (1.0, 2.0)  # a prefix, as ever
+    # another maker's model of that name is not priced by this maker's key
+    assert rates("other/Llama-3-70b") == (3.0, 4.0)
+    assert rates("Llama-3-70b") == (3.0, 4.0)
+    # keys without a '/' match as before: the part after the last '/', the longest winning
+    assert rates("qwen3:8b") == rates("qwen/qwen3-8b") == (5.0, 6.0)
+    assert rates("mistralai/Mixtral-8x7B") == (7.0, 8.0)
+    # of two keys as long, the one without a '/' matched more of the name
+    assert len("mistralai/") == len("Mistral-7B")
+    assert rates("mistralai/Mistral-7B-v0.3") == (0.5, 0.5)
+    assert rates("meta-llama") is None and rates("llama/") is None
+    price = prices.price("meta-llama/Llama-3-70b")
+    assert price is not None and price.source == f"OPDSL_PRICES={table}: meta-llama/Llama-3-70b"
+
+
+def test_a_price_file_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError) as caught:
+        Prices.read(str(table))
+    assert str(caught.value) == (
+        f"OPDSL_PRICES={table}: cannot read the price table: its JSON is nested too deeply"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rates", "missing"),
+    [({}, "input"), ({"output": 2.0}, "input"), ({"input": 1.0, "cached_input": 0.1}, "output")],
+)
+def test_an_entry_without_an_input_or_output_price_is_refused_not_priced_at_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rates: dict[str, float], missing: str
+) -> None:
+    """A usd budget fails closed on a model with no price: an entry that leaves out a price
+    is refused by name, where it would have priced the model's calls at nothing."""
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"m": rates}))
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    wanted = (
+        f"OPDSL_PRICES={table}: m: no {missing!r} price (input and output are required, "
+        "in USD per million tokens; 0 for a model that costs nothing)"
+    )
+    with pytest.raises(ValueError) as caught:
+        Prices()
+    assert str(caught.value) == wanted
+    with pytest.raises(ValueError, match=f"the price table given: m: no {missing!r} price"):
+        Prices({"m": rates})
+    # a model that costs nothing says so
+    assert Prices({"m": {"input": 0, "output": 0}}, kept=False).cost("m", Usage()) == 0.0
