@@ -11,15 +11,80 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import final
 
-__all__ = ["REDACTED", "SECRET_MARKERS", "Redactor", "looks_secret"]
+__all__ = ["REDACTED", "SECRET_MARKERS", "Redactor", "looks_secret", "without_passwords"]
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 REDACTED = "[redacted]"
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@\"']+:)([^\s@/\"']+)(@)")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_WORD = re.compile(r"[^\s\"']+")
+_USER_END = re.compile(r"[:/@]")
 _MIN_LENGTH = 6  # shorter values would redact ordinary words
+
+
+def _urls(text: str, start: int, end: int) -> Iterator[int]:
+    """Where each ``://`` of ``text[start:end]`` that follows a scheme's character lies."""
+    i = text.find("://", start, end)
+    while i >= 0:
+        if i > start and text[i - 1] in _SCHEME_CHARS:
+            yield i
+        i = text.find("://", i + 3, end)
+
+
+def _running_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the passwords of URLs in running text lie: in each word (no space or quote) that
+    holds one, from after its first ``scheme://user:`` to the word's last ``@`` (a password
+    may hold a ``/``, a ``:`` or an ``@``). Each character is looked at a bounded number of
+    times, whatever the text holds (a pattern that backtracks took seconds on 100 KB of a
+    tool's hostile output)."""
+    for word in _WORD.finditer(text):
+        start, end = word.span()
+        at = text.rfind("@", start, end)
+        if at < 0:
+            continue
+        for i in _urls(text, start, at):
+            user_end = _USER_END.search(text, i + 3, at + 1)
+            if user_end is not None and user_end.group() == ":" and user_end.end() < at:
+                yield user_end.end(), at
+                break
+
+
+def _password_spans(value: str) -> list[tuple[int, int]]:
+    """Where the passwords of the URLs in ``value``, a whole value (an environment variable's),
+    lie: each from after ``scheme://user:`` to the last ``@`` before the next URL, whatever it
+    holds (a ``/``, a space, a tab, an ``@``), so a URL that does not parse hides it too."""
+    starts = [*_urls(value, 0, len(value)), len(value)]
+    spans = []
+    for start, end in zip(starts, starts[1:], strict=False):
+        user = start + 3
+        at = value.rfind("@", user, end)
+        colon = value.find(":", user, at) if at >= 0 else -1
+        if colon >= 0:
+            spans.append((colon + 1, at))
+    return spans
+
+
+def without_passwords(value: str) -> str:
+    """``value``, a whole value (an environment variable's), with the password of each URL in
+    it redacted, however malformed the URL.
+
+    Example:
+        >>> without_passwords("http://me:pa/ss word@proxy:3128")
+        'http://me:[redacted]@proxy:3128'
+    """
+    return _replaced(value, _password_spans(value))
+
+
+def _replaced(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """``text`` with each of ``spans`` (in order, apart) replaced by :data:`REDACTED`."""
+    parts: list[str] = []
+    kept = 0
+    for start, end in spans:
+        parts += (text[kept:start], REDACTED)
+        kept = end
+    return "".join(parts) + text[kept:]
 
 
 def looks_secret(name: str, extra: Iterable[str] = ()) -> bool:
@@ -52,7 +117,8 @@ class Redactor:
         extra = tuple(extra_names)
         secrets = [v for n, v in env.items() if looks_secret(n, extra)]
         for value in env.values():  # credentials inside URLs, whatever the variable's name
-            secrets += [m.group(2) for m in _URL_PASSWORD.finditer(value)]
+            spans = [*_running_spans(value), *_password_spans(value)]
+            secrets += [value[start:end] for start, end in spans]
         return cls(secrets)
 
     def __call__(self, text: str) -> str:
@@ -60,7 +126,7 @@ class Redactor:
             if secret in text:
                 text = text.replace(secret, REDACTED)
         if "@" in text and "://" in text:
-            text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+            text = _replaced(text, _running_spans(text))
         return text
 
     def optional(self, text: str | None) -> str | None:

@@ -338,6 +338,8 @@ class HttpModel(RemoteModel):
         self._clients: tuple[object, _Pool] | None = None
         self._urls: dict[str, httpx.URL] = {}
         self._secrets: list[str] = []
+        #: the proxies of the last pool made (none with the user's client)
+        self._routes: ProxyRoutes | None = None
         #: the user's own client, if one was given: every call goes through it (its proxies,
         #: CAs, client certificates and event hooks), and opdsl never closes it
         self.http_client = http_client
@@ -423,7 +425,7 @@ class HttpModel(RemoteModel):
             routes = ProxyRoutes()
         except ValueError as exc:
             raise self.error(str(exc)) from None
-        self._secrets = routes.secrets
+        self._secrets, self._routes = routes.secrets, routes
         transports: list[httpx.AsyncBaseTransport]
         if on_asyncio and forced is None:
             transports = [
@@ -481,7 +483,7 @@ class HttpModel(RemoteModel):
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
             text = text.replace(self.api_key, "***")
-        for secret in self._secrets:  # a proxy's password, wherever an error quotes it
+        for secret in self._secrets:  # a proxy's credentials, wherever an error quotes them
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
         # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
@@ -493,7 +495,10 @@ class HttpModel(RemoteModel):
         where = f"model {self.spec}"
         head = f"{where}: HTTP {status}" if status is not None else where
         return ProviderError(
-            self._redact(f"{head}: {message}"), status=status, retryable=retryable, detail=message
+            self._redact(f"{head}: {message}"),
+            status=status,
+            retryable=retryable,
+            detail=self._redact(message),
         )
 
     # -- what a provider gives: its wire format ------------------------------------------------
@@ -633,7 +638,7 @@ class HttpModel(RemoteModel):
                 seconds,
             )
         if status >= 400:
-            raise self._refusal(status, answered, raw)
+            raise self._refusal(status, answered, raw, url)
         return self._whole(status, raw)  # decoded by the transport, within the cap
 
     async def _send(
@@ -671,7 +676,7 @@ class HttpModel(RemoteModel):
                 if status >= 400:
                     cut = min(self.max_answer_bytes, ERROR_BODY)
                     raise self._refusal(
-                        status, response.headers, await _body(response, cut, cut=True)
+                        status, response.headers, await _body(response, cut, cut=True), url
                     )
                 try:
                     if not stream:
@@ -712,10 +717,21 @@ class HttpModel(RemoteModel):
             what = "the stream was cut" if cut else f"cannot reach {self.base_url}"
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
 
-    def _refusal(self, status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
-        """The error for an answer with an error status."""
+    def _refusal(
+        self, status: int, headers: Mapping[str, str], body: bytes, url: str | None = None
+    ) -> ProviderError:
+        """The error for an answer with an error status (to a request for ``url``)."""
         text = body.decode("utf-8", "replace")
-        err = self.error(self.message_of(text), status, retryable=retryable(status, headers, text))
+        message = self.message_of(text)
+        proxy = None
+        if status == 407 and url is not None and self._routes is not None:
+            proxy = self._routes(self._target(url))
+        if proxy is not None:  # a proxy that forwards requests (plain http) wants credentials
+            message = (
+                f"the proxy {proxy.url} ({proxy.variable}) refused the request "
+                f"(its credentials?): {message}"
+            )
+        err = self.error(message, status, retryable=retryable(status, headers, text))
         err.headers = headers  # type: ignore[attr-defined]
         return err
 

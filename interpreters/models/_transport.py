@@ -41,12 +41,10 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.helpers import TimerNoop
 from yarl import URL
 
-from interpreters._redact import Redactor
+from interpreters._redact import without_passwords
 from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 
 __all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes"]
-
-_SCRUB = Redactor()
 
 
 class ProxyRefused(httpx.ProxyError):
@@ -73,6 +71,21 @@ class Proxy:
             return None
         return {"proxy-authorization": self.authorization}
 
+    @functools.cached_property
+    def secrets(self) -> tuple[str, ...]:
+        """What never appears in an error, longest first: ``Proxy-Authorization``'s value, its
+        base64 part (a proxy may quote it back in its answer) and the password."""
+        if self.authorization is None:
+            return ()
+        found = (self.authorization, self.authorization.partition(" ")[2], self.password or "")
+        return tuple(s for s in found if len(s) >= 4)
+
+    def scrubbed(self, text: str) -> str:
+        """``text`` without the proxy's credentials (an answer of its that quotes them)."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
 
 class ProxyRoutes:
     """Which proxy a URL goes through, from the environment as it was when this was made:
@@ -93,8 +106,9 @@ class ProxyRoutes:
 
     @property
     def secrets(self) -> list[str]:
-        """The proxies' passwords: never in an error."""
-        return [p.password for p in self._proxies.values() if p.password]
+        """The proxies' credentials (passwords, ``Proxy-Authorization`` values and their base64
+        parts): never in an error."""
+        return [s for p in self._proxies.values() for s in p.secrets]
 
     def __call__(self, url: httpx.URL) -> Proxy | None:
         key = (url.scheme, url.host, url.port)
@@ -114,7 +128,7 @@ def _bypassed(url: httpx.URL, entry: str) -> bool:
         return True
     host = url.host.lower()
     name, _, port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
-    if port and url.port != int(port):
+    if port and (url.port or _DEFAULT_PORTS.get(url.scheme)) != int(port):
         return False
     name = name.strip("[]").removeprefix("*").lstrip(".")
     if "/" in name:
@@ -122,6 +136,10 @@ def _bypassed(url: httpx.URL, entry: str) -> bool:
             return ipaddress.ip_address(host) in ipaddress.ip_network(name, strict=False)
         return False
     return host == name or host.endswith("." + name)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+"""The port of a URL that names none (httpx drops a default port it is given)."""
 
 
 def _has_port(entry: str) -> bool:
@@ -136,22 +154,27 @@ def _proxy(variable: str, raw: str) -> Proxy:
     """A proxy's URL as a variable gives it (``proxy:3128`` is ``http://proxy:3128``)."""
     if "://" not in raw:
         raw = "http://" + raw
+    # the password is never shown, whatever it holds (a "/", a space: a URL that does not parse)
+    shown = without_passwords(raw)
     try:
         url = httpx.URL(raw)
     except httpx.InvalidURL:
         url = None
     if url is None or not url.host:
-        raise ValueError(f"{variable}={_SCRUB(raw)!r} is not a proxy's URL")
+        raise ValueError(f"{variable}={shown!r} is not a proxy's URL")
     if url.scheme != "http":
         raise ValueError(
-            f"{variable}={_SCRUB(raw)!r}: model calls go through http:// proxies only "
+            f"{variable}={shown!r}: model calls go through http:// proxies only "
             "(the tunnel to an https server is made with CONNECT through them)"
         )
+    if url.port is not None and not 0 < url.port < 65536:
+        raise ValueError(f"{variable}={shown!r}: the port {url.port} is not 1 to 65535")
     authorization = password = None
     if url.username or url.password:
         pair = f"{url.username}:{url.password}".encode()
         authorization = "Basic " + base64.b64encode(pair).decode()
         password = url.password or None
+    if url.userinfo:
         url = url.copy_with(username=None, password=None)
     return Proxy(str(url).rstrip("/"), variable, authorization, password)
 
@@ -213,9 +236,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     ) -> aiohttp.ClientResponse:
         """``body`` sent on a connection from the pool, and its answer's head read."""
         proxy = self._routes(url)
-        with _Errors(url, proxy):
-            if url.scheme not in ("http", "https"):
-                raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        if url.scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        if proxy is not None and proxy.authorization is not None and url.scheme == "http":
+            # aiohttp puts proxy_headers on a CONNECT only: a request the proxy forwards (no
+            # tunnel, plain http) carries the credentials itself
+            items = headers.items() if isinstance(headers, dict) else headers
+            headers = [*items, ("proxy-authorization", proxy.authorization)]
+        tunnelled = False  # a CONNECT's answer is the proxy's; after it, the server's
+        try:
             request = ClientRequest(
                 method,
                 self._url(url),
@@ -236,6 +265,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 )
             except TimeoutError:  # the connector's own (the call's deadline is a cancel)
                 raise aiohttp.ConnectionTimeoutError() from None
+            tunnelled = url.scheme == "https"
             protocol = conn.protocol
             assert protocol is not None
             protocol.set_response_params(
@@ -254,12 +284,16 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 conn.close()
                 raise
-        if answer.status == 101:
-            answer.close()
-            raise httpx.RemoteProtocolError(
-                f"{url.host} upgraded the connection (101), which a model call never asks for"
-            )
-        return answer
+        except aiohttp.ClientError as exc:
+            failed = _translated(exc, url, proxy, at_proxy=proxy is not None and not tunnelled)
+        else:
+            if answer.status == 101:
+                answer.close()
+                raise httpx.RemoteProtocolError(
+                    f"{url.host} upgraded the connection (101), which a model call never asks for"
+                )
+            return answer
+        raise failed  # out of the except block: see _translated
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         headers = request.headers.multi_items()
@@ -301,13 +335,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             whole = False
             try:
                 encoding = answer.headers.get("content-encoding", "").encode("latin-1")
-                with _Errors(url, self._routes(url), answered=True):
+                try:
                     if answer.status >= 400:
                         data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
                     else:
                         data = await _read(answer, encoding, limit)
                         whole = True
-                return answer.status, answer.headers, data
+                except aiohttp.ClientError as exc:
+                    failed = _translated(exc, url, self._routes(url), answered=True)
+                else:
+                    return answer.status, answer.headers, data
+                raise failed  # out of the except block: see _translated
             finally:
                 if whole:
                     answer.release()
@@ -368,10 +406,15 @@ class _Answer(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         content = self._answer.content
-        with _Errors(self._url, self._proxy, answered=True):
+        try:
             while chunk := await content.readany():
                 yield chunk
-        self._done = True
+        except aiohttp.ClientError as exc:
+            failed = _translated(exc, self._url, self._proxy, answered=True)
+        else:
+            self._done = True
+            return
+        raise failed  # out of the except block: see _translated
 
     async def aclose(self) -> None:
         if self._done:
@@ -380,65 +423,67 @@ class _Answer(httpx.AsyncByteStream):
             self._answer.close()
 
 
-class _Errors:
-    """aiohttp's errors as httpx's, saying what went wrong (a proxy named without its
-    credentials). A class, not a generator: it is entered on every call."""
+def _translated(
+    error: aiohttp.ClientError,
+    url: httpx.URL,
+    proxy: Proxy | None,
+    *,
+    answered: bool = False,
+    at_proxy: bool = False,
+) -> httpx.TransportError:
+    """aiohttp's ``error`` as httpx's, saying what went wrong: the proxy named (without its
+    credentials) where it is what failed (``at_proxy``: its answer to a CONNECT, or to a
+    request it forwards), and nothing it quoted of them.
 
-    __slots__ = ("_answered", "_proxy", "_url")
-
-    def __init__(self, url: httpx.URL, proxy: Proxy | None, *, answered: bool = False) -> None:
-        self._url = url
-        self._proxy = proxy
-        self._answered = answered
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if isinstance(exc, aiohttp.ClientError):
-            _translate(exc, self._url, self._proxy, self._answered)
-
-
-def _translate(
-    error: aiohttp.ClientError, url: httpx.URL, proxy: Proxy | None, answered: bool
-) -> None:
-    where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+    The error is returned, for the caller to raise outside its ``except`` block: raised in
+    it, it would keep aiohttp's as its ``__context__`` (``from None`` only hides it), and
+    that one's ``request_info`` holds the ``Proxy-Authorization`` header."""
+    where = f"{url.host}:{url.port or _DEFAULT_PORTS.get(url.scheme, 80)}"
     via = "" if proxy is None else f" through the proxy {_named(proxy)}"
-    try:
-        raise error
-    except aiohttp.ClientHttpProxyError as exc:
-        raise ProxyRefused(
-            f"the proxy {_named(proxy)} refused the tunnel to {where}: {exc.status} {exc.message}"
-        ) from None
-    except aiohttp.ClientProxyConnectionError as exc:
-        raise httpx.ProxyError(
-            f"cannot connect to the proxy {_named(proxy)}: {_os_error(exc)}"
-        ) from None
-    except aiohttp.ClientConnectorError as exc:  # a TLS handshake's failure is one too
-        raise httpx.ConnectError(f"cannot connect to {where}{via}: {_os_error(exc)}") from None
-    except aiohttp.ConnectionTimeoutError:
-        raise httpx.ConnectTimeout(f"cannot connect to {where}{via} in time") from None
-    except aiohttp.ServerTimeoutError:
-        raise httpx.ReadTimeout(f"no answer from {where} in time") from None
-    except aiohttp.ServerDisconnectedError:
-        what = "mid-answer" if answered else "unanswered"
-        raise httpx.RemoteProtocolError(f"{where} closed the connection {what}") from None
-    except aiohttp.ClientPayloadError as exc:
-        raise httpx.RemoteProtocolError(
-            f"the answer's body is broken or was cut short (the server closed the connection "
-            f"mid-answer?): {_cause(exc)}"
-        ) from None
-    except aiohttp.ClientResponseError as exc:  # the parser's: not HTTP, a head too long, ...
-        said = " ".join(str(exc.message).split())
-        raise httpx.RemoteProtocolError(f"a malformed answer: {said[:200]}") from None
-    except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
-        raise httpx.UnsupportedProtocol(f"not a URL opdsl can send to: {exc}") from None
-    except aiohttp.ClientOSError as exc:
-        raise httpx.ReadError(f"the connection to {where}{via} failed: {_os_error(exc)}") from None
-    except aiohttp.ClientError as exc:
-        raise httpx.TransportError(f"{type(exc).__name__}: {exc}") from None
+    kind: type[httpx.TransportError] = httpx.RemoteProtocolError
+    match error:
+        case aiohttp.ClientHttpProxyError():
+            kind = ProxyRefused
+            said = f"the proxy {_named(proxy)} refused the tunnel to {where}: {error.status}"
+            said += f" {error.message}"
+        case aiohttp.ClientProxyConnectionError():
+            kind = httpx.ProxyError
+            said = f"cannot connect to the proxy {_named(proxy)}: {_os_error(error)}"
+        case aiohttp.ClientConnectorError():  # a TLS handshake's failure is one too
+            kind = httpx.ConnectError
+            said = f"cannot connect to {where}{via}: {_os_error(error)}"
+        case aiohttp.ConnectionTimeoutError():
+            kind = httpx.ConnectTimeout
+            said = f"cannot connect to {where}{via} in time"
+        case aiohttp.ServerTimeoutError():
+            kind = httpx.ReadTimeout
+            said = f"no answer from {where} in time"
+        case aiohttp.ServerDisconnectedError() if at_proxy and not answered:
+            said = f"the proxy {_named(proxy)} closed the connection unanswered"
+            said += f", on the way to {where}"
+        case aiohttp.ServerDisconnectedError():
+            said = f"{where} closed the connection {'mid-answer' if answered else 'unanswered'}"
+        case aiohttp.ClientPayloadError():
+            said = (
+                "the answer's body is broken or was cut short (the server closed the "
+                f"connection mid-answer?): {_cause(error)}"
+            )
+        case aiohttp.ClientResponseError():  # the parser's: not HTTP, a head too long, ...
+            told = " ".join(str(error.message).split())[:200]
+            said = f"a malformed answer: {told}"
+            if at_proxy and not answered:
+                said = f"a malformed answer from the proxy {_named(proxy)}, on the way to "
+                said += f"{where}: {told}"
+        case aiohttp.InvalidURL() | aiohttp.NonHttpUrlClientError():
+            kind = httpx.UnsupportedProtocol
+            said = f"not a URL opdsl can send to: {error}"
+        case aiohttp.ClientOSError():
+            kind = httpx.ReadError
+            said = f"the connection to {where}{via} failed: {_os_error(error)}"
+        case _:
+            kind = httpx.TransportError
+            said = f"{type(error).__name__}: {error}"
+    return kind(said if proxy is None else proxy.scrubbed(said))
 
 
 def _named(proxy: Proxy | None) -> str:
@@ -484,14 +529,20 @@ class HttpxTransport(httpx.AsyncBaseTransport):
                 verify=self._ssl,
                 proxy=httpx.Proxy(proxy.url, headers=headers),
             )
+        failed: httpx.TransportError
         try:
             return await transport.handle_async_request(request)
         except httpx.ProxyError as exc:  # httpx's: the proxy answered CONNECT with an error
-            raise ProxyRefused(f"the proxy {_named(proxy)} refused the tunnel: {exc}") from None
+            said = proxy.scrubbed(str(exc))  # its answer may quote the credentials
+            failed = ProxyRefused(f"the proxy {_named(proxy)} refused the tunnel: {said}")
         except httpx.ConnectError as exc:
-            raise httpx.ProxyError(
-                f"cannot connect through the proxy {_named(proxy)}: {exc}"
-            ) from None
+            said = proxy.scrubbed(str(exc))
+            failed = httpx.ProxyError(f"cannot connect through the proxy {_named(proxy)}: {said}")
+        except httpx.RemoteProtocolError as exc:  # the proxy's answer, or the server's through it
+            said = proxy.scrubbed(str(exc))
+            failed = httpx.RemoteProtocolError(f"{said} (through the proxy {_named(proxy)})")
+        # raised out of the except blocks: httpx's errors stay off the chain (__context__)
+        raise failed
 
     async def aclose(self) -> None:
         for transport in (self._direct, *self._proxied.values()):

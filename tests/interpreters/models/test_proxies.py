@@ -257,6 +257,12 @@ def test_no_proxy_sends_a_call_straight_to_its_server(
         ("example.com", "https://notexample.com/v1", False),
         ("*.example.com", "https://a.example.com/v1", True),
         ("127.0.0.1:8080", "http://127.0.0.1:9090/v1", False),
+        # a URL without a port has its scheme's
+        ("api.example.com:443", "https://api.example.com/v1", True),
+        ("api.example.com:443", "https://api.example.com:443/v1", True),
+        ("127.0.0.1:80", "http://127.0.0.1/v1", True),
+        ("api.example.com:443", "http://api.example.com/v1", False),
+        ("api.example.com:80", "https://api.example.com/v1", False),
         ("10.0.0.0/8", "http://10.1.2.3/v1", True),
         ("10.0.0.0/8", "http://11.1.2.3/v1", False),
         ("[::1]", "http://[::1]:8000/v1", True),
