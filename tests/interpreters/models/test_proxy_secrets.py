@@ -6,7 +6,6 @@ proxy URLs that do not parse, or name a port no proxy can have."""
 from __future__ import annotations
 
 import base64
-import sqlite3
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +15,11 @@ import pytest
 
 from interpreters import run
 from interpreters._redact import Redactor, without_passwords
+from interpreters.journal._content import ContentError, kept_body
 from interpreters.models import OpenAIModel, ProviderError, RetryPolicy
 from interpreters.models._transport import ProxyRoutes
 from op import Op, infer
+from tests.helpers import RawJournal
 from tests.interpreters.models.raw import Conn, RawServer
 from tests.interpreters.models.test_proxies import PROXY_VARIABLES, ForwardProxy
 from tests.servers import ScriptedServer, openai
@@ -93,11 +94,24 @@ def _everything_said(error: BaseException) -> Iterator[str]:
 
 
 def _journal(path: Path) -> str:
-    con = sqlite3.connect(path)
+    """Every value the journal file holds, as text: a compressed one unpacked, a piece's hash
+    as hex."""
+    raw = RawJournal(path, read_only=True)
+    said = []
     try:
-        return "\n".join(con.iterdump())
+        tables = [t for (t,) in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for row in raw.execute(f"SELECT * FROM {table}"):
+                for value in row:
+                    if isinstance(value, bytes):
+                        try:
+                            value = kept_body(value, table)
+                        except ContentError:
+                            value = value.hex()
+                    said.append(str(value))
     finally:
-        con.close()
+        raw.close()
+    return "\n".join(said)
 
 
 def _assert_no_credentials(error: BaseException, *more: str) -> None:
