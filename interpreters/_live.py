@@ -25,11 +25,13 @@ from interpreters.runtime._frame import Call, RunHandlers, WaitingForAnswer
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import ToolLike, ToolRegistry
+from interpreters.tools._mcp import PREFIX_HINT, server_of
 from interpreters.tools._workspace import Workspace, say_once
 from op import (
     Agent,
     Ask,
     Checkpoint,
+    DuplicateTool,
     Emit,
     Infer,
     ModelError,
@@ -83,13 +85,20 @@ class LiveHandlers(RunHandlers):
         self.answers = dict(answers or {})
         self.workspace = workspace
         self.tools = tools or ToolRegistry()
-        #: the workspace's own tools among them (a tool of the same name given is not one)
+        #: the workspace's own tools among them (a tool of the same name given is not one;
+        #: an MCP server's of the same name is refused: it would pass by the workspace's guards)
         self.workspace_tools: set[str] = set()
         if workspace is not None:
             for t in (*workspace.tools(), *workspace.program_tools()):
-                if self.tools.get(t.name) is None:
+                given = self.tools.get(t.name)
+                if given is None:
                     self.tools.add(t)
                     self.workspace_tools.add(t.name)
+                elif (server := server_of(given)) is not None:
+                    raise DuplicateTool(
+                        f"MCP server {server!r} offers {t.name!r}, the name of a workspace tool; "
+                        f"give the server a prefix of its own {PREFIX_HINT}"
+                    )
         self.agents = {**backends(), **dict(agents or {})}
         self.answer = answer
 

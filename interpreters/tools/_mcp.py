@@ -6,10 +6,11 @@ Rules, in one place:
 1. A tool is named ``SERVER_TOOL`` (``git_git_status``), or the prefix the user gives and the
    tool's own name. Model APIs take only letters, digits, ``_`` and ``-`` in a tool's name, so a
    ``.`` or ``/`` in the server's name for it becomes ``_``; a name with anything else in it
-   (markup, spaces), longer than 64 characters, or offered twice, is left out with a warning,
-   as is a tool whose input schema is not a JSON Schema of an object. Two tools that end up
-   with one name (across servers, or beside the run's own) are refused at the start
-   (``DuplicateTool``).
+   (markup, spaces), longer than 64 characters, offered twice, or that becomes the name of
+   another of the server's tools (``a.b`` and ``a_b``), is left out with a warning, as is a
+   tool whose input schema is not a JSON Schema of an object. Two tools that end up with one
+   name (across servers, or beside the run's own: its tools, its workspace's) are refused at
+   the start (``DuplicateTool``).
 2. A model is offered the server's own JSON Schema; arguments that do not fit it are refused
    before they reach the server, as a ``ToolResult`` error the model can read.
 3. A call is a ``tool`` effect like any other: journaled, budgeted, redacted, replayed from the
@@ -21,7 +22,10 @@ Rules, in one place:
    sent a message over :data:`MAX_MESSAGE` bytes (a stdio server's line; an HTTP server's
    JSON body, or one event of its SSE stream) or, over HTTP, a compressed answer it was not
    asked for: it is stopped (an HTTP server's session ended) and started again at the next
-   call; one that died between calls is started again before the next.
+   call; one that died between calls is started again before the next. A stdio server's line
+   that is not a JSON-RPC message (not UTF-8, not JSON) fails the calls waiting on it at once,
+   quoted (one between calls is a warning). A server that cannot list its tools (no answer
+   within its ``start_timeout``, an error, an end) stops the run before it begins.
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
    file system read-only, the workspace's siblings hidden but for the server's program and
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -45,6 +50,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +77,7 @@ __all__ = [
     "mcp_servers",
     "open_mcp",
     "parse_mcp",
+    "server_of",
     "servers_of",
 ]
 
@@ -79,6 +86,7 @@ MAX_OUTPUT = 200_000
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SAFE = str.maketrans({".": "_", "/": "_"})
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{0,63}$")
 _ENV_KEPT = ("PATH",)
 """What a stdio server is given beside the variables named for it (a command line names its
 programs by ``PATH``); nothing else of ours is: its environment is replaced, not added to."""
@@ -90,6 +98,10 @@ class MCPError(OpdslError):
 
 class MCPToolsChanged(OpdslError):
     """A resumed run's server no longer offers a tool its journal depends on, as recorded."""
+
+
+PREFIX_HINT = "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
+"""How a user gives a server a prefix of its own, as a refused clash of names says it."""
 
 
 @final
@@ -122,8 +134,19 @@ class MCPServer:
     def __post_init__(self) -> None:
         if bool(self.argv) == (self.url is not None):
             raise MCPError("an MCP server is a command (MCPServer.stdio) or a URL (MCPServer.http)")
-        if self.timeout <= 0 or self.start_timeout <= 0:
-            raise MCPError(f"an MCP server's timeouts are seconds above 0, not {self.timeout}")
+        for key, value in (("timeout", self.timeout), ("start_timeout", self.start_timeout)):
+            # inf and nan too: a run's config is canonical JSON, which holds neither
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise MCPError(f"an MCP server's {key} is seconds, not {value!r}")
+            if not 0 < value < math.inf:
+                raise MCPError(
+                    f"an MCP server's {key} is a finite number of seconds above 0, not {value!r}"
+                )
+        if self.prefix is not None and not _PREFIX.match(self.prefix):
+            raise MCPError(
+                f"an MCP server's prefix is letters, digits, '_' or '-' (63 at most), not "
+                f"{self.prefix!r}"
+            )
 
     @classmethod
     def stdio(
@@ -140,6 +163,8 @@ class MCPServer:
         """A server run as ``argv``, speaking MCP on its stdin and stdout."""
         if isinstance(argv, str):
             raise MCPError(f"MCPServer.stdio takes the command as a list, not {argv!r}")
+        if argv and not argv[0]:
+            raise MCPError(f"an MCP server's command names no program: {list(argv)!r}")
         return cls(
             argv=tuple(argv),
             env=tuple(env),
@@ -263,6 +288,8 @@ def parse_mcp(text: str) -> tuple[str, MCPServer]:
             "e.g. --mcp 'git=mcp-server-git --repository .'"
         )
     name, what = m["name"], m["what"].strip()
+    if not _NAME.match(name):
+        raise MCPError(f"--mcp {name[:80]}: a server's name is 64 characters at most")
     opts: dict[str, Any] = {"env": []}
     for opt in filter(None, (o.strip() for o in (m["opts"] or "").split(","))):
         key, _, value = opt.partition("=")
@@ -279,6 +306,10 @@ def parse_mcp(text: str) -> tuple[str, MCPServer]:
                 opts["timeout"] = float(value)
             except ValueError:
                 raise MCPError(f"--mcp {name}: timeout={value!r} is not seconds") from None
+            if not 0 < opts["timeout"] < math.inf:
+                raise MCPError(
+                    f"--mcp {name}: timeout={value!r} is not a finite number of seconds above 0"
+                )
         else:
             raise MCPError(
                 f"--mcp {name}: unknown option {opt!r} (options: network, env=VAR, prefix=P, "
@@ -287,14 +318,20 @@ def parse_mcp(text: str) -> tuple[str, MCPServer]:
     if what.startswith(("http://", "https://")):
         if opts["env"] or "network" in opts or "confined" in opts:
             raise MCPError(f"--mcp {name}: network, env= and unconfined are for a command")
-        return name, MCPServer.http(
-            what, prefix=opts.get("prefix"), timeout=opts.get("timeout", 60.0)
-        )
+        try:
+            return name, MCPServer.http(
+                what, prefix=opts.get("prefix"), timeout=opts.get("timeout", 60.0)
+            )
+        except MCPError as exc:
+            raise MCPError(f"--mcp {name}: {exc}") from None
     try:
         argv = shlex.split(what)
     except ValueError as exc:
         raise MCPError(f"--mcp {name}: cannot split the command {what!r}: {exc}") from None
-    return name, MCPServer.stdio(argv, **opts)
+    try:
+        return name, MCPServer.stdio(argv, **opts)
+    except MCPError as exc:
+        raise MCPError(f"--mcp {name}: {exc}") from None
 
 
 def servers_of(config: Mapping[str, Any]) -> dict[str, MCPServer]:
@@ -468,6 +505,42 @@ MAX_MESSAGE = 32 * 1024 * 1024
 """The longest message a server may send (bytes): a stdio server's line, an HTTP server's JSON
 body or one event of its SSE stream. Past it the answer is cut and the server stopped."""
 
+_UNREADABLE = {"opdsl": "unreadable"}
+"""The ``data`` of the error a stdio transport gives a waiting request in place of a line it
+cannot read (the session would drop the line, and the request wait out its timeout)."""
+
+
+def _unreadable(line: bytes, redact: Redactor) -> str:
+    """What is wrong with ``line`` (a stdio server's, not a JSON-RPC message), and the start
+    of it, escaped and with its secrets replaced: ``not JSON: this is not json``."""
+    try:
+        json.loads(line.decode())
+    except UnicodeDecodeError as exc:
+        why = f"not UTF-8 (byte {exc.start})"
+    except ValueError:
+        why = "not JSON"
+    else:
+        why = "not a JSON-RPC message"
+    shown = visible(redact(line[:200].decode("utf-8", "backslashreplace")), lines=False)
+    more = len(line) > 200 or len(shown) > 120
+    return f"{why}: {shown[:120]}" + ("..." if more else "")
+
+
+def _unreadable_said(exc: BaseException) -> str | None:
+    """What a stdio transport said of a line it could not read, if ``exc`` is its error."""
+    from mcp.shared.exceptions import MCPError as SdkError
+
+    if isinstance(exc, SdkError) and exc.data == _UNREADABLE:
+        return exc.message
+    return None
+
+
+def _sent(said: str, when: str) -> str:
+    """``sent a message that is not JSON during ...: this is not json`` (``said``: what
+    :func:`_unreadable` said of it)."""
+    why, _, excerpt = said.partition(": ")
+    return f"sent a message that is {why} {when}: {excerpt}"
+
 
 @contextlib.asynccontextmanager
 async def _stdio(
@@ -477,13 +550,17 @@ async def _stdio(
     cwd: Path | None,
     errlog: _Tail,
     overlong: Callable[[], None],
+    unreadable: Callable[[str], None],
 ) -> AsyncIterator[tuple[Any, Any]]:
     """A stdio transport for the MCP SDK's ``Client``: newline-delimited JSON-RPC on the
     server's stdin and stdout. Its own, not the SDK's ``stdio_client``, because that one joins
     a long line chunk by chunk (time the square of the line's length: a 50 MB answer takes
     minutes) and holds any length; here a line is gathered in one buffer, and a server that
-    sends one over :data:`MAX_MESSAGE` bytes is stopped (``overlong`` is told). Ended as the
-    spec says: stdin closed, a moment to exit, then its process group killed."""
+    sends one over :data:`MAX_MESSAGE` bytes is stopped (``overlong`` is told). A line that is
+    not a JSON-RPC message fails the requests waiting for an answer (the one it answers, when
+    its id can be read), with an error saying what is wrong with it; none waiting: ``unreadable``
+    is told. Ended as the spec says: stdin closed, a moment to exit, then its process group
+    killed (what it started too, whether or not it is still running itself)."""
     import mcp_types
     from mcp.shared.message import SessionMessage
 
@@ -492,14 +569,29 @@ async def _stdio(
     )
     read_in, read_out = anyio.create_memory_object_stream[Any](0)
     write_in, write_out = anyio.create_memory_object_stream[Any](0)
+    redact = Redactor.from_env()
+    #: the ids of the requests sent that have no answer yet
+    waiting: set[Any] = set()
 
-    def parse(line: bytes) -> Any:
+    def parse(line: bytes) -> list[Any]:
+        """The session's messages for ``line``: itself, or for a line it cannot read (it
+        would drop it), an error for each request that waits on an answer."""
         try:
-            return SessionMessage(
-                mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-            )
-        except ValueError as exc:
-            return exc  # the session says what was wrong with it
+            message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError:
+            said = _unreadable(line, redact)
+            ids = waiting & {_id_in(line)} or set(waiting)
+            waiting.difference_update(ids)
+            if not ids:
+                unreadable(said)
+            error = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=said, data=_UNREADABLE)
+            return [
+                SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=i, error=error))
+                for i in sorted(ids, key=str)
+            ]
+        if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+            waiting.discard(message.id)
+        return [SessionMessage(message)]
 
     async def reader() -> None:
         assert process.stdout is not None
@@ -512,7 +604,8 @@ async def _stdio(
                         buffer += chunk[start:end]
                         start = end + 1
                         if buffer.strip():
-                            await read_in.send(parse(bytes(buffer)))
+                            for message in parse(bytes(buffer)):
+                                await read_in.send(message)
                         buffer.clear()
                     buffer += chunk[start:]
                     if len(buffer) > MAX_MESSAGE:
@@ -531,6 +624,13 @@ async def _stdio(
         async with write_out:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for message in write_out:
+                    sent = message.message
+                    if isinstance(sent, mcp_types.JSONRPCRequest):
+                        waiting.add(sent.id)
+                    elif isinstance(sent, mcp_types.JSONRPCNotification) and (
+                        sent.method == "notifications/cancelled"  # a call that timed out
+                    ):
+                        waiting.discard((sent.params or {}).get("requestId"))
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send(data.encode() + b"\n")
 
@@ -548,12 +648,22 @@ async def _stdio(
                         await process.stdin.aclose()
                 with anyio.move_on_after(2):
                     await process.wait()
-                if process.returncode is None:
-                    _kill(process)
+                # the group, always: a server that ended may leave what it started running
+                _kill(process)
                 with anyio.move_on_after(2):
                     await process.aclose()  # its pipes closed, and it reaped
                 await read_out.aclose()
             tg.cancel_scope.cancel()
+
+
+def _id_in(line: bytes) -> Any:
+    """The id of the JSON-RPC message ``line`` (not a valid one), if it can be read."""
+    try:
+        data = json.loads(line.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    value = data.get("id") if isinstance(data, dict) else None
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
 @final
@@ -679,10 +789,14 @@ class _Connection:
             cwd=None if server.confined else self.root,
             errlog=self._stderr,
             overlong=self._overlong,
+            unreadable=self._unreadable,
         )
 
     def _overlong(self) -> None:
         self.cut = f"over {MAX_MESSAGE // 2**20} MB"
+
+    def _unreadable(self, said: str) -> None:
+        _say(f"MCP server {self.name!r} {_sent(said, 'between calls (ignored)')}")
 
     def _cut_http(self, why: str) -> None:
         """An HTTP server's answer was cut: its session is stopped, as a stdio server is
@@ -740,9 +854,11 @@ class _Connection:
                         f"{self.server.start_timeout:g}s{self._said()}"
                     ) from None
                 except Exception as exc:
+                    unreadable = _unreadable_said(exc)
+                    why = _reason(exc) if unreadable is None else _sent(unreadable, "at start")
                     raise MCPError(
                         f"MCP server {self.name!r} ({self._what()}) cannot start: "
-                        f"{_reason(exc)}{self._said()}"
+                        f"{why}{self._said()}"
                     ) from None
             return self._client
 
@@ -767,23 +883,49 @@ class _Connection:
         self._stderr = None
 
     async def list_tools(self) -> list[Any]:
+        """The server's tools, every page of them; a server that cannot list them (no answer
+        within its ``start_timeout``, an error, an end) is an :class:`MCPError` naming it."""
         client = await self.client()
         tools: list[Any] = []
         cursor = None
-        with anyio.fail_after(self.server.start_timeout):
-            for _ in range(100):
-                try:
+        try:
+            with anyio.fail_after(self.server.start_timeout):
+                for _ in range(100):
                     page = await client.list_tools(cursor=cursor)
-                except ValidationError as exc:
-                    raise MCPError(
-                        f"MCP server {self.name!r} lists tools that are not MCP tools: "
-                        f"{_listing_problem(exc)}"
-                    ) from None
-                tools += page.tools
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
+                    tools += page.tools
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except ValidationError as exc:
+            raise MCPError(
+                f"MCP server {self.name!r} lists tools that are not MCP tools: "
+                f"{_listing_problem(exc)}"
+            ) from None
+        except TimeoutError:
+            raise MCPError(
+                f"MCP server {self.name!r} did not list its tools within "
+                f"{self.server.start_timeout:g}s{self._said()}"
+            ) from None
+        except Exception as exc:
+            raise MCPError(f"MCP server {self.name!r} {self._unlisted(exc)}") from None
         return tools
+
+    def _unlisted(self, exc: Exception) -> str:
+        """Why the server could not list its tools, ``exc`` said in words."""
+        from mcp.shared.exceptions import MCPError as SdkError
+        from mcp_types import CONNECTION_CLOSED
+
+        unreadable = _unreadable_said(exc)
+        if unreadable is not None:
+            return _sent(unreadable, "when asked for its tools")
+        if self.cut is not None:
+            return f"sent its tools {self.cut}, and was stopped"
+        closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
+        if closed or isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+            return f"ended when asked for its tools{self._said()}"
+        if isinstance(exc, SdkError):
+            return f"cannot list its tools: it says {exc.message[:300]!r} (error {exc.code})"
+        return f"cannot list its tools: {_reason(exc)}"
 
     async def call(self, tool: str, shown: str, arguments: dict[str, Any]) -> ToolResult:
         """Call the server's ``tool`` (``shown``: its opdsl name); every failure a result."""
@@ -823,6 +965,11 @@ class _Connection:
         from mcp.shared.exceptions import MCPError as SdkError
         from mcp_types import CONNECTION_CLOSED
 
+        unreadable = _unreadable_said(exc)
+        if unreadable is not None:
+            return ToolResult.failure(
+                f"MCP server {self.name!r} {_sent(unreadable, f'during the call to {shown!r}')}"
+            )
         closed = isinstance(exc, SdkError) and exc.code == CONNECTION_CLOSED
         broken = isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError)
         if not (closed or broken or self.cut is not None):
@@ -895,14 +1042,22 @@ class MCPTools:
         prefix = f"{name}_" if server.prefix is None else server.prefix
         listed = await conn.list_tools()
         seen: dict[str, int] = {}
+        #: the server's names of its tools by the name each would have here (a.b, a_b: s_a_b)
+        named: dict[str, set[str]] = {}
         for t in listed:
             seen[t.name] = seen.get(t.name, 0) + 1
+            named.setdefault(_tool_name(prefix, t.name) or "", set()).add(t.name)
         offered = []
         for t in listed:
             shown = _tool_name(prefix, t.name)
             validator, problem = _validator(t.input_schema)
             if seen[t.name] > 1:
                 problem = "the server lists it more than once"
+            elif shown is not None and len(named[shown]) > 1:
+                problem = (
+                    f"{' and '.join(repr(n[:80]) for n in sorted(named[shown]))} would both "
+                    f"be named {shown!r}"
+                )
             elif shown is None:
                 problem = "no model API takes that name (letters, digits, '_', '-'; 64 at most)"
             if problem is not None:
@@ -924,6 +1079,15 @@ class MCPTools:
         self.recorded[name] = {"server": server.to_json(), "tools": offered}
 
 
+_SERVED: weakref.WeakKeyDictionary[BoundTool, str] = weakref.WeakKeyDictionary()
+"""The server of each MCP tool bound (what :func:`server_of` says)."""
+
+
+def server_of(tool: BoundTool) -> str | None:
+    """The name of the MCP server whose tool ``tool`` is, or None (a tool of the run's own)."""
+    return _SERVED.get(tool)
+
+
 def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:
     async def call_mcp(arguments: dict[str, Any]) -> ToolResult:
         return await conn.call(tool, spec.name, arguments)
@@ -932,6 +1096,7 @@ def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:
         name=spec.name, fn=call_mcp, args_model=_Arguments, description=spec.description
     )
     bound.spec = spec  # the server's own schema, not the pass-through model's
+    _SERVED[bound] = conn.name
     return bound
 
 
@@ -949,8 +1114,7 @@ def _refuse_twice(served: MCPTools) -> None:
     if twice:
         more = f" (and {len(twice) - 1} more)" if len(twice) > 1 else ""
         raise DuplicateTool(
-            f"MCP servers {twice[0]}{more}; give a server a prefix of its own "
-            "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
+            f"MCP servers {twice[0]}{more}; give a server a prefix of its own {PREFIX_HINT}"
         )
 
 
@@ -1069,7 +1233,7 @@ async def open_mcp(
     guarded = tuple(sorted(Path(os.path.realpath(p)) for p in read_only))
     for name in servers:
         if not _NAME.match(name):
-            raise MCPError(f"MCP server name {name!r}: letters, digits, '_' or '-'")
+            raise MCPError(f"MCP server name {name!r}: letters, digits, '_' or '-', 64 at most")
     try:
         async with (
             anyio.create_task_group() as tg,
