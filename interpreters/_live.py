@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
@@ -151,7 +152,9 @@ class LiveHandlers(RunHandlers):
             return None
         return (
             f"no price is known for model {name!r} ({model.provider}), so a usd budget cannot be kept; "
-            f'give it in a JSON file named by OPDSL_PRICES: {{"{name}": {{"input": USD_PER_M, "output": USD_PER_M}}}}'
+            # the model's whole name as a JSON key: a key that prices it, whatever it holds
+            f"give it in a JSON file named by OPDSL_PRICES: {{{json.dumps(name, ensure_ascii=False)}: "
+            '{"input": USD_PER_M, "output": USD_PER_M}}'
         )
 
     def _host(self, effect: Agent, served: Any, call: Call) -> ToolHost:

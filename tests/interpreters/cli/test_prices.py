@@ -220,24 +220,25 @@ def test_a_model_named_with_a_slash_is_priced_by_the_key_opdsl_advises(
         assert code == 0, out
         assert f"price from OPDSL_PRICES={table}: " in out and ": $2.000000" in out
 
-    # a usd budget: refused before the call, then priced by the key the refusal gives
-    monkeypatch.delenv("OPDSL_PRICES")
-    model = "meta-llama/Llama-3-70b"
-    with ScriptedServer([openai("x", model=model)]) as srv:
-        refused = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
-        assert srv.requests == []
-    stopped = refused.value.failure()  # type: ignore[attr-defined]
-    assert stopped.exceeded == "usd" and "OPDSL_PRICES" in stopped.reason
-    advice = stopped.reason.split("named by OPDSL_PRICES: ", 1)[1]
-    table.write_text(advice.replace("USD_PER_M", "1.0"))
-    assert json.loads(table.read_text()) == {model: {"input": 1.0, "output": 1.0}}
-    monkeypatch.setenv("OPDSL_PRICES", str(table))
-    with ScriptedServer([openai("x", model=model, usage=(1000, 500, 0))]) as srv:
-        priced = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
-        assert len(srv.requests) == 1
-    assert priced.value.unwrap() == "x"  # type: ignore[attr-defined]
-    assert priced.totals.cost_usd == pytest.approx(1500 / 1e6)
-    assert priced.totals.price_sources == (f"OPDSL_PRICES={table}: {model}",)
+    # a usd budget: refused before the call, then priced by the key the refusal gives (as
+    # JSON, whatever the name holds)
+    for model in ("meta-llama/Llama-3-70b", 'meta/my"odd\\model'):
+        monkeypatch.delenv("OPDSL_PRICES", raising=False)
+        with ScriptedServer([openai("x", model=model)]) as srv:
+            refused = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
+            assert srv.requests == []
+        stopped = refused.value.failure()  # type: ignore[attr-defined]
+        assert stopped.exceeded == "usd" and "OPDSL_PRICES" in stopped.reason
+        advice = stopped.reason.split("named by OPDSL_PRICES: ", 1)[1]
+        table.write_text(advice.replace("USD_PER_M", "1.0"))
+        assert json.loads(table.read_text()) == {model: {"input": 1.0, "output": 1.0}}
+        monkeypatch.setenv("OPDSL_PRICES", str(table))
+        with ScriptedServer([openai("x", model=model, usage=(1000, 500, 0))]) as srv:
+            priced = run(ask_once, model=f"openai-compatible:{model}@{srv.url}/v1")
+            assert len(srv.requests) == 1
+        assert priced.value.unwrap() == "x"  # type: ignore[attr-defined]
+        assert priced.totals.cost_usd == pytest.approx(1500 / 1e6)
+        assert priced.totals.price_sources == (f"OPDSL_PRICES={table}: {model}",)
 
 
 @pytest.mark.parametrize(
