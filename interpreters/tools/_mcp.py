@@ -55,12 +55,13 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
+from urllib.parse import unquote
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from interpreters._redact import REDACTED, Redactor
+from interpreters._redact import REDACTED, Redactor, looks_secret
 from interpreters._shown import visible
 from interpreters.tools._bound import BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
@@ -102,6 +103,40 @@ class MCPToolsChanged(OpdslError):
 
 PREFIX_HINT = "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
 """How a user gives a server a prefix of its own, as a refused clash of names says it."""
+
+
+def _recorded_argv(argv: Sequence[str], redact: Redactor) -> list[str]:
+    """``argv`` as a run records it: the environment's secrets and URLs' passwords replaced,
+    and so is each value given to an option named like a secret (``--token ghp_...``,
+    ``--api-key=...``), which the environment may not hold."""
+    out: list[str] = []
+    hidden = False
+    for arg in argv:
+        if hidden:
+            out.append(REDACTED)
+            hidden = False
+            continue
+        flag, given, _ = arg.partition("=")
+        if flag.startswith("-") and looks_secret(flag.lstrip("-").replace("-", "_")):
+            out.append(f"{flag}={REDACTED}" if given else arg)
+            hidden = not given  # the secret is the next argument
+            continue
+        out.append(redact(arg))
+    return out
+
+
+def _recorded_url(url: str, redact: Redactor) -> str:
+    """``url`` as a run records it: its password and the environment's secrets replaced, and
+    the value of each query parameter named like a secret (``?api_key=...``, ``&token=...``)."""
+    head, mark, query = redact(url).partition("?")
+    if not mark:
+        return head
+    query, hash_mark, fragment = query.partition("#")
+    kept = []
+    for part in query.split("&"):
+        name, given, _ = part.partition("=")
+        kept.append(f"{name}={REDACTED}" if given and looks_secret(unquote(name)) else part)
+    return f"{head}?{'&'.join(kept)}{hash_mark}{fragment}"
 
 
 @final
@@ -199,10 +234,10 @@ class MCPServer:
             "prefix": self.prefix,
         }
         if self.url is not None:
-            out |= {"url": redact(self.url), "headers": sorted(self.headers)}
+            out |= {"url": _recorded_url(self.url, redact), "headers": sorted(self.headers)}
         else:
             out |= {
-                "argv": [redact(a) for a in self.argv],
+                "argv": _recorded_argv(self.argv, redact),
                 "env": list(self.env),
                 "network": self.network,
                 "confined": self.confined,

@@ -656,6 +656,42 @@ def test_a_recorded_server_unconfined_or_with_network_is_started_only_when_named
     assert (done.status, done.value) == ("completed", "hi yes dotted")
 
 
+def test_a_secret_on_a_servers_command_line_or_in_its_url_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A token the environment does not hold, given to an option named like a secret or in a
+    query parameter so named, is not written into the run's record; the server is then
+    started again only when named again, as one given a secret of the environment is."""
+    from interpreters.tools._mcp import servers_of
+
+    token = "ghp_" + "a1" * 18
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    for server in (
+        MCPServer.stdio(["github-mcp-server", "--token", token, "stdio"]),
+        MCPServer.stdio(["srv", f"--api-key={token}"]),
+        MCPServer.http(f"https://example.com/mcp?v=1&api_key={token}#top"),
+    ):
+        recorded = server.to_json()
+        assert token not in json.dumps(recorded), recorded
+        with pytest.raises(MCPError, match="'s' was given a secret"):
+            servers_of({"mcp": {"s": {"server": recorded}}})
+    assert MCPServer.stdio(["github-mcp-server", "--token", token, "stdio"]).to_json()["argv"] == [
+        "github-mcp-server",
+        "--token",
+        "[redacted]",
+        "stdio",
+    ]
+    assert (
+        MCPServer.http(f"https://example.com/mcp?v=1&api_key={token}#top").to_json()["url"]
+        == "https://example.com/mcp?v=1&api_key=[redacted]#top"
+    )
+    # other options are kept as given, and start again from the record
+    plain = MCPServer.stdio(["mcp-server-git", "--repository", ".", "--verbose=2"])
+    assert servers_of({"mcp": {"s": {"server": plain.to_json()}}})["s"] == plain
+    site = MCPServer.http("https://example.com/mcp?v=1&region=eu")
+    assert servers_of({"mcp": {"s": {"server": site.to_json()}}})["s"] == site
+
+
 @needs_bwrap
 def test_an_imported_run_starts_no_server_it_names_until_named_again(
     ws: Path, tmp_path: Path
