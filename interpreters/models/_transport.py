@@ -98,10 +98,10 @@ class ProxyRoutes:
         self._bypass = [e.strip().lower() for e in found.get("no", "").split(",") if e.strip()]
         self._proxies: dict[str, Proxy] = {}
         for scheme in ("http", "https"):
-            raw = found.get(scheme) or found.get("all")
+            key = scheme if found.get(scheme) else "all"
+            raw = found.get(key)
             if raw:
-                name = f"{scheme if found.get(scheme) else 'all'}_proxy".upper()
-                self._proxies[scheme] = _proxy(name, raw)
+                self._proxies[scheme] = _proxy(_variable(key, raw), raw)
         self._routes: dict[tuple[str, str, int | None], Proxy | None] = {}
 
     @property
@@ -120,17 +120,24 @@ class ProxyRoutes:
         return self._routes[key]
 
 
+def _variable(key: str, raw: str) -> str:
+    """The name of the variable that gave ``raw`` for ``key`` (``https``): the lower-case one,
+    read first, when it holds it, else the upper-case one."""
+    lower = f"{key}_proxy"
+    return lower if os.environ.get(lower) == raw else lower.upper()
+
+
 def _bypassed(url: httpx.URL, entry: str) -> bool:
     """Whether ``no_proxy``'s ``entry`` names ``url``'s host: ``*``, the host itself or a
     domain above it (``example.com``, ``.example.com``), an address or a network
     (``10.0.0.0/8``), each maybe with a port (``host:8080``)."""
     if entry == "*":
         return True
-    host = url.host.lower()
+    host = url.host.lower().rstrip(".")  # a fully qualified name's root: the same host
     name, _, port = entry.rpartition(":") if _has_port(entry) else (entry, "", "")
     if port and (url.port or _DEFAULT_PORTS.get(url.scheme)) != int(port):
         return False
-    name = name.strip("[]").removeprefix("*").lstrip(".")
+    name = name.strip("[]").removeprefix("*").strip(".")
     if "/" in name:
         with contextlib.suppress(ValueError):
             return ipaddress.ip_address(host) in ipaddress.ip_network(name, strict=False)

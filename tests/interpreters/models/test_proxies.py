@@ -222,16 +222,18 @@ def test_an_unreachable_proxy_is_named_and_its_password_is_not(
     assert "hunter2-secret" not in text and srv.requests == []
 
 
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy", "all_proxy"])
 @pytest.mark.parametrize(
     "value", ["socks5://me:hunter2-secret@127.0.0.1:1080", "http://me:hunter2-secret@"]
 )
 def test_a_proxy_opdsl_cannot_use_is_refused_by_its_variable(
-    monkeypatch: pytest.MonkeyPatch, value: str
+    monkeypatch: pytest.MonkeyPatch, value: str, variable: str
 ) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", value)
+    """Named as the user set it: the lower-case name when that is the one that gave it."""
+    monkeypatch.setenv(variable, value)
     result = run(ask, model=_model("https://127.0.0.1:1/v1"))
     text = str(result.error)
-    assert result.status == "failed" and "HTTPS_PROXY=" in text, text
+    assert result.status == "failed" and f"{variable}=" in text, text
     assert "hunter2-secret" not in text
 
 
@@ -268,6 +270,11 @@ def test_no_proxy_sends_a_call_straight_to_its_server(
         ("[::1]", "http://[::1]:8000/v1", True),
         ("", "https://example.com/v1", False),
         ("example.com:\u00b2", "https://example.com/v1", False),  # "2" superscript: no port
+        # a fully qualified name (its root's trailing dot) is the same host
+        ("api.example.com.", "https://api.example.com/v1", True),
+        ("example.com", "https://api.example.com./v1", True),
+        (".example.com.", "https://example.com./v1", True),
+        ("example.com.", "https://notexample.com/v1", False),
     ],
 )
 def test_which_hosts_no_proxy_names(
