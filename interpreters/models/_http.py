@@ -421,10 +421,10 @@ class HttpModel(RemoteModel):
                 f"OPDSL_HTTP_TRANSPORT={forced!r} is not a transport opdsl has: set it to "
                 "'httpx' for httpx's own, or leave it unset for aiohttp's pool"
             )
-        try:
-            routes = ProxyRoutes()
-        except ValueError as exc:
-            raise self.error(str(exc)) from None
+        routes = ProxyRoutes()
+        refused = routes.refusal(self._target(self.base_url))
+        if refused is not None:
+            raise self.error(refused)
         self._secrets, self._routes = routes.secrets, routes
         transports: list[httpx.AsyncBaseTransport]
         if on_asyncio and forced is None:

@@ -97,11 +97,17 @@ class ProxyRoutes:
         found = urllib.request.getproxies_environment()
         self._bypass = [e.strip().lower() for e in found.get("no", "").split(",") if e.strip()]
         self._proxies: dict[str, Proxy] = {}
+        #: why a scheme's proxy cannot be used (a socks5:// one), said when a URL would use it:
+        #: a host no_proxy names is reached straight, whatever ALL_PROXY holds
+        self._refused: dict[str, str] = {}
         for scheme in ("http", "https"):
             key = scheme if found.get(scheme) else "all"
             raw = found.get(key)
             if raw:
-                self._proxies[scheme] = _proxy(_variable(key, raw), raw)
+                try:
+                    self._proxies[scheme] = _proxy(_variable(key, raw), raw)
+                except ValueError as exc:
+                    self._refused[scheme] = str(exc)
         self._routes: dict[tuple[str, str, int | None], Proxy | None] = {}
 
     @property
@@ -110,7 +116,17 @@ class ProxyRoutes:
         parts): never in an error."""
         return [s for p in self._proxies.values() for s in p.secrets]
 
+    def refusal(self, url: httpx.URL) -> str | None:
+        """Why ``url`` cannot be reached: the proxy it would go through is one opdsl cannot
+        use (or its variable is malformed); None when it can be."""
+        said = self._refused.get(url.scheme)
+        if said is None or any(_bypassed(url, entry) for entry in self._bypass):
+            return None
+        return said
+
     def __call__(self, url: httpx.URL) -> Proxy | None:
+        if url.scheme in self._refused and (said := self.refusal(url)) is not None:
+            raise httpx.ProxyError(said)  # never straight past the proxy the user set
         key = (url.scheme, url.host, url.port)
         if key not in self._routes:
             proxy = self._proxies.get(url.scheme)

@@ -237,6 +237,26 @@ def test_a_proxy_opdsl_cannot_use_is_refused_by_its_variable(
     assert "hunter2-secret" not in text
 
 
+def test_a_proxy_opdsl_cannot_use_stops_only_the_calls_that_would_go_through_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A VPN's ALL_PROXY=socks5://... does not stop a call to a host NO_PROXY names (a model
+    served on this machine), nor does a malformed HTTP_PROXY an https call; a call that would
+    go through such a proxy is refused, never sent straight past it."""
+    monkeypatch.setenv("ALL_PROXY", "socks5://me:hunter2-secret@127.0.0.1:1080")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with ScriptedServer([openai("straight")]) as srv:
+        result = run(ask, model=_model(f"{srv.url}/v1"))
+    assert (result.status, result.value) == ("completed", "straight"), result.error
+    routes = ProxyRoutes()
+    with pytest.raises(httpx.ProxyError, match="ALL_PROXY=") as refused:
+        routes(httpx.URL("https://api.example.com/v1"))
+    assert "hunter2-secret" not in str(refused.value)
+    monkeypatch.delenv("ALL_PROXY")
+    monkeypatch.setenv("HTTP_PROXY", "http://me:hunter2-secret@")
+    assert ProxyRoutes()(httpx.URL("https://api.example.com/v1")) is None
+
+
 @pytest.mark.parametrize("no_proxy", ["127.0.0.1", "*", "example.com, 127.0.0.0/8", "PORT"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_proxy_sends_a_call_straight_to_its_server(

@@ -268,8 +268,14 @@ def test_a_proxy_port_out_of_range_is_refused_by_its_variable(
 
 def test_proxy_routes_refuse_a_port_no_proxy_can_have(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTP_PROXY", "proxy.internal:70000")
-    with pytest.raises(ValueError, match=r"^HTTP_PROXY='http://proxy.internal:70000': the port"):
-        ProxyRoutes()
+    routes = ProxyRoutes()  # refused where a URL would go through it
+    assert routes.refusal(httpx.URL("https://a.b/v1")) is None
+    said = routes.refusal(httpx.URL("http://a.b/v1"))
+    assert said is not None and said.startswith(
+        "HTTP_PROXY='http://proxy.internal:70000': the port"
+    )
+    with pytest.raises(httpx.ProxyError, match=r"^HTTP_PROXY='http://proxy.internal:70000'"):
+        routes(httpx.URL("http://a.b/v1"))
     monkeypatch.setenv("HTTP_PROXY", "proxy.internal:65535")
     assert ProxyRoutes()(httpx.URL("http://a.b/v1")) is not None
 
