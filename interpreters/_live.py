@@ -25,8 +25,8 @@ from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, RunHandlers, WaitingForAnswer
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
-from interpreters.tools._bound import ToolLike, ToolRegistry
-from interpreters.tools._mcp import PREFIX_HINT, server_of
+from interpreters.tools._bound import PREFIX_HINT, ToolLike, ToolRegistry
+from interpreters.tools._mcp import server_of
 from interpreters.tools._workspace import Workspace, say_once
 from op import (
     Agent,

@@ -126,6 +126,8 @@ class BoundTool:
         self._plain: dict[str, type] | None = _plain_fields(args_model)
         #: the parameter that receives the :class:`CallInfo`, if the function asks for it
         self.inject: str | None = None
+        #: the MCP server that offers it (``tools._mcp``), or None: a tool of the run's own
+        self.server: str | None = None
         self.spec = ToolSpec(
             name=name,
             description=description,
@@ -413,6 +415,10 @@ def quick(fn: F) -> F:
     return fn
 
 
+PREFIX_HINT = "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
+"""How a user gives an MCP server a prefix of its own, as a refused clash of names says it."""
+
+
 @final
 class ToolRegistry:
     """The tools bound to a run, by unique name."""
@@ -432,7 +438,14 @@ class ToolRegistry:
                 isolated=ISOLATED.get(tool) is True,
             )
             bound.quick = QUICK.get(tool) is True
-        if bound.name in self._tools:
+        known = self._tools.get(bound.name)
+        if known is not None:
+            server = bound.server or known.server
+            if server is not None:
+                raise DuplicateTool(
+                    f"MCP server {server!r} offers {bound.name!r}, the name of another tool of "
+                    f"the run; give the server a prefix of its own {PREFIX_HINT}"
+                )
             raise DuplicateTool(f"two tools are named {bound.name!r}; tool names must be unique")
         self._tools[bound.name] = bound
 

@@ -50,7 +50,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from interpreters._redact import REDACTED, Redactor, looks_secret
 from interpreters._shown import visible
-from interpreters.tools._bound import BoundTool
+from interpreters.tools._bound import PREFIX_HINT, BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import Agent, Infer, OpdslError, Tool, ToolResult, ToolSpec
 
@@ -99,10 +98,6 @@ class MCPError(OpdslError):
 
 class MCPToolsChanged(OpdslError):
     """A resumed run's server no longer offers a tool its journal depends on, as recorded."""
-
-
-PREFIX_HINT = "(MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
-"""How a user gives a server a prefix of its own, as a refused clash of names says it."""
 
 
 def _recorded_argv(argv: Sequence[str], redact: Redactor) -> list[str]:
@@ -1114,13 +1109,9 @@ class MCPTools:
         self.recorded[name] = {"server": server.to_json(), "tools": offered}
 
 
-_SERVED: weakref.WeakKeyDictionary[BoundTool, str] = weakref.WeakKeyDictionary()
-"""The server of each MCP tool bound (what :func:`server_of` says)."""
-
-
 def server_of(tool: BoundTool) -> str | None:
     """The name of the MCP server whose tool ``tool`` is, or None (a tool of the run's own)."""
-    return _SERVED.get(tool)
+    return tool.server
 
 
 def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:
@@ -1131,7 +1122,7 @@ def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:
         name=spec.name, fn=call_mcp, args_model=_Arguments, description=spec.description
     )
     bound.spec = spec  # the server's own schema, not the pass-through model's
-    _SERVED[bound] = conn.name
+    bound.server = conn.name
     return bound
 
 

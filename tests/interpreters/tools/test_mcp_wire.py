@@ -226,6 +226,22 @@ def test_an_mcp_tool_named_like_a_workspace_tool_is_refused(wire: Path, tmp_path
     assert done.value.output == "the workspace's\n"
 
 
+def test_an_mcp_tool_named_like_a_tool_given_to_the_run_is_refused_naming_its_server(
+    wire: Path,
+) -> None:
+    def read_file(path: str) -> str:
+        """The run's own."""
+        return path
+
+    clash = server(wire, names="read_file", prefix="")
+    with pytest.raises(DuplicateTool) as caught:
+        run(read_notes, mcp={"s": clash}, tools=[read_file], db=MemoryJournal())
+    assert str(caught.value) == (
+        "MCP server 's' offers 'read_file', the name of another tool of the run; give the "
+        "server a prefix of its own (MCPServer.stdio(..., prefix=...), --mcp 'NAME[prefix=P]=...')"
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
