@@ -13,6 +13,7 @@ from interpreters.tools._paths import (
     _fail,
     _Paths,
 )
+from interpreters.tools._sandbox import UNGUARDED
 from op import ToolResult
 
 if TYPE_CHECKING:
@@ -21,23 +22,54 @@ if TYPE_CHECKING:
 __all__ = ["_Git"]
 
 
+_SAFE_GIT = [
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "diff.external=",
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+    "submodule.recurse=false",
+    "gc.auto=0",
+]
+"""What every git command opdsl runs outside the sandbox is given (``-c``, over any config):
+nothing a repository's config names is run (an fsmonitor, hooks, an external diff, an
+automatic gc's), and no repository nested in the workspace is looked into (a command a model
+ran may have made one, with a config of its own; ``-c`` reaches git's own child processes)."""
+
+_GITLINK = "160000"
+
+
 class _Git(_Paths):
     # -- git --------------------------------------------------------------------------------
 
     def repo(self) -> git.Repo | None:
         import git  # gitpython: loaded when a workspace first uses git, not before
 
+        if self._unguarded_git():
+            return None
         try:
             repo = git.Repo(self.root)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             return None
         if Path(repo.working_tree_dir or "").resolve() != self.root:
             return None
+        repo.git.set_persistent_git_options(c=_SAFE_GIT)
         return repo
+
+    def _unguarded_git(self) -> bool:
+        """Whether the workspace's ``.git`` may be a command's: a confined command ran here
+        while there was none to keep read-only, and there is one now."""
+        return self.root in UNGUARDED and (self.root / ".git").exists()
 
     def _need_repo(self) -> git.Repo:
         repo = self.repo()
         if repo is None:
+            if self._unguarded_git():
+                raise WorkspaceError(
+                    f"{self.root}/.git was made while commands ran here (there was none when "
+                    "they began, so none was kept read-only): opdsl runs no git in it, as its "
+                    "config and hooks may be a command's"
+                )
             raise WorkspaceError(f"{self.root} is not the root of a git repository")
         return repo
 
@@ -47,7 +79,10 @@ class _Git(_Paths):
 
         try:
             return ToolResult(
-                output=self._need_repo().git.status("--short", "--branch") or "(clean)"
+                output=self._need_repo().git.status(
+                    "--short", "--branch", "--ignore-submodules=all"
+                )
+                or "(clean)"
             )
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(str(exc))
@@ -58,7 +93,8 @@ class _Git(_Paths):
 
         try:
             repo = self._need_repo()
-            args = ["--cached"] if staged else []
+            args = ["--no-ext-diff", "--no-textconv", "--ignore-submodules=all"]
+            args += ["--cached"] if staged else []
             if path:
                 args += ["--", self.relative(self.resolve(path))]
             return ToolResult(output=self._cap(repo.git.diff(*args)) or "(no changes)")
@@ -88,9 +124,33 @@ class _Git(_Paths):
                 repo.git.add("--", *rels)
             else:
                 repo.git.add("-A")
-            return ToolResult(output=repo.git.status("--short") or "(nothing to stage)")
+            left = self._unstage_nested(repo)
+            status = repo.git.status("--short", "--ignore-submodules=all") or "(nothing to stage)"
+            if left:
+                status += (
+                    "\n[not staged: " + ", ".join(left) + ": a git repository inside the "
+                    "workspace, which opdsl does not commit]"
+                )
+            return ToolResult(output=status)
         except (WorkspaceError, git.GitCommandError) as exc:
             return _fail(str(exc))
+
+    def _unstage_nested(self, repo: git.Repo) -> list[str]:
+        """Take back what was just staged as a repository nested in the workspace (a gitlink
+        HEAD does not have): a command may have made it, with a config that runs code
+        wherever git looks into it. The paths taken back."""
+        staged = repo.git.ls_files("--stage", "-z").split("\x00")
+        links = {e.split("\t", 1)[1] for e in staged if e.startswith(_GITLINK + " ")}
+        if not links:
+            return []
+        known = set()
+        if repo.head.is_valid():
+            tree = repo.git.ls_tree("-r", "-z", "HEAD").split("\x00")
+            known = {e.split("\t", 1)[1] for e in tree if e.startswith(_GITLINK + " ")}
+        new = sorted(links - known)
+        if new:
+            repo.git.rm("--cached", "-f", "-q", "--", *new)  # the index only, never the files
+        return new
 
     def git_commit(self, message: str, author: str = "") -> ToolResult:
         """Commit what is staged with ``message`` exactly as given; hooks off, unsigned.

@@ -107,9 +107,21 @@ def bwrap_argv(
     out += ["--bind", str(root), str(root)]
     for extra in writable:
         out += ["--bind", str(extra), str(extra)]
+    # what the commands need that lies inside the workspace (a project's own .venv, where
+    # opdsl's Python may be): read-only again over the workspace's writable bind, else a
+    # command could plant a .pth that Python runs at its next start outside the sandbox
+    for place in sorted(needed):
+        if place.is_dir() and root in place.parents:
+            out += ["--ro-bind", str(place), str(place)]
     git_dir = root / ".git"
     if git_dir.exists():
         out += ["--ro-bind", str(git_dir), str(git_dir)]
+        real = _gitdir_inside(git_dir, root)
+        if real is not None:  # a .git file naming a folder in the workspace: that one too
+            out += ["--ro-bind", str(real), str(real)]
+    else:
+        # nothing to keep read-only: a .git a command makes is never used (see UNGUARDED)
+        UNGUARDED.add(root)
     journal_dir = root / ".opdsl"
     if journal_dir.is_symlink() or (journal_dir.exists() and not journal_dir.is_dir()):
         raise SiblingsVisible(
@@ -125,6 +137,26 @@ def bwrap_argv(
         out.append("--share-net")
     out += ["--chdir", str(cwd), "--"]
     return out + argv
+
+
+UNGUARDED: set[Path] = set()
+"""Workspaces a confined command ran in while they had no ``.git`` to keep read-only: a
+``.git`` there now may be a command's (its config can name programs git runs, its hooks are
+programs), so the workspace's git tools do not use it, in this process."""
+
+
+def _gitdir_inside(git_file: Path, root: Path) -> Path | None:
+    """The folder a ``.git`` file names (``gitdir: PATH``) when it lies inside ``root``."""
+    if not git_file.is_file():
+        return None
+    try:
+        head = git_file.read_text("utf-8", "replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not head.startswith("gitdir:"):
+        return None
+    target = (git_file.parent / head.removeprefix("gitdir:").strip()).resolve()
+    return target if root in target.parents and target.is_dir() else None
 
 
 def _hide_siblings(root: Path, needed: set[Path]) -> list[str]:
