@@ -353,7 +353,7 @@ class SqliteJournal(Journal):
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             return None
-        if not str(row[0]).isdigit():
+        if not str(row[0]).isdigit() or len(str(row[0])) > 9:
             raise JournalError(
                 f"journal {self.path} is corrupt: its schema version {str(row[0])[:20]!r} is "
                 "not a number; restore it from a backup (nothing was changed)"
@@ -468,6 +468,12 @@ class SqliteJournal(Journal):
             raise
         except apsw.Error as exc:
             raise self._failed(exc) from None
+        except UnicodeDecodeError as exc:  # a text SQLite keeps as it was given: a file's
+            raise JournalError(
+                f"journal {self.path} is corrupt: a text in it is not UTF-8 (byte "
+                f"{exc.object[exc.start : exc.start + 1]!r} at {exc.start}); it was changed "
+                "outside opdsl (nothing was changed)"
+            ) from None
 
     def _write_entry(self, sql: str, params: tuple[Any, ...]) -> int:
         """An entry's write (a begin, a finish): with group commit on, into the open
