@@ -36,10 +36,12 @@ input (2) or a run that failed (1)."""
 def _users() -> tuple[type[BaseException], ...]:
     from interpreters.cli._command import UsageError
     from interpreters.journal import JournalError
+    from interpreters.journal._content import ContentError
     from op import OpdslError
     from op.effects import NotSerializable
 
-    return (UsageError, OpdslError, JournalError, NotSerializable, OSError)
+    # ContentError: a journal's content that is not what opdsl wrote (a file changed outside it)
+    return (UsageError, OpdslError, JournalError, ContentError, NotSerializable, OSError)
 
 
 def ended_by(exc: Exception) -> int:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from interpreters.cli._interrupt import STARTED
+from interpreters.journal._content import ContentError
 
 __all__ = [
     "console",
@@ -87,13 +88,22 @@ def json_object(raw: str | None) -> dict[str, Any]:
     """Recorded JSON text as an object (anything else, or text that is not JSON: empty)."""
     try:
         value = json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the stack
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def loads(raw: str | None) -> Any:
-    return None if raw is None else json.loads(raw)
+    """Recorded JSON text as data; ContentError when a file changed outside opdsl holds
+    something else there (or JSON nested deeper than Python's stack)."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ContentError(f"a recorded text is not JSON: {exc}") from None
+    except RecursionError:
+        raise ContentError("a recorded text is JSON nested too deeply to read") from None
 
 
 def run_json(r: Any) -> dict[str, Any]:

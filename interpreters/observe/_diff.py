@@ -28,7 +28,7 @@ def _pretty(text: str | None) -> str:
         return "(nothing)"
     try:
         return json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the stack
         return text
 
 

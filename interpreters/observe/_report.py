@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from pydantic import ValidationError
+
 from interpreters.journal._base import Attempt, Entry, RunRecord
 from interpreters.journal._checkpoint import CheckpointSnapshot
 from interpreters.journal._content import ContentError, Reader
@@ -53,12 +55,23 @@ def _cut(value: Any) -> Any:
     return value
 
 
+def _usage(text: str | None) -> Usage | None:
+    """An entry's usage; None for none, and for one that is not a usage (a journal changed
+    outside opdsl: the entry is counted without it, as the run's totals count it)."""
+    if not text:
+        return None
+    try:
+        return Usage.model_validate_json(text)
+    except ValidationError:
+        return None
+
+
 def _loads(text: str | None) -> Any:
     if text is None:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the stack
         return text
 
 
@@ -99,8 +112,8 @@ def _totals(scope: Entry, entries: Sequence[Entry]) -> dict[str, Any]:
             model_calls += 1
         elif e.kind == Tool.kind:
             tool_calls += 1
-        if e.usage_json:
-            usage = Usage.model_validate_json(e.usage_json)
+        usage = _usage(e.usage_json)
+        if usage is not None:
             total = Usage(
                 input_tokens=total.input_tokens + usage.input_tokens,
                 output_tokens=total.output_tokens + usage.output_tokens,
@@ -145,7 +158,7 @@ def report_data(
         tries.setdefault(a.address, []).append(a)
     items: list[dict[str, Any]] = []
     for e in entries:
-        usage = None if e.usage_json is None else Usage.model_validate_json(e.usage_json)
+        usage = _usage(e.usage_json)
         result = (
             _loads(e.result_json)
             if reader is None

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from interpreters import SqliteJournal, run
+from interpreters import ScriptedModel, SqliteJournal, run
 from interpreters.journal import JournalError
-from op import Op, emit
+from op import Op, emit, infer
 from tests.helpers import RawJournal
 from tests.interpreters.cli.test_cli import opdsl
 
@@ -51,4 +51,50 @@ def test_a_text_changed_outside_opdsl_is_one_line_naming_the_file(
     code, out, err = opdsl(capsys, "show", done.run_id, "--db", str(db))
     assert code == 2 and "is corrupt" in err and "Traceback" not in err, (out, err)
     assert len(err.strip().splitlines()) == 1, err
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def asks() -> Op[str]:
+    first = yield from infer("hello " * 60)  # long enough to be kept as pieces
+    second = yield from infer("and again " * 40)
+    return first.text + second.text
+
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE entries SET effect_json='{\"$chain\" oops' WHERE seq=1",
+        "UPDATE entries SET effect_json='not json' WHERE seq=1",
+        "UPDATE entries SET result_json='{\"$ref\" nope nope nope nope nope nope nope' WHERE seq=1",
+        "UPDATE entries SET usage_json='nope' WHERE seq=1",
+        f"UPDATE entries SET effect_json='{_DEEP}' WHERE seq=1",
+        f"UPDATE entries SET result_json='{_DEEP}' WHERE seq=1",
+    ],
+)
+def test_an_entry_that_is_not_json_is_one_line_or_shown_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str
+) -> None:
+    """An effect, result or usage that is not JSON (or JSON nested deeper than Python's
+    stack) in a file changed outside opdsl: each reading command says so in one line, or
+    shows the text as it is; none ends in an internal error."""
+    db = tmp_path / "runs.db"
+    done = run(asks, db=str(db), model=ScriptedModel(["fine " * 80, "ok"]))
+    assert done.status == "completed", done.error
+    raw = RawJournal(db)
+    raw.execute(change)
+    raw.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for argv in (
+        ["show", done.run_id],
+        ["show", done.run_id, "--json"],
+        ["export", done.run_id, "-o", str(tmp_path / "out.jsonl")],
+        ["report", done.run_id, "-o", str(tmp_path / "out.html")],
+    ):
+        code, out, err = opdsl(capsys, *argv, "--db", str(db))
+        assert code in (0, 2) and "Traceback" not in err, (argv, code, err[-500:])
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1, err
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
