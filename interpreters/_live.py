@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
@@ -17,6 +16,7 @@ from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
 from interpreters.journal._checkpoint import WorkspaceSnapshot
 from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
+from interpreters.models._prices import price_advice
 from interpreters.models._remote import ProviderError, RemoteModel, RetryPolicy, default_model_spec
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
@@ -152,9 +152,7 @@ class LiveHandlers(RunHandlers):
             return None
         return (
             f"no price is known for model {name!r} ({model.provider}), so a usd budget cannot be kept; "
-            # the model's whole name as a JSON key: a key that prices it, whatever it holds
-            f"give it in a JSON file named by OPDSL_PRICES: {{{json.dumps(name, ensure_ascii=False)}: "
-            '{"input": USD_PER_M, "output": USD_PER_M}}'
+            f"{price_advice(name)}"
         )
 
     def _host(self, effect: Agent, served: Any, call: Call) -> ToolHost:

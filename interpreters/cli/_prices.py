@@ -6,7 +6,6 @@ so (``$OPDSL_PRICES``, opdsl's own ``prices.json`` or genai-prices, with the pri
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from interpreters.cli._command import JSON, Command, Option, UsageError
@@ -24,7 +23,7 @@ def _rates(rates: Any) -> str:
 
 def prices(a: argparse.Namespace) -> int:
     from interpreters.models import resolve_model
-    from interpreters.models._prices import Prices
+    from interpreters.models._prices import Prices, price_advice
     from interpreters.models._remote import RemoteModel
     from op import Usage
 
@@ -91,13 +90,10 @@ def prices(a: argparse.Namespace) -> int:
         )
         return 0 if price is not None else 1
     if price is None:
-        # the model's whole name as a JSON key, a key that prices it whatever the name holds
-        key = json.dumps(name, ensure_ascii=False)
         print(
             f"{spec}: no known price (opdsl's table and genai-prices have none"
             f"{' for a model served on this machine' if provider == 'ollama' else ''}); "
-            f"give it in a JSON file named by OPDSL_PRICES: {{{key}: "
-            '{"input": USD_PER_M, "output": USD_PER_M}}'
+            f"{price_advice(name)}"
         )
         return 1
     print(spec)

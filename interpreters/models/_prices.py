@@ -38,7 +38,7 @@ from typing import Any
 
 from op import Usage
 
-__all__ = ["LOCAL_PROVIDERS", "Price", "Prices", "Tier"]
+__all__ = ["LOCAL_PROVIDERS", "Price", "Prices", "Tier", "price_advice"]
 
 LOCAL_PROVIDERS = frozenset({"ollama"})
 """Providers whose models run on the user's own machine: the kept table never prices them."""
@@ -131,6 +131,16 @@ def _kept_cost(
         )
     )
     return float(priced["total_price"])
+
+
+def price_advice(model: str) -> str:
+    """How to give ``model`` a price: the entry of a file named by ``OPDSL_PRICES``, its key
+    the model's whole name written as JSON (a key that prices it, whatever the name holds)."""
+    key = json.dumps(model, ensure_ascii=False)
+    return (
+        f"give it in a JSON file named by OPDSL_PRICES: {{{key}: "
+        '{"input": USD_PER_M, "output": USD_PER_M}}'
+    )
 
 
 def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
