@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from interpreters.cli._interrupt import STARTED
-from interpreters.journal._content import ContentError
+from interpreters.journal._content import read_json
 
 __all__ = [
     "console",
@@ -96,14 +96,7 @@ def json_object(raw: str | None) -> dict[str, Any]:
 def loads(raw: str | None) -> Any:
     """Recorded JSON text as data; ContentError when a file changed outside opdsl holds
     something else there (or JSON nested deeper than Python's stack)."""
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ContentError(f"a recorded text is not JSON: {exc}") from None
-    except RecursionError:
-        raise ContentError("a recorded text is JSON nested too deeply to read") from None
+    return None if raw is None else read_json(raw, "a recorded text")
 
 
 def run_json(r: Any) -> dict[str, Any]:

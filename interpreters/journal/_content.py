@@ -515,7 +515,7 @@ def _piece(get: Lookup, h: Any, where: str) -> Any:
     if not is_digest(h):
         raise ContentError(f"{where}: {str(h)[:70]!r} is not a reference to a piece")
     body = get(h)
-    return _json(body, f"{where}: its piece")
+    return read_json(body, f"{where}: its piece")
 
 
 def _text_of(get: Lookup, value: Any, where: str) -> Any:
@@ -591,7 +591,7 @@ def unpack_effect(text: str, get: Lookup) -> str:
     it is)."""
     if '"$chain"' not in text and '"args":"' not in text:
         return text  # written whole
-    data = _json(text, "its effect")
+    data = read_json(text, "its effect")
     if not isinstance(data, dict):
         return text
     kind = data.get("kind")
@@ -615,7 +615,7 @@ def unpack_result(kind: str, text: str | None, get: Lookup) -> str | None:
     """The whole canonical text of a journaled result."""
     if text is None or len(text) < 40 or '"$ref"' not in text and not _HEX.search(text):
         return text
-    data = _json(text, "its result")
+    data = read_json(text, "its result")
     if not isinstance(data, dict):
         return text
     if kind == Tool.kind:
@@ -654,7 +654,7 @@ def piece_refs(body: str) -> set[str]:
     out: set[str] = set()
     if not body.startswith("["):
         return out
-    node = _json(body, "a piece")
+    node = read_json(body, "a piece")
     if isinstance(node, list) and len(node) == 2:
         if is_digest(node[0]):
             out.add(node[0])
@@ -666,7 +666,7 @@ def piece_refs(body: str) -> set[str]:
 
 
 def _loaded(text: str) -> dict[str, Any]:
-    data = _json(text, "a recorded text")
+    data = read_json(text, "a recorded text")
     return data if isinstance(data, dict) else {}
 
 
@@ -690,7 +690,7 @@ def new_messages(get: Lookup, effect_text: str, seen: set[str]) -> tuple[list[An
     whole. What a reader shows of a long conversation: each message once."""
     if '"$chain"' not in effect_text:
         return None
-    data = _json(effect_text, "its effect")
+    data = read_json(effect_text, "its effect")
     value = data.get("messages") if isinstance(data, dict) else None
     if not isinstance(value, dict):
         return None
@@ -745,13 +745,13 @@ class Reader:
         if kind == Infer.kind:
             fresh = new_messages(self._get, text, self._seen)
             if fresh is not None:
-                data = _json(text, "its effect")
+                data = read_json(text, "its effect")
                 messages, n = fresh
                 data["messages"] = messages
                 if n > len(messages):
                     data["earlier"] = n - len(messages)
                 return data
-        return _json(unpack_effect(text, self._get), "its effect")
+        return read_json(unpack_effect(text, self._get), "its effect")
 
     def effect_text(self, kind: str, text: str) -> str:
         """:meth:`effect` as canonical JSON text."""
@@ -762,14 +762,14 @@ class Reader:
     def result(self, kind: str, text: str | None) -> Any:
         """An entry's result as JSON data, whole (None when it has none)."""
         whole = unpack_result(kind, text, self._get)
-        return None if whole is None else _json(whole, "its result")
+        return None if whole is None else read_json(whole, "its result")
 
     def result_text(self, kind: str, text: str | None) -> str | None:
         """An entry's result as its whole canonical text."""
         return unpack_result(kind, text, self._get)
 
 
-def _json(text: str, what: str) -> Any:
+def read_json(text: str, what: str) -> Any:
     """``text`` read as JSON; ContentError naming ``what`` (``its effect``) when a file changed
     outside opdsl holds something else, or JSON nested deeper than Python's stack."""
     try:
