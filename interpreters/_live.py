@@ -26,7 +26,6 @@ from interpreters.runtime._frame import Call, RunHandlers, WaitingForAnswer
 from interpreters.runtime._services import Services
 from interpreters.runtime._sync import blocking
 from interpreters.tools._bound import PREFIX_HINT, ToolLike, ToolRegistry
-from interpreters.tools._mcp import server_of
 from interpreters.tools._workspace import Workspace, say_once
 from op import (
     Agent,
@@ -95,7 +94,7 @@ class LiveHandlers(RunHandlers):
                 if given is None:
                     self.tools.add(t)
                     self.workspace_tools.add(t.name)
-                elif (server := server_of(given)) is not None:
+                elif (server := given.server) is not None:
                     raise DuplicateTool(
                         f"MCP server {server!r} offers {t.name!r}, the name of a workspace tool; "
                         f"give the server a prefix of its own {PREFIX_HINT}"

@@ -77,7 +77,6 @@ __all__ = [
     "mcp_servers",
     "open_mcp",
     "parse_mcp",
-    "server_of",
     "servers_of",
 ]
 
@@ -560,6 +559,7 @@ def _unreadable_said(exc: BaseException) -> str | None:
     """What a stdio transport said of a line it could not read, if ``exc`` is its error."""
     from mcp.shared.exceptions import MCPError as SdkError
 
+    exc = _leaf(exc)  # at a start, the SDK's error comes inside its task groups' groups
     if isinstance(exc, SdkError) and exc.data == _UNREADABLE:
         return exc.message
     return None
@@ -779,6 +779,8 @@ class _Connection:
         self.cut: str | None = None
         #: how many calls wait on the server now
         self._calling = 0
+        #: lines it sent between calls that are not JSON-RPC messages (the first is said)
+        self._stray = 0
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
 
@@ -826,7 +828,13 @@ class _Connection:
         self.cut = f"over {MAX_MESSAGE // 2**20} MB"
 
     def _unreadable(self, said: str) -> None:
-        _say(f"MCP server {self.name!r} {_sent(said, 'between calls (ignored)')}")
+        # the first only: a server that writes junk without end fills no one's terminal
+        self._stray += 1
+        if self._stray == 1:
+            _say(
+                f"MCP server {self.name!r} {_sent(said, 'between calls (ignored)')} "
+                "(any more such lines are ignored unsaid)"
+            )
 
     def _cut_http(self, why: str) -> None:
         """An HTTP server's answer was cut: its session is stopped, as a stdio server is
@@ -1028,10 +1036,16 @@ def _say(line: str) -> None:
     sys.stderr.write(f"opdsl: warning: {line}\n")
 
 
-def _reason(exc: BaseException) -> str:
-    """An exception in one line (an exception group: its first leaf)."""
+def _leaf(exc: BaseException) -> BaseException:
+    """``exc``, or an exception group's first leaf."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception in one line (an exception group: its first leaf)."""
+    exc = _leaf(exc)
     text = " ".join(str(exc).split())[:500]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -1107,11 +1121,6 @@ class MCPTools:
                 }
             )
         self.recorded[name] = {"server": server.to_json(), "tools": offered}
-
-
-def server_of(tool: BoundTool) -> str | None:
-    """The name of the MCP server whose tool ``tool`` is, or None (a tool of the run's own)."""
-    return tool.server
 
 
 def _bound(conn: _Connection, tool: str, spec: ToolSpec) -> BoundTool:

@@ -47,7 +47,10 @@ for line in sys.stdin:
     method, mid = msg.get("method"), msg.get("id")
     if mid is None:
         continue
-    if method == "initialize":
+    if method == "initialize" and MODE == "startgarbage":
+        sys.stdout.buffer.write(b"starting up... \x1b[2J\n")
+        sys.stdout.buffer.flush()
+    elif method == "initialize":
         version = msg["params"]["protocolVersion"]
         info = {"name": "wire", "version": "1"}
         send({"id": mid, "result": {"protocolVersion": version, "capabilities": {"tools": {}},
@@ -79,6 +82,10 @@ for line in sys.stdin:
             sys.stdout.buffer.flush()
         elif name == "hang":
             continue
+        elif name == "flood":  # answered, then stray lines without end (here, fifty)
+            answer(mid, "answered")
+            sys.stdout.buffer.write(b"junk\n" * 50)
+            sys.stdout.buffer.flush()
         elif name == "after":  # answered, then a stray line no call waits on
             answer(mid, "answered")
             sys.stdout.buffer.write(b"a stray line\n")
@@ -129,6 +136,35 @@ def test_a_server_that_cannot_list_its_tools_stops_the_run_naming_it(
     with pytest.raises(MCPError) as caught:
         anyio.run(_listed, {"s": server(wire, mode, start_timeout=1.0)}, tmp_path)
     assert str(caught.value) == said
+
+
+def test_an_unreadable_answer_to_the_start_is_said_as_such(wire: Path, tmp_path: Path) -> None:
+    with pytest.raises(MCPError) as caught:
+        anyio.run(_listed, {"s": server(wire, "startgarbage", start_timeout=5.0)}, tmp_path)
+    said = str(caught.value)
+    assert said.startswith("MCP server 's' (") and "cannot start: " in said, said
+    assert said.endswith(
+        "cannot start: sent a message that is not JSON at start: starting up... \\x1b[2J"
+    ), said
+
+
+def test_stray_lines_without_end_are_said_once(
+    wire: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> list[str]:
+        async with open_mcp({"s": server(wire, names="flood,ping")}, root=tmp_path) as s:
+            by = {t.name: t for t in s.tools}
+            outputs = [(await by["s_flood"].call({})).output for _ in range(2)]
+            outputs.append((await by["s_ping"].call({})).output)  # read after every junk line
+            return outputs
+
+    assert anyio.run(main) == ["answered", "answered", "ping"]
+    said = [line for line in capfd.readouterr().err.splitlines() if "junk" in line]
+    assert said == [
+        "opdsl: warning: MCP server 's' sent a message that is not JSON between calls (ignored): "
+        "junk "
+        "(any more such lines are ignored unsaid)"
+    ]
 
 
 def test_the_command_line_says_a_listing_that_failed_in_one_line(
