@@ -21,6 +21,7 @@ REDACTED = "[redacted]"
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _WORD = re.compile(r"[^\s\"']+")
 _USER_END = re.compile(r"[:/@]")
+_PATH_START = re.compile(r"[/?#]")
 _MIN_LENGTH = 6  # shorter values would redact ordinary words
 
 
@@ -46,9 +47,13 @@ def _running_spans(text: str) -> Iterator[tuple[int, int]]:
             continue
         for i in _urls(text, start, at):
             user_end = _USER_END.search(text, i + 3, at + 1)
-            if user_end is not None and user_end.group() == ":" and user_end.end() < at:
-                yield user_end.end(), at
-                break
+            if user_end is None or user_end.group() != ":" or user_end.end() >= at:
+                continue
+            path = _PATH_START.search(text, user_end.end(), at)
+            if path is not None and text[user_end.end() : path.start()].isdigit():
+                continue  # a host's port, then its path (``host:3000/u?mail=a@b``): no password
+            yield user_end.end(), at
+            break
 
 
 def _password_spans(value: str) -> list[tuple[int, int]]:

@@ -732,6 +732,8 @@ class HttpModel(RemoteModel):
                 f"(its credentials?): {message}"
             )
         err = self.error(message, status, retryable=retryable(status, headers, text))
+        if proxy is not None:  # a proxy may quote the credentials back in a header
+            headers = {k: proxy.scrubbed(v) for k, v in headers.items()}
         err.headers = headers  # type: ignore[attr-defined]
         return err
 

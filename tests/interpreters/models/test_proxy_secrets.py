@@ -51,13 +51,15 @@ def _bad_proxy(mode: str) -> RawServer:
 
     def script(conn: Conn, n: int) -> None:
         head = conn.request().decode("latin-1")
-        if mode == "407echo":  # quotes the credentials it was given back, in reason and body
+        if mode == "407echo":  # quotes the credentials it was given back: reason, header, body
             said = next(
                 (f for f in head.split("\r\n") if f.lower().startswith("proxy-authorization")),
                 "none",
             ).encode()
             conn.send(
                 b"HTTP/1.1 407 denied: "
+                + said
+                + b"\r\nx-you-sent: "
                 + said
                 + b"\r\ncontent-length: %d\r\n" % len(said)
                 + b"connection: close\r\n\r\n"
@@ -305,6 +307,12 @@ def test_a_url_password_is_redacted_whatever_it_holds(value: str, password: str)
 
 def test_the_redactor_hides_a_password_with_a_slash_or_an_at_in_running_text() -> None:
     redact = Redactor()
+    # a host's port and path, an @ further on: no password, left as it is
+    for said in (
+        "curl http://localhost:3000/users?email=alice@example.com",
+        "GET https://api.example.com:8443/v1/users/bob@corp.com",
+    ):
+        assert redact(said) == said
     assert redact("see http://me:pa/ss-secret@proxy:3128 now") == (
         "see http://me:[redacted]@proxy:3128 now"
     )
