@@ -122,8 +122,7 @@ class Redactor:
         extra = tuple(extra_names)
         secrets = [v for n, v in env.items() if looks_secret(n, extra)]
         for value in env.values():  # credentials inside URLs, whatever the variable's name
-            spans = [*_running_spans(value), *_password_spans(value)]
-            secrets += [value[start:end] for start, end in spans]
+            secrets += [value[start:end] for start, end in _password_spans(value)]
         return cls(secrets)
 
     def __call__(self, text: str) -> str:

@@ -58,6 +58,7 @@ from interpreters.models._transport import (
     HttpxTransport,
     ProxyRefused,
     ProxyRoutes,
+    named,
     ssl_environment,
 )
 from op import Response
@@ -337,8 +338,8 @@ class HttpModel(RemoteModel):
         #: the pool of the loop that asked last, and that loop
         self._clients: tuple[object, _Pool] | None = None
         self._urls: dict[str, httpx.URL] = {}
-        self._secrets: list[str] = []
-        #: the proxies of the last pool made (none with the user's client)
+        #: the proxies of the last pool made (none with the user's client): their credentials
+        #: are never in an error
         self._routes: ProxyRoutes | None = None
         #: the user's own client, if one was given: every call goes through it (its proxies,
         #: CAs, client certificates and event hooks), and opdsl never closes it
@@ -425,7 +426,7 @@ class HttpModel(RemoteModel):
         refused = routes.refusal(self._target(self.base_url))
         if refused is not None:
             raise self.error(refused)
-        self._secrets, self._routes = routes.secrets, routes
+        self._routes = routes
         transports: list[httpx.AsyncBaseTransport]
         if on_asyncio and forced is None:
             transports = [
@@ -483,9 +484,8 @@ class HttpModel(RemoteModel):
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
             text = text.replace(self.api_key, "***")
-        for secret in self._secrets:  # a proxy's credentials, wherever an error quotes them
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
+        if self._routes is not None:  # a proxy's credentials, wherever an error quotes them
+            text = self._routes.scrubbed(text)
         # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
         return _URL_CREDENTIALS(text)
 
@@ -718,19 +718,16 @@ class HttpModel(RemoteModel):
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
 
     def _refusal(
-        self, status: int, headers: Mapping[str, str], body: bytes, url: str | None = None
+        self, status: int, headers: Mapping[str, str], body: bytes, url: str
     ) -> ProviderError:
         """The error for an answer with an error status (to a request for ``url``)."""
         text = body.decode("utf-8", "replace")
         message = self.message_of(text)
         proxy = None
-        if status == 407 and url is not None and self._routes is not None:
+        if status == 407 and self._routes is not None:
             proxy = self._routes(self._target(url))
         if proxy is not None:  # a proxy that forwards requests (plain http) wants credentials
-            message = (
-                f"the proxy {proxy.url} ({proxy.variable}) refused the request "
-                f"(its credentials?): {message}"
-            )
+            message = f"the proxy {named(proxy)} refused the request (its credentials?): {message}"
         err = self.error(message, status, retryable=retryable(status, headers, text))
         if proxy is not None:  # a proxy may quote the credentials back in a header
             headers = {k: proxy.scrubbed(v) for k, v in headers.items()}

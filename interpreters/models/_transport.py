@@ -44,7 +44,7 @@ from yarl import URL
 from interpreters._redact import without_passwords
 from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 
-__all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes"]
+__all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes", "named"]
 
 
 class ProxyRefused(httpx.ProxyError):
@@ -108,32 +108,37 @@ class ProxyRoutes:
                     self._proxies[scheme] = _proxy(_variable(key, raw), raw)
                 except ValueError as exc:
                     self._refused[scheme] = str(exc)
-        self._routes: dict[tuple[str, str, int | None], Proxy | None] = {}
+        #: each host's route, found once: its proxy, None (straight), or why it is refused
+        self._routes: dict[tuple[str, str, int | None], Proxy | str | None] = {}
 
-    @property
-    def secrets(self) -> list[str]:
-        """The proxies' credentials (passwords, ``Proxy-Authorization`` values and their base64
-        parts): never in an error."""
-        return [s for p in self._proxies.values() for s in p.secrets]
+    def scrubbed(self, text: str) -> str:
+        """``text`` without any proxy's credentials (an answer of one that quotes them)."""
+        for proxy in self._proxies.values():
+            text = proxy.scrubbed(text)
+        return text
+
+    def _route(self, url: httpx.URL) -> Proxy | str | None:
+        key = (url.scheme, url.host, url.port)
+        if key not in self._routes:
+            route: Proxy | str | None = self._proxies.get(url.scheme) or self._refused.get(
+                url.scheme
+            )
+            if route is not None and any(_bypassed(url, entry) for entry in self._bypass):
+                route = None
+            self._routes[key] = route
+        return self._routes[key]
 
     def refusal(self, url: httpx.URL) -> str | None:
         """Why ``url`` cannot be reached: the proxy it would go through is one opdsl cannot
         use (or its variable is malformed); None when it can be."""
-        said = self._refused.get(url.scheme)
-        if said is None or any(_bypassed(url, entry) for entry in self._bypass):
-            return None
-        return said
+        route = self._route(url)
+        return route if isinstance(route, str) else None
 
     def __call__(self, url: httpx.URL) -> Proxy | None:
-        if url.scheme in self._refused and (said := self.refusal(url)) is not None:
-            raise httpx.ProxyError(said)  # never straight past the proxy the user set
-        key = (url.scheme, url.host, url.port)
-        if key not in self._routes:
-            proxy = self._proxies.get(url.scheme)
-            if proxy is not None and any(_bypassed(url, entry) for entry in self._bypass):
-                proxy = None
-            self._routes[key] = proxy
-        return self._routes[key]
+        route = self._route(url)
+        if isinstance(route, str):
+            raise httpx.ProxyError(route)  # never straight past the proxy the user set
+        return route
 
 
 def _variable(key: str, raw: str) -> str:
@@ -462,16 +467,16 @@ def _translated(
     it, it would keep aiohttp's as its ``__context__`` (``from None`` only hides it), and
     that one's ``request_info`` holds the ``Proxy-Authorization`` header."""
     where = f"{url.host}:{url.port or _DEFAULT_PORTS.get(url.scheme, 80)}"
-    via = "" if proxy is None else f" through the proxy {_named(proxy)}"
+    via = "" if proxy is None else f" through the proxy {named(proxy)}"
     kind: type[httpx.TransportError] = httpx.RemoteProtocolError
     match error:
         case aiohttp.ClientHttpProxyError():
             kind = ProxyRefused
-            said = f"the proxy {_named(proxy)} refused the tunnel to {where}: {error.status}"
+            said = f"the proxy {named(proxy)} refused the tunnel to {where}: {error.status}"
             said += f" {error.message}"
         case aiohttp.ClientProxyConnectionError():
             kind = httpx.ProxyError
-            said = f"cannot connect to the proxy {_named(proxy)}: {_os_error(error)}"
+            said = f"cannot connect to the proxy {named(proxy)}: {_os_error(error)}"
         case aiohttp.ClientConnectorError():  # a TLS handshake's failure is one too
             kind = httpx.ConnectError
             said = f"cannot connect to {where}{via}: {_os_error(error)}"
@@ -482,7 +487,7 @@ def _translated(
             kind = httpx.ReadTimeout
             said = f"no answer from {where} in time"
         case aiohttp.ServerDisconnectedError() if at_proxy and not answered:
-            said = f"the proxy {_named(proxy)} closed the connection unanswered"
+            said = f"the proxy {named(proxy)} closed the connection unanswered"
             said += f", on the way to {where}"
         case aiohttp.ServerDisconnectedError():
             said = f"{where} closed the connection {'mid-answer' if answered else 'unanswered'}"
@@ -495,7 +500,7 @@ def _translated(
             told = " ".join(str(error.message).split())[:200]
             said = f"a malformed answer: {told}"
             if at_proxy and not answered:
-                said = f"a malformed answer from the proxy {_named(proxy)}, on the way to "
+                said = f"a malformed answer from the proxy {named(proxy)}, on the way to "
                 said += f"{where}: {told}"
         case aiohttp.InvalidURL() | aiohttp.NonHttpUrlClientError():
             kind = httpx.UnsupportedProtocol
@@ -509,7 +514,7 @@ def _translated(
     return kind(said if proxy is None else proxy.scrubbed(said))
 
 
-def _named(proxy: Proxy | None) -> str:
+def named(proxy: Proxy | None) -> str:
     """How errors name a proxy: its URL without credentials, and the variable that named it."""
     return "" if proxy is None else f"{proxy.url} ({proxy.variable})"
 
@@ -557,13 +562,13 @@ class HttpxTransport(httpx.AsyncBaseTransport):
             return await transport.handle_async_request(request)
         except httpx.ProxyError as exc:  # httpx's: the proxy answered CONNECT with an error
             said = proxy.scrubbed(str(exc))  # its answer may quote the credentials
-            failed = ProxyRefused(f"the proxy {_named(proxy)} refused the tunnel: {said}")
+            failed = ProxyRefused(f"the proxy {named(proxy)} refused the tunnel: {said}")
         except httpx.ConnectError as exc:
             said = proxy.scrubbed(str(exc))
-            failed = httpx.ProxyError(f"cannot connect through the proxy {_named(proxy)}: {said}")
+            failed = httpx.ProxyError(f"cannot connect through the proxy {named(proxy)}: {said}")
         except httpx.RemoteProtocolError as exc:  # the proxy's answer, or the server's through it
             said = proxy.scrubbed(str(exc))
-            failed = httpx.RemoteProtocolError(f"{said} (through the proxy {_named(proxy)})")
+            failed = httpx.RemoteProtocolError(f"{said} (through the proxy {named(proxy)})")
         # raised out of the except blocks: httpx's errors stay off the chain (__context__)
         raise failed
 
