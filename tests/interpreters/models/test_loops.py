@@ -149,3 +149,36 @@ def test_a_trio_runs_clients_are_closed_as_it_ends() -> None:
         assert not model._pools and model._clients is None, "an ended run's clients are kept"
         unclosed = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
         assert not unclosed, unclosed
+
+
+def test_a_pool_forgotten_while_its_loop_was_idle_takes_no_later_pool_with_it() -> None:
+    """A loop left idle long enough has its pool forgotten; run again, it gets a new one. When
+    the old pool's clients are closed at last (its closers collected, then run on that loop),
+    the loop's new pool is kept: the old closer forgets only its own."""
+    with ScriptedServer([openai("ok") for _ in range(8)]) as srv:
+        model = OpenAIModel("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key="sk-test")
+        interp = LiveInterpreter(model=model, journal=MemoryJournal())
+        first = asyncio.new_event_loop()
+        loops = [first]
+        assert first.run_until_complete(interp.arun(ask, "hi")).value == "ok"
+        held = [model._pools[first]]  # the old pool, alive until the new one is made
+        for _ in range(5):  # enough idle loops that the first one's pool is forgotten
+            loop = asyncio.new_event_loop()
+            loops.append(loop)
+            assert loop.run_until_complete(interp.arun(ask, "hi")).value == "ok"
+        assert first not in model._pools
+
+        async def again() -> bool:
+            assert (await interp.arun(ask, "hi")).value == "ok"
+            new = model._pools[first]
+            held.clear()  # the old pool's closers go: they are run on this loop
+            gc.collect()
+            for _ in range(5):
+                await asyncio.sleep(0)
+            return model._pools.get(first) is new
+
+        try:
+            assert first.run_until_complete(again()), "an old pool's closer forgot the new pool"
+        finally:
+            for loop in loops:
+                loop.close()
