@@ -11,6 +11,7 @@ from interpreters._live import AgentBackend, Answer, LiveInterpreter
 from interpreters._loading import config_for
 from interpreters._resume import guard_journal
 from interpreters.journal import Journal, RunRecord, open_journal
+from interpreters.journal._seal import sealed_if_can
 from interpreters.models._base import Model
 from interpreters.runtime._clock import Clock
 from interpreters.runtime._driver import RunResult, program_name
@@ -95,6 +96,7 @@ async def arun(
                 )
             ),
         )
+        record = sealed_if_can(record)  # the caller's own program: the user's run
         return await interp.arun(
             program, *args, state=state, run_id=run_id, record=record, **dict(kwargs or {})
         )

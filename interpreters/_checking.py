@@ -27,11 +27,13 @@ from interpreters._loading import (
     declared_state,
     initial_state,
     load_program,
+    named_again,
     program_of,
 )
 from interpreters._replaying import ReplayInterpreter
 from interpreters.journal import Journal, JournalError, MemoryJournal, RunRecord
 from interpreters.journal._portable import read_export
+from interpreters.journal._seal import config_of
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import execute, program_name
 from interpreters.runtime._frame import Call, Handlers, WaitingForAnswer
@@ -260,8 +262,9 @@ async def _in_flight(
 ) -> Checked:
     """Feed a run in flight its record, and stop where it would go on live (``logs`` is
     given the record as the run used it)."""
-    config = json.loads(record.config_json or "{}")
+    config = config_of(record)
     state_type = declared_state(program, config)
+    named_again(record, config, {"program": program, "state_type": state_type})
     program = program_of(record, config, program, True)
     called = json.loads(record.args_json)
     entries = journal.entries(record.run_id)

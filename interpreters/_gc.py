@@ -16,13 +16,13 @@ The rules (``opdsl gc RUN...`` prints what they did):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from interpreters.journal._base import Entry, Journal
+from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
 from interpreters.journal._checkpoint import CheckpointSnapshot
+from interpreters.journal._seal import FOREIGN, config_of
 from op import Checkpoint, OpdslError
 
 __all__ = [
@@ -107,14 +107,15 @@ def trees_in_use(journal: Journal, removing: set[str]) -> set[str]:
     return needed
 
 
-def own_workspace(config_json: str | None) -> Path | None:
+def own_workspace(record: RunRecord) -> Path | None:
     """The workspace a run of this journal snapshotted, whose refs gc may remove; never one a
-    run imported from a file names (its file chose that folder, not this journal's opdsl)."""
+    foreign run names (imported, or not sealed as the user's: its file chose that folder, not
+    the user's opdsl)."""
     try:
-        config = json.loads(config_json or "{}")
-    except ValueError:
+        config = config_of(record)
+    except JournalError:
         return None
-    if not isinstance(config, dict) or config.get("imported_from"):
+    if config.get(FOREIGN):
         return None
     root = config.get("workspace")
     if not isinstance(root, str) or not root or not Path(root).is_dir():
@@ -132,7 +133,7 @@ def remove_runs(
     check_removable(journal, run_ids)
     needed = trees_in_use(journal, set(run_ids))
     for run_id in dict.fromkeys(run_ids):
-        root = own_workspace(journal.run(run_id).config_json)
+        root = own_workspace(journal.run(run_id))
         outcome = Removed(run_id, 0, 0) if root is None else _drop_snapshots(run_id, root, needed)
         if isinstance(outcome, Removed):
             journal.delete_run(run_id)

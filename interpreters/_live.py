@@ -15,12 +15,13 @@ from interpreters.agents._base import backends
 from interpreters.agents._bridge import ToolHost
 from interpreters.journal import Journal, RunRecord
 from interpreters.journal._checkpoint import WorkspaceSnapshot
+from interpreters.journal._seal import sealed_if_can
 from interpreters.models._base import Model, calls_schema, redact_spec, resolve_model
 from interpreters.models._prices import price_advice
 from interpreters.models._remote import ProviderError, RemoteModel, RetryPolicy, default_model_spec
 from interpreters.observe._otel import trace_sinks
 from interpreters.runtime._clock import Clock, SystemClock
-from interpreters.runtime._driver import RunResult, execute, new_run_id
+from interpreters.runtime._driver import RunResult, execute, new_run_id, program_name
 from interpreters.runtime._events import EventBus, Sink
 from interpreters.runtime._frame import Call, RunHandlers, WaitingForAnswer
 from interpreters.runtime._services import Services
@@ -322,7 +323,10 @@ class LiveInterpreter:
         record: RunRecord | None = None,
         **kwargs: Any,
     ) -> RunResult[T]:
-        """Run ``program(*args, **kwargs)`` to its end (or until it waits)."""
+        """Run ``program(*args, **kwargs)`` to its end (or until it waits); journaled, it is
+        sealed as the user's own (``journal/_seal.py``) unless ``record`` says otherwise."""
+        if record is None and self.services.journal is not None:
+            record = sealed_if_can(RunRecord(run_id="-", program=program_name(program)))
         return await execute(
             program,
             args,

@@ -21,6 +21,7 @@ from types import CodeType
 from typing import Any
 
 from interpreters.journal._base import JournalError, RunRecord
+from interpreters.journal._seal import FOREIGN
 from interpreters.models._base import Model, redact_spec
 from interpreters.runtime._driver import program_name
 from interpreters.tools._bound import BoundTool, ToolLike
@@ -122,13 +123,14 @@ def program_of(
     program: Callable[..., Any] | None,
     accept_changed_code: bool = False,
 ) -> Callable[..., Any]:
-    """The program that continues or replays ``record``. A run imported from a file names code
-    someone else chose: it runs only when the caller names the same program again. One loaded
+    """The program that continues or replays ``record``. A foreign run (imported, or not sealed
+    as the user's: :func:`~interpreters.journal._seal.config_of`) names code someone else
+    may have chosen: it runs only when the caller names the same program again. One loaded
     by the name its journal holds comes from the file the run started with (:func:`check_code`)."""
-    if program is None and config.get("imported_from"):
+    if program is None and config.get(FOREIGN):
         raise OpdslError(
-            f"run {record.run_id} was imported from {config['imported_from']} and names the program "
-            f"{record.program}; pass --program {record.program} (program= in the API) to run that code"
+            f"run {record.run_id} {config[FOREIGN]}; it names the program {record.program}: "
+            f"pass --program {record.program} (program= in the API) to run that code"
         )
     if program is None:
         check_code(record.run_id, config, [record.program], accept=accept_changed_code)
@@ -263,10 +265,10 @@ def check_code(
     planted earlier on the import path). Nothing runs to find out, and a module checked is
     then run from the very bytes checked (never from a ``.pyc`` beside it, which whoever
     could write its folder could have planted). ``accept``: the user knows, and the code is
-    imported as it is now. A run imported from a file is not checked: its user names its
-    code again."""
+    imported as it is now. A foreign run (:func:`config_of`) is not checked: its user names
+    its code again."""
     recorded = config.get("code")
-    if accept or config.get("imported_from") or not isinstance(recorded, dict):
+    if accept or config.get(FOREIGN) or not isinstance(recorded, dict):
         return
     for ref in refs:
         for name in _chain(ref):
@@ -380,13 +382,13 @@ def initial_state(
 
 
 def named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[str, object]) -> None:
-    """A run imported from a file uses nothing the file names that would run code (its
-    program, tools, state type), send a key (its model) or touch a folder (its workspace)
-    until the caller gives each again. ``given``: what the caller passed, of what it would
+    """A foreign run (imported, or not sealed as the user's) uses nothing its record names
+    that would run code (its program, tools, state type), send a key (its model) or touch a
+    folder (its workspace) until the caller gives each again. ``given``: what the caller passed, of what it would
     use (a replay uses no tool, model or workspace). Refused, naming them all, before
     anything is imported, sent or touched."""
-    source = config.get("imported_from")
-    if not source:
+    reason = config.get(FOREIGN)
+    if not reason:
         return
     named: dict[str, Any] = {
         "program": record.program,
@@ -404,8 +406,8 @@ def named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[str
             wanted.append(" ".join(f"--{option} {v}" for v in values) + f" ({what}=)")
     if wanted:
         raise OpdslError(
-            f"run {record.run_id} was imported from {source}; nothing it names (code to run, a "
-            f"model to send a key to, a folder to change) is used until you give it again: "
+            f"run {record.run_id} {reason}; nothing it names (code to run, a model to send a "
+            f"key to, a folder to change) is used until you give it again: "
             f"{', '.join(wanted)}"
         )
 
@@ -413,9 +415,21 @@ def named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[str
 def declared_state(
     program: Callable[..., Any] | None, config: Mapping[str, Any]
 ) -> type[CRDTModel] | None:
-    """For a run imported from a file: the state type the program the caller named declares
-    (``@program(state=...)``), which names it as well as ``state_type=`` would."""
-    if program is None or not config.get("imported_from"):
+    """For a foreign run: the state type the program the caller named declares
+    (``@program(state=...)``), which names it as well as ``state_type=`` would; else the one
+    the run recorded when it is a class of the program's own module, already imported
+    (getting it runs nothing: the module's own attributes, not its ``__getattr__``)."""
+    if program is None or not config.get(FOREIGN):
         return None
     declared = default_state(program)
-    return None if declared is None else type(declared)
+    if declared is not None:
+        return type(declared)
+    ref = config.get("state_type")
+    if not isinstance(ref, str):
+        return None
+    module_name, _, attr = ref.partition(":")
+    module = sys.modules.get(module_name)
+    if module is None or module_name != getattr(inspect.unwrap(program), "__module__", None):
+        return None
+    found = vars(module).get(attr)
+    return found if isinstance(found, type) and issubclass(found, CRDTModel) else None

@@ -12,6 +12,7 @@ from typing import Any, final
 
 from interpreters._loading import declared_state, initial_state, named_again, program_of
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
+from interpreters.journal._seal import config_of
 from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import VirtualClock
 from interpreters.runtime._driver import RunResult, execute
@@ -92,7 +93,7 @@ class ReplayInterpreter:
         """Replay the run; ``args``/``kwargs`` None: the recorded ones."""
         journal, run_id, accept = self.journal, self.run_id, self.accept_changed_code
         record = journal.run(run_id)
-        config = json.loads(record.config_json or "{}")
+        config = config_of(record)
         state_type = self.state_type or declared_state(program, config)
         named_again(record, config, {"program": program, "state_type": state_type})
         program = program_of(record, config, program, accept)

@@ -22,6 +22,7 @@ from interpreters._loading import (
     program_of,
 )
 from interpreters.journal import Entry, Journal, RunRecord, open_journal
+from interpreters.journal._seal import FOREIGN, config_of, foreign, sealed_if_can, unsealed
 from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, resolve_model
 from interpreters.observe._otel import trace_sinks
@@ -146,7 +147,7 @@ async def aresume(
 
     The program, tools and state type the journal names are imported from the files the run
     started with: a module changed or found elsewhere since is refused (:class:`CodeChanged`)
-    unless ``accept_changed_code``. A run imported from a file is refused until ``program``,
+    unless ``accept_changed_code``. A foreign run (imported, or not sealed as the user's) is refused until ``program``,
     ``tools``, ``model``, ``workspace`` and ``state_type`` are given for each it names.
 
     The MCP servers the run was started with (``mcp``: others in their place) are started
@@ -155,7 +156,7 @@ async def aresume(
     """
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
-    config = json.loads(record.config_json or "{}")
+    config = config_of(record)
     state_type = state_type or declared_state(program, config)
     given = {"program": program, "tools": tools, "model": model, "workspace": workspace}
     named_again(record, config, {**given, "state_type": state_type})
@@ -173,10 +174,10 @@ async def aresume(
         target = _fork(journal, record, entries, from_checkpoint)
     else:
         target = _in_place(journal, record, entries, answer, answer_at)
-    if mcp is None and config.get("imported_from") and config.get("mcp"):
+    if mcp is None and config.get(FOREIGN) and config.get("mcp"):
         raise OpdslError(
-            f"run {run_id} was imported from {config['imported_from']} and names MCP servers; "
-            "name them again (--mcp, mcp= in the API) to run their commands"
+            f"run {run_id} {config[FOREIGN]}, and names MCP servers; name them again (--mcp, "
+            "mcp= in the API) to run their commands"
         )
     ws_folder = workspace if workspace is not None else config.get("workspace")
     path = getattr(journal, "path", None)
@@ -252,10 +253,13 @@ def _fork(journal: Journal, record: RunRecord, entries: list[Entry], name: str) 
     forked = RunRecord(
         run_id=target_id,
         program=record.program,
-        config_json=record.config_json,
+        args_json=record.args_json,
+        config_json=unsealed(record.config_json),
         parent_run=record.run_id,
         fork_checkpoint=name,
     )
+    if foreign(record) is None:  # a fork of the user's own run is theirs; of a foreign one, not
+        forked = sealed_if_can(forked)
     log = ReplayLog({e.address: e for e in prefix}, restore_at=cp.address, content=journal.content)
     return _Target(forked, log, prefix)
 

@@ -65,6 +65,8 @@ HOW = {
     "temporal server start-dev": "run: tests/interpreters/temporal/test_workers.py::"
     "test_the_readme_commands_run_as_written (a test program in place of the reader's myagent)",
     "$ opdsl prices": "run: test_shown_commands_print_what_the_readme_shows",
+    "opdsl trust --db old.db": "run: tests/interpreters/journal/test_seal.py::"
+    "test_opdsl_trust_vouches_for_runs_saying_what_they_name (a 0.1.0 journal for old.db)",
     "opdsl mcp install": "needs Claude Code (claude); tests/programs/test_director_mcp_install.py "
     "runs opdsl mcp install and uninstall in a project of the tests",
     "@program(state=CodeState": "a fragment of programs/coder.py, not a whole example",

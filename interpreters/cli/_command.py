@@ -113,8 +113,11 @@ MCP = Option(
 RUN = Option("run")
 
 NAMED_CODE = (
-    Option("--program", help="module:function; needed for a run imported from a file"),
-    Option("--state", help="the state type, module:Class; needed for a run imported from a file"),
+    Option(
+        "--program",
+        help="module:function; needed for a run imported, or not sealed as yours (opdsl trust)",
+    ),
+    Option("--state", help="the state type, module:Class; needed where --program is"),
     Option(
         "--accept-changed-code",
         action="store_true",

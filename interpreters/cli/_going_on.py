@@ -190,13 +190,9 @@ def _named_code(a: argparse.Namespace) -> dict[str, Any]:
 def _config(a: argparse.Namespace) -> dict[str, Any]:
     """The config the run recorded (what it was started with)."""
     from interpreters import open_journal
+    from interpreters.journal._seal import config_of
 
-    record = open_journal(a.db, read_only=True).run(a.run)
-    try:
-        config = json.loads(record.config_json or "{}")
-    except ValueError:
-        raise UsageError(f"run {a.run}: its recorded config is not JSON") from None
-    return config if isinstance(config, dict) else {}
+    return config_of(open_journal(a.db, read_only=True).run(a.run))
 
 
 WORKSPACE_AGAIN = Option(

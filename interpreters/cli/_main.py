@@ -47,6 +47,7 @@ COMMANDS: tuple[Command, ...] = (
     _whatif.COST,
     _store.EXPORT,
     _store.IMPORT,
+    _store.TRUST,
     _store.GC,
     PRICES,
     _project.DEMO,

@@ -1,4 +1,5 @@
-"""Commands that move runs in and out of a journal: ``export``, ``import`` and ``gc``."""
+"""Commands that move runs in and out of a journal and vouch for them: ``export``,
+``import``, ``trust`` and ``gc``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from interpreters.cli._command import RUN, Command, OnTemporal, Option, UsageError
 
-__all__ = ["EXPORT", "IMPORT", "GC"]
+__all__ = ["EXPORT", "GC", "IMPORT", "TRUST"]
 
 
 def export(a: argparse.Namespace) -> int:
@@ -43,9 +44,41 @@ def import_(a: argparse.Namespace) -> int:
     return 0
 
 
-def _named(record: Any) -> str:
-    """What an imported run names, as the options that give it again: shell-quoted, a
-    model's credentials never shown."""
+def trust(a: argparse.Namespace) -> int:
+    """Seal runs of a journal as the user's own, saying what each names."""
+    from interpreters import open_journal
+    from interpreters._shown import visible
+    from interpreters.journal._seal import foreign, vouch_for
+
+    journal = open_journal(a.db, create=False)
+    if a.all and a.runs:
+        raise UsageError("trust: name runs or give --all, not both")
+    if not a.all and not a.runs:  # what would be vouched for, and nothing sealed
+        left = [r for r in journal.runs() if foreign(r)]
+        for record in left:
+            print(visible(f"run {record.run_id} names {_named(record, mcp=True)}"))
+        print(
+            f"{len(left)} run(s) of this journal are not sealed as yours; vouch for those you "
+            "know with opdsl trust RUN... (or --all)"
+        )
+        return 0
+    runs = [r.run_id for r in journal.runs() if foreign(r)] if a.all else a.runs
+    sealed = {r.run_id: r for r in vouch_for(journal, runs)}
+    for run_id in dict.fromkeys(runs):
+        now = sealed.get(run_id)
+        if now is None:
+            print(visible(f"run {run_id} is sealed as yours already"))
+        else:
+            said = f"sealed run {run_id} as yours; it runs with {_named(now, mcp=True)}"
+            print(visible(said))
+    if not runs:
+        print("every run of this journal is sealed as yours already")
+    return 0
+
+
+def _named(record: Any, *, mcp: bool = False) -> str:
+    """What a run names, as the options that give it again: shell-quoted, a model's
+    credentials never shown (``mcp``: its MCP servers' commands and URLs too)."""
     from interpreters.models import redact_spec
 
     config = json.loads(record.config_json or "{}")
@@ -55,8 +88,15 @@ def _named(record: Any) -> str:
         for v in value if isinstance(value, list) else [value] if value else []:
             shown = redact_spec(str(v)) if option == "model" else str(v)
             named.append(f"--{option} {shlex.quote(shown)}")
-    if record.state_json is not None:
-        named.append(f"--state {shlex.quote(str(config.get('state_type')))}")
+    if record.state_json is not None and isinstance(config.get("state_type"), str):
+        named.append(f"--state {shlex.quote(config['state_type'])}")
+    servers = config.get("mcp") if mcp else None
+    for name, entry in servers.items() if isinstance(servers, dict) else ():
+        server = entry.get("server") if isinstance(entry, dict) else None
+        server = server if isinstance(server, dict) else {}
+        argv = server.get("argv")
+        where = shlex.join(map(str, argv)) if isinstance(argv, list) else server.get("url")
+        named.append(f"--mcp {shlex.quote(f'{name}={where}')}")
     return " ".join(named)
 
 
@@ -140,6 +180,17 @@ IMPORT = Command(
     help="add a run from a JSONL file",
     run=import_,
     options=(Option("file"),),
+)
+
+TRUST = Command(
+    name="trust",
+    help="vouch for runs of a journal you know (yours from an earlier opdsl, or your other "
+    "machine): they resume and replay with the code, model and folders they name",
+    run=trust,
+    options=(
+        Option("runs", nargs="*"),
+        Option("--all", action="store_true", help="every run not sealed as yours"),
+    ),
 )
 
 GC = Command(

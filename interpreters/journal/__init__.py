@@ -1,8 +1,8 @@
 """Journals: where runs and their effects are recorded.
 
 ``Journal`` is the interface (``_base``); ``MemoryJournal`` keeps everything in memory,
-``SqliteJournal`` is the embedded default; ``export_run``/``import_run`` move a run as JSONL
-and ``check_integrity`` checks one.
+``SqliteJournal`` is the embedded default; ``export_run``/``import_run`` move a run as JSONL,
+``check_integrity`` checks one and ``vouch_for`` seals runs as the user's own (``_seal``).
 """
 
 from typing import TYPE_CHECKING
@@ -24,6 +24,7 @@ from interpreters.journal._portable import (
     export_run,
     import_run,
 )
+from interpreters.journal._seal import vouch_for
 
 if TYPE_CHECKING:
     from interpreters.journal._sqlite import SCHEMA_VERSION, SqliteJournal, open_journal
@@ -45,6 +46,7 @@ __all__ = [
     "export_run",
     "import_run",
     "open_journal",
+    "vouch_for",
 ]
 
 

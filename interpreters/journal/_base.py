@@ -197,6 +197,10 @@ class Journal(ABC):
         """Mark a run ``running`` again (it is being resumed, at ``at``: kept, see
         :meth:`resumes`)."""
 
+    def set_config(self, run_id: str, config_json: str) -> None:
+        """Replace a run's recorded config (``opdsl trust`` seals it)."""
+        raise JournalError(f"{type(self).__name__} cannot change a run's config")
+
     def attempts(self, run_id: str) -> list[Attempt]:
         """The earlier attempts of the run's entries, in the order they were begun again (a
         journal that keeps none: empty)."""

@@ -97,6 +97,9 @@ class MemoryJournal(Journal):
         if at is not None:
             self._resumes.setdefault(run_id, []).append(at)
 
+    def set_config(self, run_id: str, config_json: str) -> None:
+        self._runs[run_id] = self.run(run_id).model_copy(update={"config_json": config_json})
+
     def attempts(self, run_id: str) -> list[Attempt]:
         return list(self._attempts.get(run_id, ()))
 

@@ -18,6 +18,7 @@ from interpreters.journal._base import (
     RunRecord,
 )
 from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
+from interpreters.journal._seal import SEAL, unsealed
 from op import Checkpoint, Emit, Infer, Usage
 from state import canonical_json
 
@@ -36,7 +37,10 @@ def export_run(journal: Journal, run_id: str) -> str:
     # file; a piece whose text changes gets the hash of its new text, everywhere
     redact = Redactor.from_env()
     renamed: dict[str, str] = {}
-    first = json.dumps({"format": FORMAT, "run": journal.run(run_id).model_dump()}, sort_keys=True)
+    record = journal.run(run_id)
+    # a seal holds on this user's machine alone: the file carries none
+    record = record.model_copy(update={"config_json": unsealed(record.config_json)})
+    first = json.dumps({"format": FORMAT, "run": record.model_dump()}, sort_keys=True)
     lines = [_keeping_refs(redact, first, renamed)]
     for h, body in pieces.items():
         text = _keeping_refs(redact, body, renamed)
@@ -231,6 +235,7 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
         raise JournalError(f"{source}, line 1: the run's config is not JSON") from None
     if not isinstance(config, dict):
         raise JournalError(f"{source}, line 1: the run's config is not a JSON object")
+    config.pop(SEAL, None)  # whatever it says, an imported run is foreign
     run = run.model_copy(
         update={"config_json": canonical_json({**config, "imported_from": source})}
     )

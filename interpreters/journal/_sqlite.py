@@ -595,6 +595,10 @@ class SqliteJournal(Journal):
         if at is not None:
             self._exec("INSERT INTO resumes (run_id, at) VALUES (?, ?)", (run_id, at))
 
+    def set_config(self, run_id: str, config_json: str) -> None:
+        self.run(run_id)
+        self._exec("UPDATE runs SET config_json=? WHERE run_id=?", (config_json, run_id))
+
     def attempts(self, run_id: str) -> list[Attempt]:
         rows = self._older(
             "SELECT address, kind, started_at, status, finished_at, again_at FROM attempts "

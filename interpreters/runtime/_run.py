@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never, final
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
+from interpreters.journal._seal import SealKeyError, foreign, seal_record, unsealed
 from interpreters.journal._status import EndStatus, can_resume, closing
 from interpreters.runtime._replay import Divergence, error_json
 from state import CRDTModel, canonical_json, to_jsonable
@@ -58,6 +59,19 @@ def _with_state_type(config_json: str, state: CRDTModel | None) -> str:
     return canonical_json(config)
 
 
+def _config(base: RunRecord | None, created: RunRecord) -> str:
+    """The config the run ``created`` records: sealed as the user's own when it is made from
+    a sealed record (a run the caller started, a fork of one), else without a seal (a fork of
+    a foreign run stays foreign; a run made from no record, as the Temporal workflow makes
+    them, where no key can be read, is sealed by nothing)."""
+    try:
+        if base is not None and foreign(base) is None:
+            return seal_record(created).config_json
+    except SealKeyError:
+        pass  # a key that went away since the base was sealed: as foreign
+    return unsealed(created.config_json)
+
+
 @final
 class RunLife:
     """One run, open in its journal (and locked) from :meth:`open` to :meth:`close`."""
@@ -97,17 +111,18 @@ class RunLife:
                 journal.reopen_run(run_id, at)
             else:
                 base = record or RunRecord(run_id=run_id, program=program)
+                created = base.model_copy(
+                    update={
+                        "run_id": run_id,
+                        "program": program,
+                        "args_json": args_json,
+                        "state_json": None if state is None else state.canonical(),
+                        "created_at": at,
+                        "config_json": _with_state_type(base.config_json, state),
+                    }
+                )
                 journal.create_run(
-                    base.model_copy(
-                        update={
-                            "run_id": run_id,
-                            "program": program,
-                            "args_json": args_json,
-                            "state_json": None if state is None else state.canonical(),
-                            "created_at": at,
-                            "config_json": _with_state_type(base.config_json, state),
-                        }
-                    )
+                    created.model_copy(update={"config_json": _config(record, created)})
                 )
                 prefix = list(entries)
                 if prefix:

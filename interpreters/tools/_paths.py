@@ -86,6 +86,20 @@ def say_once(line: str) -> None:
         sys.stderr.write(line + "\n")
 
 
+def _holds_seal_key(real: Path, *, write: bool) -> bool:
+    """Whether ``real`` is the seal key (``journal/_seal.py``), or, to write or delete, a
+    folder that holds it: a workspace that holds the user's config folder (their home) still
+    keeps the key out of the file tools' reach."""
+    from interpreters.journal._seal import SealKeyError, key_path
+
+    try:
+        key = key_path()
+    except SealKeyError:
+        return False
+    key = Path(os.path.realpath(key))
+    return real == key or (write and real in key.parents)
+
+
 class WorkspaceError(Exception):
     """A tool call the workspace refuses; the message is for the model."""
 
@@ -195,6 +209,10 @@ class _Paths:
             # locks SQLite holds on it for the journal (POSIX locks are the process's)
             raise WorkspaceError(
                 f"{rel.as_posix()} holds the run's journal, which tools may not touch"
+            )
+        if _holds_seal_key(real, write=write):
+            raise WorkspaceError(
+                f"{rel.as_posix() or '.'} holds opdsl's seal key, which tools may not touch"
             )
         if write:
             # locked by the name it was given, or by the file it names

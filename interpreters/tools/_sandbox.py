@@ -10,6 +10,8 @@ it; the operating system does. Each command runs in fresh namespaces:
 - a private ``/tmp`` and ``/dev``, and a ``/proc`` of its own PID namespace, so no process of
   the host (opdsl's own among them) can be seen, and nothing outlives the command: when it
   ends or is killed, the namespace and every process in it go with it, ``setsid`` or not;
+- the seal key (which marks runs as the user's own, see ``journal/_seal.py``) unreadable,
+  ``/dev/null`` bound in its place, so no command can seal a journal of its own making;
 - no network unless the workspace allows it;
 - only the environment the workspace passes on (secrets removed).
 
@@ -25,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["JOURNAL_SIDECARS", "SiblingsVisible", "bwrap_argv", "sandbox_problem"]
@@ -64,8 +67,8 @@ JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal")
 
 class SiblingsVisible(Exception):
     """A layout the sandbox cannot confine as it promises: the workspace lies in a folder
-    whose other entries cannot be hidden from its commands, or its ``.opdsl`` is a link (which
-    a command could replace with a folder holding a journal of its own)."""
+    whose other entries cannot be hidden from its commands, or its ``.opdsl`` is a link
+    (which a command could replace with a folder holding a journal of its own)."""
 
 
 def bwrap_argv(
@@ -107,6 +110,8 @@ def bwrap_argv(
     out += ["--bind", str(root), str(root)]
     for extra in writable:
         out += ["--bind", str(extra), str(extra)]
+    key = _seal_key_place()
+    out += _pin_seal_key(key, [root, *writable])
     # what the commands need that lies inside the workspace (a project's own .venv, where
     # opdsl's Python may be): read-only again over the workspace's writable bind, else a
     # command could plant a .pth that Python runs at its next start outside the sandbox
@@ -132,6 +137,8 @@ def bwrap_argv(
         journal_dir.mkdir()
     for place in (journal_dir, *read_only):
         out += _read_only(root, place)
+    if key is not None:  # unreadable: /dev/null in its place
+        out += ["--ro-bind", "/dev/null", str(key)]
     out += ["--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         out.append("--share-net")
@@ -143,6 +150,35 @@ UNGUARDED: set[Path] = set()
 """Workspaces a confined command ran in while they had no ``.git`` to keep read-only: a
 ``.git`` there now may be a command's (its config can name programs git runs, its hooks are
 programs), so the workspace's git tools do not use it, in this process."""
+
+
+def _seal_key_place() -> Path | None:
+    """The seal key's real path, made first if it is missing (so that none made while a
+    command runs could be seen: it would be this one); None when there is none to hide."""
+    from interpreters.journal._seal import SealKeyError, key_path, seal_key
+
+    with contextlib.suppress(SealKeyError):
+        seal_key()
+        key = key_path()
+        real = key.parent.resolve() / key.name
+        return real if real.exists() else None
+    return None
+
+
+def _pin_seal_key(key: Path | None, writable: Iterable[Path]) -> list[str]:
+    """bwrap arguments that keep a command from moving the seal key's folder away and
+    leaving a key of its own in its place, where the key lies in a folder it may write (a
+    workspace that is the home folder, an agent CLI's home): each folder from there down to
+    the key is bound onto itself, and a mount point cannot be renamed or removed."""
+    if key is None:
+        return []
+    out: list[str] = []
+    for place in writable:
+        if place in key.parents:
+            for folder in sorted(key.parents, key=lambda p: len(p.parts)):
+                if place in folder.parents:
+                    out += ["--bind", str(folder), str(folder)]
+    return out
 
 
 def _gitdir_inside(git_file: Path, root: Path) -> Path | None:

@@ -17,6 +17,7 @@ from interpreters._gc import (
     remove_runs,
 )
 from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._seal import seal_record
 from op import Op, OpdslError, ask, checkpoint
 from tests.helpers import sample_repo, sh
 
@@ -56,14 +57,20 @@ def test_the_trees_a_run_names_are_those_of_its_checkpoints_whose_world_keeps_on
     assert checkpoint_trees(entries) == {"t1"}
 
 
-def test_a_runs_own_workspace_is_the_folder_its_config_names_unless_a_file_named_it(
+def test_a_runs_own_workspace_is_the_folder_its_sealed_config_names_unless_a_file_named_it(
     tmp_path: Path,
 ) -> None:
+    def record(config: str, seal: bool = True) -> RunRecord:
+        run = RunRecord(run_id="r", program="m:p", config_json=config)
+        return seal_record(run) if seal else run
+
     here = json.dumps({"workspace": str(tmp_path)})
-    assert own_workspace(here) == tmp_path
+    assert own_workspace(record(here)) == tmp_path
+    assert own_workspace(record(here, seal=False)) is None  # a handed journal's
     imported = json.dumps({"workspace": str(tmp_path), "imported_from": "run.jsonl"})
-    for config in (imported, json.dumps({"workspace": str(tmp_path / "gone")}), "[", None):
-        assert own_workspace(config) is None, config
+    assert own_workspace(record(imported).model_copy(update={"config_json": imported})) is None
+    for config in (json.dumps({"workspace": str(tmp_path / "gone")}), "[", "{"):
+        assert own_workspace(record(config, seal=False)) is None, config
 
 
 def test_only_finished_runs_may_be_removed_and_none_is_unless_all_may_be() -> None:

@@ -104,7 +104,11 @@ def test_a_claude_code_session_directs_the_workflow_from_plan_to_done(tmp_path: 
     repo = _repo(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPDSL_", "CLAUDE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPDSL_", "CLAUDE")) or k == "OPDSL_SEAL_KEY"
+    }
     env["PYTHONPATH"] = str(ROOT)
     installed = subprocess.run(
         [sys.executable, "-m", "interpreters", "mcp", "install"],

@@ -29,7 +29,9 @@ pytest.importorskip("mcp")
 
 
 def _env(srv: ScriptedServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDSL_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OPDSL_") or k == "OPDSL_SEAL_KEY"
+    }
     env.update(
         {
             "OPENAI_API_KEY": "sk-test",

@@ -126,7 +126,9 @@ def _served_status(project: Path, server: dict[str, Any]) -> str:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDSL_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OPDSL_") or k == "OPDSL_SEAL_KEY"
+    }
     env["PYTHONPATH"] = str(ROOT)
     # the workflow starting asks the claude-code backend its --version, and no more
     bin_dir = project.parent / "bin"

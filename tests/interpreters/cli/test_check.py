@@ -224,7 +224,12 @@ def test_journals_of_earlier_versions_check_the_same_and_are_left_as_they_were(
     db = tmp_path / "runs.db"
     shutil.copy(ROOT / "tests" / "fixtures" / "journals" / f"{version}.db", db)
     before = db.read_bytes()
+    # not sealed as this user's: checked against the programs named
+    programs = [r.program for r in SqliteJournal(db, read_only=True).runs()]
     code, out, err = inside(capsys, tmp_path, "check", "--db", str(db))
+    assert code == 1 and "not sealed as yours" in out, out + err
+    named = [arg for p in programs for arg in ("--program", p)]
+    code, out, err = inside(capsys, tmp_path, "check", "--db", str(db), *named)
     assert code == 0, out + err
     assert "0 diverge" in out.splitlines()[-1] and "would resume at" in out
     assert db.read_bytes() == before

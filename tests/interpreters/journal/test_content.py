@@ -40,6 +40,7 @@ from interpreters.journal._content import (
     unpack_effect,
     unpack_result,
 )
+from interpreters.journal._seal import vouch_for
 from interpreters.observe import report_data
 from op import Infer, Message, Response, Tool, ToolCall, ToolResult
 from op import infer as infer_hash
@@ -275,6 +276,7 @@ def test_a_0_3_0_journal_of_a_conversation_answers_forks_and_replays(tmp_path: P
     before = old.entries("conversation")
     assert all('"$chain"' not in e.effect_json for e in before)  # written whole
     old.close()
+    vouch_for(SqliteJournal(db), ["conversation"])  # opdsl trust: the user's own, from 0.3.0
 
     fork_db = tmp_path / "fork.db"
     shutil.copy(db, fork_db)

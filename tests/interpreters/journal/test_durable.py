@@ -370,10 +370,15 @@ def test_export_and_import_round_trip_and_bad_files(tmp_path: Path) -> None:
     )
     with pytest.raises(OpdslError, match="was imported from the file"):
         replay(original.run_id, db=target)
-    # its state type is code the file names, too: given again, or nothing runs
-    with pytest.raises(OpdslError, match="--state tests.fixtures.durable_programs:Counted"):
-        replay(original.run_id, db=target, program=appender)
-    replayed = replay(original.run_id, db=target, program=appender, state_type=Counted)
+    # its state type is code the file names, too: given again, or found in a module the
+    # caller's code imported already (here, the program's own), or nothing runs
+    assert replay(original.run_id, db=target, program=appender).value == original.value
+    planted = MemoryJournal()
+    import_run(planted, text.replace("tests.fixtures.durable_programs:Counted", "planted:Counted"))
+    with pytest.raises(OpdslError, match="--state planted:Counted"):
+        replay(original.run_id, db=planted, program=appender)
+    assert "planted" not in sys.modules
+    replayed = replay(original.run_id, db=planted, program=appender, state_type=Counted)
     assert replayed.value == original.value
     with pytest.raises(JournalError, match="line 2: expected an entry"):
         import_run(MemoryJournal(), text.splitlines()[0] + "\n{not json}\n", source="bad.jsonl")

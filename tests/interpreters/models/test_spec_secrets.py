@@ -87,7 +87,11 @@ def test_a_model_object_names_its_spec_without_the_password() -> None:
 
 
 def _opdsl(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPDSL_", "OTEL_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPDSL_", "OTEL_")) or k == "OPDSL_SEAL_KEY"
+    }
     return subprocess.run(
         [OPDSL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )

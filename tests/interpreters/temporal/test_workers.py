@@ -136,7 +136,10 @@ def test_the_cli_runs_reads_forks_and_answers_on_temporal(
     exported = opdsl("export", run_id, *t, "-o", str(tmp_path / "run.jsonl"))
     assert exported.returncode == 0
     assert len((tmp_path / "run.jsonl").read_text().splitlines()) == 5
-    replayed = opdsl("replay", run_id, *t)
+    # replayed here, the server's run is sealed by nothing of the user's: its program named
+    refused = opdsl("replay", run_id, *t)
+    assert refused.returncode == 2 and f"--program {STEPS}" in refused.stderr
+    replayed = opdsl("replay", run_id, *t, "--program", STEPS)
     assert replayed.returncode == 0 and "same value and state" in replayed.stdout
     forked = opdsl("resume", run_id, "--from", "step-0", *t, "--task-queue", "kill")
     assert forked.returncode == 0, forked.stderr

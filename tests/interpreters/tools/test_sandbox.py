@@ -34,7 +34,7 @@ def place(tmp_path: Path) -> tuple[Workspace, Path, Path]:
     (outside / "secret.txt").write_text("the neighbour's secret")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    ws = Workspace(repo, allow=("python", "cat", "git", "sh"), timeout=20)
+    ws = Workspace(repo, allow=("python", "cat", "git", "sh", "true"), timeout=20)
     return ws, repo, tmp_path
 
 
@@ -357,3 +357,79 @@ def test_a_journal_folder_that_is_a_link_is_refused(place: tuple[Workspace, Path
     ok, text = run(ws, ["python", "-c", "import os; os.remove('.opdsl'); os.mkdir('.opdsl')"])
     assert not ok and ".opdsl is not a folder" in text, text
     assert (repo / ".opdsl").is_symlink()
+
+
+def test_the_seal_key_is_out_of_every_commands_reach(
+    place: tuple[Workspace, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from interpreters.journal._seal import seal_key
+
+    ws, repo, _ = place
+    # in a folder commands see (the Python's own, bound read-only), unlike /tmp
+    folder = Path(tempfile.mkdtemp(dir=sys.prefix, prefix="seal-test-"))
+    try:
+        key = folder / "seal.key"
+        monkeypatch.setenv("OPDSL_SEAL_KEY", str(key))
+        monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
+        read = ["python", "-c", f"print(open({str(key)!r}).read() or 'empty')"]
+        run(ws, ["true"])  # the key is made before the first command
+        secret = key.read_text().strip()
+        assert len(bytes.fromhex(secret)) == 32 and oct(key.stat().st_mode)[-3:] == "600"
+        assert seal_key() == bytes.fromhex(secret)
+        # as its owner would (a command runs as the user; here root, mapped to nobody)
+        folder.chmod(0o755)
+        key.chmod(0o644)
+        ok, text = run(ws, read)  # /dev/null in its place: empty, or refused as a device
+        assert secret not in text and (text.split() == ["empty"] or "Permission denied" in text)
+        with monkeypatch.context() as unguarded:  # the check can fail: without the bind, seen
+            unguarded.setattr("interpreters.tools._sandbox._seal_key_place", lambda: None)
+            assert secret in run(ws, read)[1]
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_seal_key_inside_the_workspace_cannot_be_moved_replaced_or_read(
+    place: tuple[Workspace, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace that is the user's home holds their config folder: a command could move
+    the key's folder aside and leave a key of its own in its place, unless every folder down
+    to the key is a mount point; the file tools never touch the key or a folder holding it."""
+    from interpreters.journal._seal import seal_key
+
+    ws, repo, _ = place
+    key = repo / "home" / ".config" / "opdsl" / "seal.key"
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(key))
+    monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
+    made = seal_key()
+    for hostile in (
+        "import os; os.rename('home/.config/opdsl', 'moved')",
+        "import os; os.rename('home/.config', 'moved')",
+        "import os; os.rename('home', 'moved')",
+        "import shutil; shutil.rmtree('home')",
+        "import os; os.remove('home/.config/opdsl/seal.key')",
+        "open('home/.config/opdsl/seal.key', 'w').write('00' * 32)",
+        "print(open('home/.config/opdsl/seal.key').read() or 'empty')",
+    ):
+        ok, text = run(ws, ["python", "-c", hostile])
+        assert made.hex() not in text, (hostile, text)
+        assert not ok or text.split() == ["empty"], (hostile, text)
+        assert not (repo / "moved").exists(), hostile
+    with monkeypatch.context() as unpinned:  # the check can fail: without the pins, moved
+        unpinned.setattr("interpreters.tools._sandbox._pin_seal_key", lambda key, places: [])
+        ok, text = run(ws, ["python", "-c", "import os; os.rename('home/.config', 'moved')"])
+        assert ok and (repo / "moved" / "opdsl" / "seal.key").is_file(), text
+        (repo / "moved").rename(repo / "home" / ".config")
+    # the rest of the folder is the workspace's as ever
+    ok, text = run(ws, ["python", "-c", "open('home/.config/other', 'w').write('x')"])
+    assert ok, text
+    for tool, arguments in (
+        ("read_file", {"path": "home/.config/opdsl/seal.key"}),
+        ("write_file", {"path": "home/.config/opdsl/seal.key", "content": "00" * 32}),
+        ("delete_path", {"path": "home/.config"}),
+    ):
+        result = getattr(ws, tool)(**arguments)
+        assert not result.ok and "holds opdsl's seal key" in str(result.error), (tool, result)
+    monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
+    assert seal_key() == made and key.is_file()
