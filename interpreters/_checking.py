@@ -17,7 +17,6 @@ imported run does.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from interpreters._loading import (
 )
 from interpreters._replaying import ReplayInterpreter
 from interpreters.journal import Journal, JournalError, MemoryJournal, RunRecord
+from interpreters.journal._base import recorded_call
 from interpreters.journal._portable import read_export
 from interpreters.journal._seal import config_of
 from interpreters.runtime._clock import VirtualClock
@@ -266,15 +266,15 @@ async def _in_flight(
     state_type = declared_state(program, config)
     named_again(record, config, {"program": program, "state_type": state_type})
     program = program_of(record, config, program, True)
-    called = json.loads(record.args_json)
+    called_args, called_kwargs = recorded_call(record)
     entries = journal.entries(record.run_id)
     handlers = _ResumePoint()
     log = ReplayLog({e.address: e for e in entries}, content=journal.content)
     logs.append(log)
     result = await execute(
         program,
-        tuple(called.get("args", [])),
-        called.get("kwargs", {}),
+        called_args,
+        called_kwargs,
         run_id=record.run_id,
         services=Services(
             handlers=handlers, clock=VirtualClock(), redactor=redactor, interruptible=False

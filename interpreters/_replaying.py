@@ -12,6 +12,7 @@ from typing import Any, final
 
 from interpreters._loading import declared_state, initial_state, named_again, program_of
 from interpreters.journal import Entry, Journal, JournalError, RunRecord, open_journal
+from interpreters.journal._base import recorded_call
 from interpreters.journal._seal import config_of
 from interpreters.observe._otel import export_journal, trace_sinks
 from interpreters.runtime._clock import VirtualClock
@@ -97,15 +98,13 @@ class ReplayInterpreter:
         state_type = self.state_type or declared_state(program, config)
         named_again(record, config, {"program": program, "state_type": state_type})
         program = program_of(record, config, program, accept)
-        recorded = json.loads(record.args_json)
+        recorded_args, recorded_kwargs = recorded_call(record)
         entries = journal.entries(run_id)
         self.log = ReplayLog({e.address: e for e in entries}, strict=True, content=journal.content)
         result = await execute(
             program,
-            tuple(recorded.get("args", []))
-            if args is None and kwargs is None
-            else tuple(args or ()),
-            recorded.get("kwargs", {}) if args is None and kwargs is None else dict(kwargs or {}),
+            recorded_args if args is None and kwargs is None else tuple(args or ()),
+            recorded_kwargs if args is None and kwargs is None else dict(kwargs or {}),
             run_id=run_id,
             services=Services(
                 handlers=_Unreachable(), clock=VirtualClock(), redactor=self.redactor

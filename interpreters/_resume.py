@@ -22,6 +22,7 @@ from interpreters._loading import (
     program_of,
 )
 from interpreters.journal import Entry, Journal, RunRecord, open_journal
+from interpreters.journal._base import recorded_call
 from interpreters.journal._seal import FOREIGN, config_of, foreign, sealed_if_can, unsealed
 from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, resolve_model
@@ -161,7 +162,7 @@ async def aresume(
     given = {"program": program, "tools": tools, "model": model, "workspace": workspace}
     named_again(record, config, {**given, "state_type": state_type})
     program = program_of(record, config, program, accept_changed_code)
-    call_args = json.loads(record.args_json)
+    call_args, call_kwargs = recorded_call(record)
     model = model if model is not None else config.get("model")
     tool_list = _tools_of(record, config, tools, accept_changed_code)
     entries = journal.entries(run_id)
@@ -202,8 +203,8 @@ async def aresume(
         guard_journal(handlers.workspace, journal)
         return await execute(
             program,
-            tuple(call_args.get("args", [])),
-            call_args.get("kwargs", {}),
+            call_args,
+            call_kwargs,
             run_id=target.record.run_id,
             services=Services(
                 handlers=handlers,

@@ -76,6 +76,24 @@ class RunRecord(BaseModel):
     final_state_json: str | None = None
 
 
+def recorded_call(record: RunRecord) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments ``record``'s program was called with, as ``(args, kwargs)``; a record
+    that does not hold them as ``{"args": [...], "kwargs": {...}}`` is a :class:`JournalError`
+    naming the run."""
+    try:
+        called = json.loads(record.args_json)
+    except (ValueError, RecursionError):
+        called = None
+    args = called.get("args", []) if isinstance(called, dict) else None
+    kwargs = called.get("kwargs", {}) if isinstance(called, dict) else None
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise JournalError(
+            f"run {record.run_id}: its recorded arguments are not "
+            '{"args": [...], "kwargs": {...}} (or are nested too deep to read)'
+        )
+    return tuple(args), kwargs
+
+
 def _json_or_none(text: str) -> Any:
     try:
         return json.loads(text)

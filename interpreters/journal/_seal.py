@@ -256,12 +256,19 @@ def vouch_for(journal: Journal, run_ids: Iterable[str]) -> list[RunRecord]:
     """Seal the runs ``run_ids`` of ``journal`` as the user's own (``opdsl trust``): from now
     on they resume and replay with the code, model, workspace and MCP servers they name, as
     runs the user started do. Returns the runs sealed now (one already sealed is left as it
-    is). Every run is looked up before any is sealed."""
+    is). Every run is looked up and its seal made before any is written."""
     records = [journal.run(run_id) for run_id in dict.fromkeys(run_ids)]
-    out = []
+    configs = {}
     for record in records:
         if foreign(record) is None:
             continue
-        journal.set_config(record.run_id, seal_record(record).config_json)
-        out.append(record)
-    return out
+        try:
+            configs[record.run_id] = seal_record(record).config_json
+        except (ValueError, RecursionError):
+            raise JournalError(
+                f"run {record.run_id}: its arguments or state are not JSON (or nested too "
+                "deep to read); it cannot be sealed"
+            ) from None
+    for run_id, config in configs.items():
+        journal.set_config(run_id, config)
+    return [r for r in records if r.run_id in configs]

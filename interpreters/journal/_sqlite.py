@@ -130,6 +130,27 @@ def _is_time(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _malformed(e: Entry) -> str | None:
+    """What is wrong with an entry read back, column by column (SQLite keeps whatever a hand
+    put in a column: a text in ``seq``, a word in ``started_at``), or None."""
+    shown = {}
+    for name in ("address", "kind", "effect_json", "status"):
+        if not isinstance(getattr(e, name), str):
+            shown[name] = "is not text"
+    for name in ("result_json", "error_json", "usage_json"):
+        if getattr(e, name) is not None and not isinstance(getattr(e, name), str):
+            shown[name] = "is not text"
+    if not isinstance(e.seq, int) or isinstance(e.seq, bool):
+        shown["seq"] = f"is {e.seq!r:.40}, not a whole number"
+    if not _is_time(e.started_at):
+        shown["started_at"] = f"is {e.started_at!r:.40}, not a time"
+    if e.finished_at is not None and not _is_time(e.finished_at):
+        shown["finished_at"] = f"is {e.finished_at!r:.40}, not a time"
+    if "status" not in shown and e.status not in _STATUSES:
+        shown["status"] = f"is {e.status!r:.40}, not one of {', '.join(sorted(_STATUSES))}"
+    return "; ".join(f"its {k} {v}" for k, v in shown.items()) or None
+
+
 def _kept(text: str | None) -> str | bytes | None:
     return None if text is None else stored_body(text)
 
@@ -848,9 +869,11 @@ class SqliteJournal(Journal):
                         f"journal {self.path}: entry {r[2]} of run {run_id}: {exc}"
                     ) from None
             e = Entry(*r)
-            if e.status not in _STATUSES or not isinstance(e.effect_json, str):
+            problem = _malformed(e)
+            if problem is not None:
                 raise JournalError(
-                    f"journal {self.path}: entry {e.address} of run {run_id} is malformed"
+                    f"journal {self.path}: entry {e.address!r} of run {run_id} is malformed: "
+                    f"{problem}"
                 )
             out.append(e)
         return out

@@ -98,3 +98,48 @@ def test_an_entry_that_is_not_json_is_one_line_or_shown_as_it_is(
         if code == 2:
             assert len(err.strip().splitlines()) == 1, err
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("UPDATE entries SET started_at='yesterday' WHERE seq=1", "its started_at is 'yesterday'"),
+        ("UPDATE entries SET finished_at='x' WHERE seq=1", "its finished_at is 'x', not a time"),
+        ("UPDATE entries SET seq='one' WHERE seq=1", "its seq is 'one', not a whole number"),
+        ("UPDATE runs SET args_json='[1]'", "its recorded arguments are not"),
+        ("UPDATE runs SET args_json='{\"args\":5}'", "its recorded arguments are not"),
+        ("UPDATE runs SET args_json='" + "[" * 100_000 + "'", "nested too deep"),
+    ],
+)
+def test_a_row_of_the_wrong_shape_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str, said: str
+) -> None:
+    """A column holding what it never holds (SQLite keeps a word in a REAL column), or a
+    run's arguments in another shape: one line naming the entry or run, in every command
+    that reads it, even on a run the user vouched for (``opdsl trust``)."""
+    db = tmp_path / "runs.db"
+    done = run(said_twice, db=str(db))
+    raw = RawJournal(db)
+    raw.execute(change)
+    raw.close()
+    code, out, err = opdsl(capsys, "trust", done.run_id, "--db", str(db))
+    if said == "nested too deep":  # cannot be sealed: it stays foreign, said so
+        assert code == 2 and "nested too deep to read); it cannot be sealed" in err, err
+        said = "not sealed as yours"
+    else:
+        assert code == 0 and "Traceback" not in err, (out, err)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    commands = ["show", "report", "tail", "replay", "resume", "export", "checkpoints"]
+    for command in commands:
+        code, out, err = opdsl(capsys, command, done.run_id, "--db", str(db))
+        assert "internal error" not in err and "Traceback" not in err, (command, err)
+        if command in ("replay", "resume") or "entries" in change:
+            assert code == 2 and said in err, (command, err)
+            assert len(err.strip().splitlines()) == 1, (command, err)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def said_twice() -> Op[str]:
+    yield from emit("note", {"n": 1})
+    yield from emit("note", {"n": 2})
+    return "done"
