@@ -73,6 +73,7 @@ def _whole(journal: Any, r: Any) -> dict[str, Any]:
         **run_json(r),
         "totals": Totals.of_entries(journal.entries(r.run_id)).as_json(),
         "args": loads(r.args_json),
+        "foreign": _foreign(r),
         "result": loads(r.result_json),
         "error": loads(r.error_json),
         "entries": entries,
@@ -89,12 +90,26 @@ def _header(c: Any, r: Any) -> None:
         )
     )
     c.print(text(f"arguments: {r.args_json}"))
+    why = _foreign(r)
+    if why is not None:
+        c.print(text((f"this run {why}", "yellow")))
     if r.parent_run:
         c.print(text(f"forked from {r.parent_run} at checkpoint {r.fork_checkpoint}"))
     if r.error_json:
         err = json_object(r.error_json)
         said = f"{err.get('type')}: {err.get('message')}" if err else r.error_json
         c.print(text((f"error at address {err.get('address')}: {said}", "red")))
+
+
+def _foreign(r: Any) -> str | None:
+    """Why the run is not sealed as the user's own (``journal/_seal.py``), or None."""
+    from interpreters.journal import JournalError
+    from interpreters.journal._seal import foreign
+
+    try:
+        return foreign(r)
+    except JournalError as exc:
+        return f"cannot be told to be yours: {exc}"
 
 
 def _rows(journal: Any, run_id: str, recorded: Sequence[Any]) -> list[tuple[Any, ...]]:

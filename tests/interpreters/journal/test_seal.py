@@ -209,4 +209,15 @@ def test_a_foreign_runs_record_is_read_and_shown_as_it_is(
     for argv in (["runs"], ["show", "appender"], ["export", "appender"]):
         code, out, err = opdsl(capsys, *argv, "--db", str(db))
         assert code == 0 and "appender" in out, (argv, err)
+    code, out, _ = opdsl(capsys, "show", "appender", "--db", str(db))
+    assert "this run is not sealed as yours (written by another user" in out
+    code, out, _ = opdsl(capsys, "show", "appender", "--db", str(db), "--json")
+    assert json.loads(out)["foreign"].startswith("is not sealed as yours")
+    vouch_for(SqliteJournal(db), ["appender"])
+    code, out, _ = opdsl(capsys, "show", "appender", "--db", str(db))
+    assert code == 0 and "sealed" not in out
+    assert (
+        json.loads(opdsl(capsys, "show", "appender", "--db", str(db), "--json")[1])["foreign"]
+        is None
+    )
     assert vouch_for(MemoryJournal(), []) == []
