@@ -19,6 +19,7 @@ The journal records the whole record, so a replay never starts a process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -272,8 +273,17 @@ class CliBackend(ABC):
         if problem is not None:
             raise ModelError(f"the {self.name} agent was asked to run confined, but {problem}")
         cwd = Path(folder or os.getcwd()).resolve()
-        homes = {Path(env[v]).resolve() for v in self.homes if env.get(v)}
-        homes = {h for h in homes if h.is_dir() and h != cwd}
+        homes = {Path(env[v]).resolve() for v in self.homes if env.get(v) and v != "HOME"}
+        if "HOME" in self.homes and env.get("HOME"):
+            # of the home folder, only what the CLI keeps its state in: the rest (a shell's
+            # startup files, other programs' settings, opdsl's seal key) stays read-only
+            home = Path(env["HOME"]).resolve()
+            for name in self.home_state:
+                if name.endswith("/"):  # a folder: made if missing, as the CLI would
+                    with contextlib.suppress(OSError):
+                        (home / name).mkdir(mode=0o700, exist_ok=True)
+                homes.add(home / name.rstrip("/"))
+        homes = {h for h in homes if h.exists() and h != cwd}
         exe = Path(argv[0]).resolve()
         try:
             return bwrap_argv(
@@ -287,8 +297,12 @@ class CliBackend(ABC):
         except SiblingsVisible as exc:
             raise ModelError(f"the {self.name} agent cannot run confined: {exc}") from None
 
-    #: environment variables naming folders the CLI keeps its own state in
+    #: environment variables naming folders the CLI keeps its own state in; confined, the
+    #: CLI may write each whole, but of ``HOME`` only the entries :attr:`home_state` names
     homes: ClassVar[tuple[str, ...]] = ("HOME",)
+    #: the folders (``.codex/``, made if missing) and files (``.claude.json``, where it is)
+    #: in ``HOME`` the CLI writes its state to
+    home_state: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def handle(self, line: dict[str, Any], turn: Turn, effect: Agent) -> None:

@@ -60,6 +60,7 @@ class ClaudeCodeBackend(CliBackend):
     name = "claude-code"
     command = "claude"
     homes = ("HOME", "CLAUDE_CONFIG_DIR")
+    home_state = (".claude/", ".claude.json")
     serves_tools = True
     supports_cooperative_stop = True  # its stream-json lines are message boundaries
     cli_max_turns = True  # --max-turns; running out ends with subtype error_max_turns

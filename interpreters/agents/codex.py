@@ -45,6 +45,7 @@ class CodexBackend(CliBackend):
     # file changes, MCP calls) and ends the turn after the N-th, before its next step
     cli_max_turns = False
     homes = ("HOME", "CODEX_HOME")
+    home_state = (".codex/",)
     serves_tools = True  # over MCP, its own tools refused as they are used
     #: how long one served tool call may take, and how much of its answer the agent reads
     tool_timeout: float = 600.0

@@ -18,8 +18,9 @@ turn contract (one ``AgentStart`` and ``AgentEnd``, tools paired and closed, har
 timeouts that kill the process group, a crash or refusal as :class:`AgentError` carrying
 the partial record) and gives only:
 
-- ``name`` and ``command`` (the executable looked for on ``PATH``), and ``homes`` (the
-  environment variables naming folders the CLI keeps its state in);
+- ``name`` and ``command`` (the executable looked for on ``PATH``), ``homes`` (the
+  environment variables naming folders the CLI keeps its state in) and ``home_state`` (what
+  in ``HOME`` it writes: confined, the rest of the home folder is read-only to it);
 - :meth:`CliBackend.argv` and, if the prompt goes on standard input, :meth:`CliBackend.stdin`
   (or :meth:`CliBackend.session` for a turn that needs more set up around it);
 - :meth:`CliBackend.handle`, which reads one JSON line into the :class:`Turn` and raises

@@ -68,7 +68,10 @@ def key_path() -> Path:
     config folder (``$XDG_CONFIG_HOME``, else ``~/.config``)."""
     named = os.environ.get("OPDSL_SEAL_KEY")
     if named:
-        return Path(named).expanduser().absolute()
+        path = Path(named).expanduser()
+        if not path.is_absolute():  # a key of each folder it is run in: one a command could leave
+            raise SealKeyError(f"OPDSL_SEAL_KEY is a relative path ({named}); give an absolute one")
+        return path
     config = os.environ.get("XDG_CONFIG_HOME", "")
     if not os.path.isabs(config):  # unset, or relative: ignored, as the XDG spec says
         try:
@@ -137,7 +140,8 @@ def _read_or_make(path: Path) -> bytes:
         raise SealKeyError(
             f"the seal key {path} is not yours alone (owner uid {info.st_uid}, mode "
             f"{stat.S_IMODE(info.st_mode):o}): whoever can read it can seal runs as yours; "
-            f"chmod 600 {path} if it is yours, else remove it and a new one is made"
+            "remove it and a new one is made (your runs are then foreign until `opdsl trust` "
+            f"vouches for them), or, if no one else could have read or written it, chmod 600 {path}"
         )
     try:
         key = bytes.fromhex(text.decode("ascii").strip())

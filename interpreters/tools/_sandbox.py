@@ -137,8 +137,8 @@ def bwrap_argv(
         journal_dir.mkdir()
     for place in (journal_dir, *read_only):
         out += _read_only(root, place)
-    if key is not None:  # unreadable: /dev/null in its place
-        out += ["--ro-bind", "/dev/null", str(key)]
+    if key is not None and key[1].exists():  # unreadable: /dev/null in its place
+        out += ["--ro-bind", "/dev/null", str(key[1])]
     out += ["--unshare-all", "--die-with-parent", "--new-session"]
     if network:
         out.append("--share-net")
@@ -152,32 +152,50 @@ UNGUARDED: set[Path] = set()
 programs), so the workspace's git tools do not use it, in this process."""
 
 
-def _seal_key_place() -> Path | None:
-    """The seal key's real path, made first if it is missing (so that none made while a
-    command runs could be seen: it would be this one); None when there is none to hide."""
+def _seal_key_place() -> tuple[Path, Path] | None:
+    """The seal key's path as opdsl finds it and its real path, the key made first if it is
+    missing (so that none made while a command runs could be seen: it would be this one);
+    None when there is none to hide. A key opdsl refuses (a link, readable by others) is
+    hidden all the same."""
     from interpreters.journal._seal import SealKeyError, key_path, seal_key
 
+    try:
+        key = key_path()
+    except SealKeyError:
+        return None
     with contextlib.suppress(SealKeyError):
         seal_key()
-        key = key_path()
-        real = key.parent.resolve() / key.name
-        return real if real.exists() else None
-    return None
+    if not os.path.lexists(key):
+        return None
+    return key, Path(os.path.realpath(key))
 
 
-def _pin_seal_key(key: Path | None, writable: Iterable[Path]) -> list[str]:
+def _pin_seal_key(key: tuple[Path, Path] | None, writable: Iterable[Path]) -> list[str]:
     """bwrap arguments that keep a command from moving the seal key's folder away and
     leaving a key of its own in its place, where the key lies in a folder it may write (a
     workspace that is the home folder, an agent CLI's home): each folder from there down to
-    the key is bound onto itself, and a mount point cannot be renamed or removed."""
+    the key is bound onto itself, and a mount point cannot be renamed or removed. A link on
+    that way (``~/.config`` a link to dotfiles) cannot be pinned, and could be replaced by
+    one to a key of the command's: refused."""
     if key is None:
         return []
+    given, real = key
     out: list[str] = []
     for place in writable:
-        if place in key.parents:
-            for folder in sorted(key.parents, key=lambda p: len(p.parts)):
-                if place in folder.parents:
-                    out += ["--bind", str(folder), str(folder)]
+        for path in dict.fromkeys((given, real)):
+            if place not in path.parents:
+                continue
+            below = [
+                f for f in sorted(path.parents, key=lambda f: len(f.parts)) if place in f.parents
+            ]
+            for step in (*below, path):
+                if step.is_symlink():
+                    raise SiblingsVisible(
+                        f"the seal key {given} is found through the link {step}, in {place}, "
+                        "which commands may write: one could put a link to a key of its own "
+                        f"in its place; set OPDSL_SEAL_KEY to the key's real path, {real}"
+                    )
+            out += [arg for folder in below for arg in ("--bind", str(folder), str(folder))]
     return out
 
 

@@ -179,3 +179,43 @@ def test_a_prompt_the_real_cli_would_take_for_an_option_reaches_the_model(
         if part.get("type") == "input_text"
     ]
     assert texts[-1] == prompt
+
+
+def test_codex_confined_writes_of_its_home_only_its_own_folder(tmp_path: Path) -> None:
+    """A home of the user's own (no CODEX_HOME): Codex keeps its state in ``~/.codex``, and
+    its commands cannot write the rest, a shell's startup file among them."""
+    import shutil
+
+    from interpreters.tools._sandbox import sandbox_problem
+
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap cannot run here: {sandbox_problem()}")
+    home = ROOT / ".cli" / f"home-{tmp_path.name}"  # codex refuses some setup under /tmp
+    home.mkdir(parents=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    cmd = f"echo inside > out.txt; echo planted > {home}/.bashrc"
+    try:
+        with ScriptedServer(
+            [
+                responses(calls=[("call_1", "exec_command", {"cmd": cmd})]),
+                responses("Done.", usage=(30, 9)),
+            ]
+            + [responses("x")] * 3
+        ) as srv:
+            backend = _backend(srv.url, env={"HOME": str(home), "CODEX_HOME": ""})
+            result = run(
+                delegate,
+                "write files",
+                {"model": "test-model", "cwd": str(work), "confine": True},
+                agents={"codex": backend},
+                db=MemoryJournal(),
+            )
+        record = result.value
+        assert isinstance(record, TurnRecord), record
+        assert (work / "out.txt").read_text() == "inside\n"
+        assert not (home / ".bashrc").exists()
+        assert "Read-only file system" in record.tool_calls[0]["output"]
+        assert (home / ".codex").is_dir() and any((home / ".codex").iterdir())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -196,7 +196,14 @@ def test_a_key_that_is_not_the_users_alone_is_refused_and_the_run_goes_on_unseal
         seal_key()
     key.unlink()
     key.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(SealKeyError, match="cannot be read or made"):
+    with pytest.raises(SealKeyError, match="cannot be read or made .it is a symbolic link"):
+        seal_key()
+    monkeypatch.setenv("OPDSL_SEAL_KEY", "seal.key")  # a key of each folder: none
+    with pytest.raises(SealKeyError, match="OPDSL_SEAL_KEY is a relative path"):
+        seal_key()
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(tmp_path / "a-file" / "seal.key"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SealKeyError, match="a folder on its path is a file"):
         seal_key()
 
 

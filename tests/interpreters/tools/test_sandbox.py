@@ -199,13 +199,18 @@ def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path
     fake = tmp_path / "claude"
     fake.write_text(
         f"#!{sys.executable}\n"
-        "import json, pathlib\n"
+        "import json, os, pathlib\n"
         "pathlib.Path('inside.txt').write_text('ok')\n"
-        "try:\n"
-        f"    pathlib.Path({str(outside / 'x.txt')!r}).write_text('escaped')\n"
-        "    escaped = 'yes'\n"
-        "except OSError as exc:\n"
-        "    escaped = 'no: ' + exc.strerror\n"
+        "home = pathlib.Path(os.environ['HOME'])\n"
+        "(home / '.claude' / 'session.json').write_text('its own state')\n"
+        "escaped = []\n"
+        f"for place in ({str(outside / 'x.txt')!r}, home / '.bashrc', home / 'x'):\n"
+        "    try:\n"
+        "        pathlib.Path(place).write_text('escaped')\n"
+        "        escaped.append(str(place))\n"
+        "    except OSError as exc:\n"
+        "        pass\n"
+        "escaped = 'yes: ' + ' '.join(escaped) if escaped else 'no'\n"
         "print(json.dumps({'type': 'system', 'subtype': 'init', 'session_id': 's', 'tools': [], 'mcp_servers': []}))\n"
         "print(json.dumps({'type': 'result', 'subtype': 'success', 'result': escaped, 'num_turns': 1,"
         " 'usage': {'input_tokens': 1, 'output_tokens': 1}, 'total_cost_usd': 0.0}))\n"
@@ -217,13 +222,17 @@ def test_an_agent_cli_asked_to_be_confined_writes_only_its_folder(tmp_path: Path
         return record.text
 
     backend = ClaudeCodeBackend(executable=str(fake), env={"HOME": str(tmp_path / "home")})
-    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
     confined = run(program, True, agents={"claude-code": backend}, db=MemoryJournal())
-    assert confined.value.startswith("no: "), confined.describe()
+    # of its home, it writes only where it keeps its state: not a shell's startup file (a
+    # home in /tmp is seen on the sandbox's own /tmp, where a write lands and is dropped)
+    assert confined.status == "completed", confined.describe()
     assert (work / "inside.txt").read_text() == "ok" and not (outside / "x.txt").exists()
+    assert (tmp_path / "home" / ".claude" / "session.json").read_text() == "its own state"
+    assert not (tmp_path / "home" / ".bashrc").exists() and not (tmp_path / "home" / "x").exists()
     free = run(program, False, agents={"claude-code": backend}, db=MemoryJournal())
     assert (
-        free.value == "yes" and (outside / "x.txt").exists()
+        free.value.startswith("yes") and (outside / "x.txt").exists()
     )  # unconfined unless asked: said in SECURITY.md
 
 
@@ -364,7 +373,7 @@ def test_the_seal_key_is_out_of_every_commands_reach(
 ) -> None:
     import tempfile
 
-    from interpreters.journal._seal import seal_key
+    from interpreters.journal._seal import SealKeyError, seal_key
 
     ws, repo, _ = place
     # in a folder commands see (the Python's own, bound read-only), unlike /tmp
@@ -378,9 +387,13 @@ def test_the_seal_key_is_out_of_every_commands_reach(
         secret = key.read_text().strip()
         assert len(bytes.fromhex(secret)) == 32 and oct(key.stat().st_mode)[-3:] == "600"
         assert seal_key() == bytes.fromhex(secret)
-        # as its owner would (a command runs as the user; here root, mapped to nobody)
+        # as its owner would (a command runs as the user; here root, mapped to nobody);
+        # a key opdsl now refuses (others may read it) is hidden all the same
         folder.chmod(0o755)
         key.chmod(0o644)
+        monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
+        with pytest.raises(SealKeyError, match="not yours alone"):
+            seal_key()
         ok, text = run(ws, read)  # /dev/null in its place: empty, or refused as a device
         assert secret not in text and (text.split() == ["empty"] or "Permission denied" in text)
         with monkeypatch.context() as unguarded:  # the check can fail: without the bind, seen
@@ -433,3 +446,11 @@ def test_a_seal_key_inside_the_workspace_cannot_be_moved_replaced_or_read(
         assert not result.ok and "holds opdsl's seal key" in str(result.error), (tool, result)
     monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
     assert seal_key() == made and key.is_file()
+    # found through a link in a folder commands may write (~/.config a link to dotfiles): a
+    # link cannot be pinned, and one to a key of a command's could be put in its place
+    (repo / "dotfiles").mkdir()
+    (repo / "home" / ".config").rename(repo / "dotfiles" / "config")
+    (repo / "home" / ".config").symlink_to(repo / "dotfiles" / "config")
+    ok, text = run(ws, ["python", "-c", "print('ran')"])
+    assert not ok and f"is found through the link {repo / 'home' / '.config'}" in text, text
+    assert "ran" not in text.split()
