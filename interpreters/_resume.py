@@ -5,7 +5,6 @@ one of its checkpoints; answering a waiting run is a resume with the answer.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from interpreters._loading import (
     program_of,
 )
 from interpreters.journal import Entry, Journal, RunRecord, open_journal
-from interpreters.journal._base import recorded_call
+from interpreters.journal._base import JournalError, checkpoint_name, recorded_call
 from interpreters.journal._seal import FOREIGN, config_of, foreign, sealed_if_can, unsealed
 from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, resolve_model
@@ -66,7 +65,12 @@ def checkpoint_labels(entries: list[Entry]) -> list[tuple[str, Entry]]:
     out = []
     for e in entries:
         if e.kind == Checkpoint.kind and e.status == "completed":
-            name = str(json.loads(e.effect_json).get("name"))
+            name = checkpoint_name(e)
+            if name is None:
+                raise JournalError(
+                    f"run {e.run_id}: checkpoint entry {e.address!r} is malformed: its effect "
+                    "names no checkpoint"
+                )
             seen[name] = seen.get(name, 0) + 1
             out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", e))
     return out

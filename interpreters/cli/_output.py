@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from interpreters.cli._interrupt import STARTED
+from interpreters.journal._base import json_object
 from interpreters.journal._content import read_json
 
 __all__ = [
@@ -82,15 +83,6 @@ def text(*parts: object) -> Any:
         else:
             out.append(visible(part, lines=False))
     return out
-
-
-def json_object(raw: str | None) -> dict[str, Any]:
-    """Recorded JSON text as an object (anything else, or text that is not JSON: empty)."""
-    try:
-        value = json.loads(raw) if raw else None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the stack
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def loads(raw: str | None) -> Any:

@@ -251,7 +251,7 @@ def _state_line(r: Any, entries: Sequence[Any]) -> str:
     if raw is not None:
         try:
             state = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return ""
     else:
         last = [e for e in entries if e.kind == Checkpoint.kind and e.status == "completed"]

@@ -97,8 +97,23 @@ def recorded_call(record: RunRecord) -> tuple[tuple[Any, ...], dict[str, Any]]:
 def _json_or_none(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the stack
         return None
+
+
+def json_object(raw: str | None) -> dict[str, Any]:
+    """Recorded JSON text as an object (anything else, or text that is not JSON, or JSON
+    nested deeper than the stack: empty). For readers of a journal that may have been
+    changed outside opdsl, which show what they can."""
+    value = _json_or_none(raw) if raw else None
+    return value if isinstance(value, dict) else {}
+
+
+def checkpoint_name(entry: Entry) -> str | None:
+    """The name a checkpoint entry records, or None when its effect names none (changed
+    outside opdsl)."""
+    name = json_object(entry.effect_json).get("name")
+    return name if isinstance(name, str) else None
 
 
 def error_line(error_json: str | None) -> str | None:

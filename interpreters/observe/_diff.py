@@ -118,7 +118,10 @@ class RunDiff:
 def _fields(state_json: str | None) -> dict[str, Any]:
     if not state_json:
         return {}
-    data = json.loads(state_json)
+    try:
+        data = json.loads(state_json)
+    except (ValueError, RecursionError):  # changed outside opdsl: shown as it is
+        return {"state": state_json[:200]}
     return data if isinstance(data, dict) else {"state": data}
 
 

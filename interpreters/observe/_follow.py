@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from interpreters.journal._base import Entry, Journal, RunRecord
+from interpreters.journal._base import Entry, Journal, RunRecord, json_object
 from interpreters.journal._content import Reader
 from op import Checkpoint, Emit, Usage
 from op.events import (
@@ -127,12 +127,8 @@ def follow(
         if run.status != "running":
             error = None
             if run.error_json:
-                err = json.loads(run.error_json)
-                error = (
-                    f"{err.get('type')}: {err.get('message')}"
-                    if isinstance(err, dict)
-                    else str(err)
-                )
+                err = json_object(run.error_json)
+                error = f"{err.get('type')}: {err.get('message')}" if err else run.error_json[:200]
             sink(
                 RunFinished(
                     run_id=run_id, at=run.finished_at or time.time(), status=run.status, error=error

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never, final
 
-from interpreters.journal._base import Entry
+from interpreters.journal._base import Entry, checkpoint_name
 from op import (
     Agent,
     Ask,
@@ -239,7 +239,7 @@ def nearest_checkpoint(entries: Iterable[Entry], before_seq: int) -> tuple[str, 
     for e in entries:
         if e.kind == Checkpoint.kind and e.seq < before_seq and (best is None or e.seq > best.seq):
             best = e
-    return None if best is None else (str(json.loads(best.effect_json).get("name")), best.address)
+    return None if best is None else (checkpoint_name(best) or "?", best.address)
 
 
 def unused_entry(log: ReplayLog) -> Entry | None:
@@ -271,7 +271,7 @@ def _pretty(text: str) -> list[str]:
         return json.dumps(
             json.loads(text), indent=2, sort_keys=True, ensure_ascii=False
         ).splitlines()
-    except ValueError:
+    except (ValueError, RecursionError):
         return [text]
 
 

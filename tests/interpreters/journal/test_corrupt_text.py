@@ -11,7 +11,7 @@ import pytest
 
 from interpreters import ScriptedModel, SqliteJournal, run
 from interpreters.journal import JournalError
-from op import Op, emit, infer
+from op import Op, checkpoint, emit, infer
 from tests.helpers import RawJournal
 from tests.interpreters.cli.test_cli import opdsl
 
@@ -143,3 +143,59 @@ def said_twice() -> Op[str]:
     yield from emit("note", {"n": 1})
     yield from emit("note", {"n": 2})
     return "done"
+
+
+def marked() -> Op[str]:
+    yield from checkpoint("here")
+    yield from emit("note", {"n": 1})
+    return "done"
+
+
+DEEP = "'" + "[" * 100_000 + "'"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE entries SET effect_json='[]' WHERE kind='checkpoint'",
+        "UPDATE entries SET effect_json='x' WHERE kind='checkpoint'",
+        f"UPDATE entries SET effect_json={DEEP} WHERE kind='checkpoint'",
+        f"UPDATE entries SET error_json={DEEP}",
+        f"UPDATE runs SET result_json={DEEP}, final_state_json={DEEP}, error_json={DEEP}",
+        "UPDATE runs SET result_json='x', final_state_json='x', error_json='x'",
+    ],
+)
+def test_a_recorded_text_of_the_wrong_shape_is_read_or_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str
+) -> None:
+    """A checkpoint's effect that names none, an error, result or state that is not JSON or
+    nested deeper than Python's stack: every reader shows what it can, or says what is wrong
+    in one line; none ends in an internal error."""
+    db = tmp_path / "runs.db"
+    done = run(marked, db=str(db))
+    other = run(marked, db=str(db))
+    raw = RawJournal(db)
+    raw.execute(
+        change.replace("WHERE", f"WHERE run_id='{done.run_id}' AND", 1)
+        if "WHERE" in change
+        else change + f" WHERE run_id='{done.run_id}'"
+    )
+    raw.close()
+    for argv in (
+        ["show", done.run_id],
+        ["show", done.run_id, "--json"],
+        ["tail", done.run_id],
+        ["report", done.run_id, "-o", str(tmp_path / "r.html")],
+        ["checkpoints", done.run_id],
+        ["diff", done.run_id, other.run_id],
+        ["replay", done.run_id],
+        ["resume", done.run_id, "--from", "here", "--quiet"],
+        ["export", done.run_id],
+    ):
+        code, out, err = opdsl(capsys, *argv, "--db", str(db))
+        assert "internal error" not in err and "Traceback" not in err, (argv, err)
+        assert code in (0, 1, 2), (argv, code, err)
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1, (argv, err)
+        if "checkpoint'" in change and argv[0] in ("checkpoints", "resume"):
+            assert "checkpoint entry '1' is malformed" in err or "is not JSON" in err, err
