@@ -6,9 +6,7 @@ The answer itself is journaled when the resumed program reaches the question aga
 
 from __future__ import annotations
 
-import json
-
-from interpreters.journal._base import Entry
+from interpreters.journal._base import Entry, json_object
 from op import Ask, OpdslError
 
 __all__ = ["question_to_answer"]
@@ -20,7 +18,7 @@ def question_to_answer(run_id: str, entries: list[Entry], at: str | None) -> str
     if not pending:
         raise OpdslError(f"run {run_id} is not waiting for an answer")
     shown = "; ".join(
-        f"at {e.address}: {json.loads(e.effect_json).get('question')!r}" for e in pending
+        f"at {e.address}: {json_object(e.effect_json).get('question')!r}" for e in pending
     )
     if at is not None:
         if at not in {e.address for e in pending}:

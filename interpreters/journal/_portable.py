@@ -219,7 +219,7 @@ def _reference_problems(entries: list[Entry], pieces: Mapping[str, str]) -> list
                 head, n = chain.get("$chain"), chain.get("n")
                 if (0 if head is None else length(head)) != n:
                     return [f"entry {e.address}: its chain does not hold {n} messages"]
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, RecursionError) as exc:
             return [f"entry {e.address}: {exc}"]
     return []
 
@@ -276,7 +276,7 @@ def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
             effect = json.loads(e.effect_json)
             if e.usage_json is not None and json.loads(e.usage_json) is not None:
                 Usage.model_validate_json(e.usage_json)
-        except (ValueError, ValidationError):
+        except (ValueError, ValidationError, RecursionError):
             return [f"entry {e.address}'s effect or usage is malformed"]
         if not isinstance(effect, dict):
             return [f"entry {e.address}'s effect is not a JSON object"]

@@ -58,9 +58,9 @@ class RunDiff:
             return {
                 "kind": e.kind,
                 "status": e.status,
-                "effect": json.loads(e.effect_json),
-                "result": None if e.result_json is None else json.loads(e.result_json),
-                "error": None if e.error_json is None else json.loads(e.error_json),
+                "effect": _data(e.effect_json),
+                "result": None if e.result_json is None else _data(e.result_json),
+                "error": None if e.error_json is None else _data(e.error_json),
             }
 
         return {
@@ -113,6 +113,15 @@ class RunDiff:
         elif self.address is not None:
             out.append("the end states are the same")
         return out
+
+
+def _data(text: str) -> Any:
+    """A recorded text as JSON data; one changed outside opdsl (not JSON, or nested deeper
+    than the stack) as the text it is."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def _fields(state_json: str | None) -> dict[str, Any]:

@@ -40,8 +40,7 @@ def _error(e: Entry) -> str | None:
 
 def _finished(e: Entry) -> list[Event]:
     out: list[Event] = []
-    effect: Any = json.loads(e.effect_json)
-    effect = effect if isinstance(effect, dict) else {}  # a journal made by hand: shown as is
+    effect = json_object(e.effect_json)  # a journal made by hand: shown as it is
     at = e.finished_at or e.started_at
     if e.status == "completed":
         if e.kind == Checkpoint.kind:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
-from interpreters.journal._base import Entry, RunRecord
+from interpreters.journal._base import Entry, RunRecord, json_object
 from interpreters.models._base import model_identity, redact_spec, resolve_model
 from interpreters.tools._paths import say_once
 from op import Agent, Checkpoint, Emit, Infer, Tool, Usage
@@ -248,12 +248,11 @@ class TraceSink:
 
 def export_journal(run: RunRecord, entries: Sequence[Entry]) -> None:
     """Export a recorded run as its trace, with the times the journal recorded."""
-    import json
 
     spans = _Spans(run.run_id, run.program)
     spans.run_started(run.created_at, run.parent_run)
     for e in sorted(entries, key=lambda e: e.seq):
-        spans.effect_started(e.address, e.kind, json.loads(e.effect_json), e.started_at)
+        spans.effect_started(e.address, e.kind, json_object(e.effect_json), e.started_at)
     for e in sorted(entries, key=lambda e: len(e.address), reverse=True):
         usage = Usage.model_validate_json(e.usage_json) if e.usage_json else None
         spans.effect_finished(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never, final
 
-from interpreters.journal._base import Entry, checkpoint_name
+from interpreters.journal._base import Entry, checkpoint_name, json_object
 from op import (
     Agent,
     Ask,
@@ -280,10 +280,7 @@ def marker_name(entry: Entry) -> str | None:
     another kind, or an effect that is not an object naming it: a file edited by hand)."""
     if entry.kind != Patched.kind:
         return None
-    try:
-        name = json.loads(entry.effect_json).get("name")
-    except (ValueError, AttributeError):
-        return None
+    name = json_object(entry.effect_json).get("name")
     return name if isinstance(name, str) else None
 
 

@@ -1175,7 +1175,7 @@ def _depended_on(entries: Iterable[Any]) -> _Depended:
             continue
         try:
             effect = json.loads(e.effect_json)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             continue
         if not isinstance(effect, dict):
             continue

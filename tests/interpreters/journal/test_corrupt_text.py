@@ -5,13 +5,14 @@ file; nothing in it is changed."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
 from interpreters import ScriptedModel, SqliteJournal, run
 from interpreters.journal import JournalError
-from op import Op, checkpoint, emit, infer
+from op import Op, ask, checkpoint, emit, infer
 from tests.helpers import RawJournal
 from tests.interpreters.cli.test_cli import opdsl
 
@@ -199,3 +200,29 @@ def test_a_recorded_text_of_the_wrong_shape_is_read_or_refused_in_one_line(
             assert len(err.strip().splitlines()) == 1, (argv, err)
         if "checkpoint'" in change and argv[0] in ("checkpoints", "resume"):
             assert "checkpoint entry '1' is malformed" in err or "is not JSON" in err, err
+
+
+def waits() -> Op[str]:
+    return (yield from ask("Go?"))
+
+
+def test_a_question_or_an_imported_effect_of_the_wrong_shape_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    waiting = run(waits, db=str(db))
+    raw = RawJournal(db)
+    raw.execute("UPDATE entries SET effect_json='x' WHERE kind='ask'")
+    raw.close()
+    code, out, err = opdsl(capsys, "answer", waiting.run_id, "yes", "--db", str(db), "--quiet")
+    assert "internal error" not in err and "Traceback" not in err, err
+    # a file handed to `opdsl import` whose effect is JSON nested deeper than the stack
+    code, out, err = opdsl(capsys, "export", run(marked, db=str(db)).run_id, "--db", str(db))
+    lines = out.splitlines()
+    entry = json.loads(lines[-1])
+    entry["entry"]["effect_json"] = "[" * 100_000
+    (tmp_path / "deep.jsonl").write_text("\n".join([*lines[:-1], json.dumps(entry)]) + "\n")
+    code, out, err = opdsl(
+        capsys, "import", str(tmp_path / "deep.jsonl"), "--db", str(tmp_path / "other.db")
+    )
+    assert code == 2 and "effect or usage is malformed" in err and "Traceback" not in err, err
