@@ -872,7 +872,7 @@ class SqliteJournal(Journal):
             problem = _malformed(e)
             if problem is not None:
                 raise JournalError(
-                    f"journal {self.path}: entry {e.address!r} of run {run_id} is malformed: "
+                    f"journal {self.path}: entry {e.address} of run {run_id} is malformed: "
                     f"{problem}"
                 )
             out.append(e)

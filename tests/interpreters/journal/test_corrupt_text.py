@@ -199,7 +199,7 @@ def test_a_recorded_text_of_the_wrong_shape_is_read_or_refused_in_one_line(
         if code == 2:
             assert len(err.strip().splitlines()) == 1, (argv, err)
         if "checkpoint'" in change and argv[0] in ("checkpoints", "resume"):
-            assert "checkpoint entry '1' is malformed" in err or "is not JSON" in err, err
+            assert "checkpoint entry 1 is malformed" in err or "is not JSON" in err, err
 
 
 def waits() -> Op[str]:
