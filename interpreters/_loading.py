@@ -384,9 +384,9 @@ def initial_state(
 def named_again(record: RunRecord, config: Mapping[str, Any], given: Mapping[str, object]) -> None:
     """A foreign run (imported, or not sealed as the user's) uses nothing its record names
     that would run code (its program, tools, state type), send a key (its model) or touch a
-    folder (its workspace) until the caller gives each again. ``given``: what the caller passed, of what it would
-    use (a replay uses no tool, model or workspace). Refused, naming them all, before
-    anything is imported, sent or touched."""
+    folder (its workspace) until the caller gives each again. ``given``: what the caller
+    passed, of what it would use (a replay uses no tool, model or workspace). Refused, naming
+    them all, before anything is imported, sent or touched."""
     reason = config.get(FOREIGN)
     if not reason:
         return

@@ -153,8 +153,9 @@ async def aresume(
 
     The program, tools and state type the journal names are imported from the files the run
     started with: a module changed or found elsewhere since is refused (:class:`CodeChanged`)
-    unless ``accept_changed_code``. A foreign run (imported, or not sealed as the user's) is refused until ``program``,
-    ``tools``, ``model``, ``workspace`` and ``state_type`` are given for each it names.
+    unless ``accept_changed_code``. A foreign run (imported, or not sealed as the user's) is
+    refused until ``program``, ``tools``, ``model``, ``workspace`` and ``state_type`` are given
+    for each it names.
 
     The MCP servers the run was started with (``mcp``: others in their place) are started
     again, and what they offer now is compared with what they offered at the run's start: a
