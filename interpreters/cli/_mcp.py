@@ -143,12 +143,17 @@ class Director:
     def start(self) -> str:
         """The workflow's run: the one in progress, else a new one (its first reply)."""
         from interpreters import SqliteJournal, run
+        from interpreters.journal._seal import SealKeyError, seal_key
         from programs.director import TOOLS as DIRECTOR_TOOLS
         from programs.director import directed
 
         named = self.current()
         if named is not None:
             return str(named["run_id"])
+        try:  # every move resumes the run by the names it holds: it must be sealed as yours
+            seal_key()
+        except SealKeyError as exc:
+            raise UsageError(f"the workflow cannot start: {exc}") from None
         kwargs: dict[str, Any] = {"mode": self.mode, "implementor": self.implementor}
         # on the model backend the run's own model implements; ``model`` names it either way
         model_spec = self.model if self.implementor == "model" else None

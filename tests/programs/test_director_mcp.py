@@ -311,3 +311,19 @@ def test_a_tool_names_no_other_move_and_takes_only_the_arguments_it_declares(
     assert after == before and after["state"] == "PLAN"
     assert json.loads((repo / ".opdsl" / "director.json").read_text())["run_id"] == run_id
     assert not (repo / "handoff").exists()
+
+
+def test_a_workflow_that_could_not_be_sealed_as_yours_is_not_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each move resumes the run by the names it holds, which only a run sealed as yours
+    may: without a seal key, the first move says why, and no run is begun."""
+    from interpreters.cli._command import UsageError
+    from interpreters.cli._mcp import Director as Server
+
+    repo = _repo(tmp_path)
+    monkeypatch.setenv("OPDSL_SEAL_KEY", "relative/seal.key")
+    server = Server(repo, None, "model", "openai:gpt-4.1-mini")
+    with pytest.raises(UsageError, match="the workflow cannot start: OPDSL_SEAL_KEY is a relative"):
+        server.move({"move": "status"})
+    assert not (repo / ".opdsl" / "director.json").exists()
