@@ -41,7 +41,7 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.helpers import TimerNoop
 from yarl import URL
 
-from interpreters._redact import without_passwords
+from interpreters._redact import REDACTED, without_passwords
 from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 
 __all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes", "named"]
@@ -61,7 +61,7 @@ class Proxy:
     variable: str
     #: ``Proxy-Authorization`` for the credentials the URL had
     authorization: str | None = None
-    #: the password the URL had (never shown)
+    #: the password the URL had, or its user name when it had none (a token; never shown)
     password: str | None = None
 
     @functools.cached_property
@@ -178,12 +178,23 @@ def _has_port(entry: str) -> bool:
     )
 
 
+def _without_token(shown: str) -> str:
+    """``shown`` (a proxy's URL, its password redacted) with a user name that has no password
+    redacted too: ``http://TOKEN@proxy``."""
+    scheme, sep, rest = shown.partition("://")
+    user, at, host = rest.rpartition("@")
+    if not sep or not at or ":" in user:
+        return shown
+    return f"{scheme}://{REDACTED}@{host}"
+
+
 def _proxy(variable: str, raw: str) -> Proxy:
     """A proxy's URL as a variable gives it (``proxy:3128`` is ``http://proxy:3128``)."""
     if "://" not in raw:
         raw = "http://" + raw
-    # the password is never shown, whatever it holds (a "/", a space: a URL that does not parse)
-    shown = without_passwords(raw)
+    # the password is never shown, whatever it holds (a "/", a space: a URL that does not
+    # parse), nor a user name with no password (a token, as many proxies take one)
+    shown = _without_token(without_passwords(raw))
     try:
         url = httpx.URL(raw)
     except httpx.InvalidURL:
@@ -201,7 +212,7 @@ def _proxy(variable: str, raw: str) -> Proxy:
     if url.username or url.password:
         pair = f"{url.username}:{url.password}".encode()
         authorization = "Basic " + base64.b64encode(pair).decode()
-        password = url.password or None
+        password = url.password or url.username or None  # a user name alone is a token
     if url.userinfo:
         url = url.copy_with(username=None, password=None)
     return Proxy(str(url).rstrip("/"), variable, authorization, password)

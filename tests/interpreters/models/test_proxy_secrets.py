@@ -253,6 +253,26 @@ def test_a_malformed_proxy_url_never_shows_its_password(
         assert "ss-secret" not in said, said
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["socks5://tok-proxysecret@127.0.0.1:1080", "http://tok-proxysecret@127.0.0.1:99999"],
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_proxy_token_given_as_its_user_name_is_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, value: str
+) -> None:
+    """Many proxies take a token as the URL's user name, with no password: it is a secret
+    as a password is, in the error and in the journal."""
+    monkeypatch.setenv("HTTPS_PROXY", value)
+    db = tmp_path / "journal.db"
+    result = run(ask, model=_model("https://127.0.0.1:9/v1"), backend=backend, db=db)
+    text = str(result.error)
+    assert result.error is not None and "HTTPS_PROXY=" in text, text
+    assert "[redacted]@127.0.0.1" in text, text
+    for said in [*_everything_said(result.error), result.describe(), _journal(db)]:
+        assert "proxysecret" not in said, said
+
+
 @pytest.mark.parametrize("port", ["99999", "0", "65536"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_proxy_port_out_of_range_is_refused_by_its_variable(
