@@ -66,7 +66,13 @@ def redelivering(hook: Callable[[Any], object]) -> Callable[[Any], None]:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             import _thread
 
-            _thread.interrupt_main()  # the SIGINT handler runs again, in the main thread
+            try:
+                _thread.interrupt_main()  # the SIGINT handler runs again, in the main thread
+            except KeyboardInterrupt:
+                # Python's own handler was the one set (between opdsl's), and raised here,
+                # in the hook, where it would be lost again: the command stops in one line
+                interrupted(ending=True)
+                end_now()
             return
         hook(unraisable)
 

@@ -247,3 +247,25 @@ def test_a_ctrl_c_as_the_result_is_said_leaves_no_line_without_its_end(
         report_result(result)
     said = caught.getvalue()
     assert said.endswith("\n") and said.count("\n") == 1, repr(said)
+
+
+REDELIVERED = """
+import signal, sys, types
+from interpreters.cli._interrupt import redelivering
+signal.signal(signal.SIGINT, signal.default_int_handler)
+hook = redelivering(sys.__unraisablehook__)
+hook(types.SimpleNamespace(exc_value=KeyboardInterrupt()))
+print("the Ctrl-C was lost")
+"""
+
+
+def test_a_ctrl_c_redelivered_while_pythons_own_handler_is_set_stops_in_one_line() -> None:
+    """A Ctrl-C that landed where it could not be raised is delivered again; when Python's
+    own handler is the one set at that moment, it raises inside the hook, where it would be
+    lost again ("Exception ignored in sys.unraisablehook", a full run met it): the command
+    stops in one line, status 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", REDELIVERED], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr == "opdsl: stopped; no run was left to continue\n", done.stderr
