@@ -21,7 +21,7 @@ from interpreters._loading import (
     program_of,
 )
 from interpreters.journal import Entry, Journal, RunRecord, open_journal
-from interpreters.journal._base import JournalError, json_object, recorded_call
+from interpreters.journal._base import JournalError, checkpoint_name, recorded_call
 from interpreters.journal._seal import FOREIGN, config_of, foreign, sealed_if_can, unsealed
 from interpreters.journal._status import can_resume
 from interpreters.models._base import Model, resolve_model
@@ -65,13 +65,12 @@ def checkpoint_labels(entries: list[Entry]) -> list[tuple[str, Entry]]:
     out = []
     for e in entries:
         if e.kind == Checkpoint.kind and e.status == "completed":
-            effect = json_object(e.effect_json)
-            if "name" not in effect:
+            name = checkpoint_name(e)
+            if name is None:
                 raise JournalError(
                     f"run {e.run_id}: checkpoint entry {e.address} is malformed: its effect "
                     "names no checkpoint"
                 )
-            name = str(effect["name"])  # a name that is not text (a file made by hand) as text
             seen[name] = seen.get(name, 0) + 1
             out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", e))
     return out

@@ -110,10 +110,10 @@ def json_object(raw: str | None) -> dict[str, Any]:
 
 
 def checkpoint_name(entry: Entry) -> str | None:
-    """The name a checkpoint entry records, or None when its effect names none (changed
-    outside opdsl)."""
-    name = json_object(entry.effect_json).get("name")
-    return name if isinstance(name, str) else None
+    """The name a checkpoint entry records (one that is not text, from a file made by hand,
+    as text), or None when its effect names none (changed outside opdsl)."""
+    effect = json_object(entry.effect_json)
+    return str(effect["name"]) if "name" in effect else None
 
 
 def error_line(error_json: str | None) -> str | None:
