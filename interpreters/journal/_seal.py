@@ -46,7 +46,6 @@ __all__ = [
     "seal_key",
     "seal_record",
     "sealed_if_can",
-    "unimported",
     "unsealed",
     "vouch_for",
 ]
@@ -118,10 +117,11 @@ def _make(path: Path) -> None:
 def _read_or_make(path: Path) -> bytes:
     try:
         _make(path)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # never blocks (a FIFO in its place), never follows a link
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
             info = os.fstat(fd)
-            text = os.read(fd, 4 * _KEY_BYTES)
+            text = os.read(fd, 4 * _KEY_BYTES) if stat.S_ISREG(info.st_mode) else b""
         finally:
             os.close(fd)
     except OSError as exc:
@@ -232,8 +232,9 @@ def unsealed(config_json: str) -> str:
 
 def seal_record(record: RunRecord) -> RunRecord:
     """``record`` with its config sealed as this user's (a run they start, or vouch for)."""
-    config = json.loads(unimported(record.config_json) or "{}")
+    config = json.loads(record.config_json or "{}")
     config.pop(FOREIGN, None)
+    config.pop("imported_from", None)  # a run the user vouches for is theirs, not imported
     config[SEAL] = _digest(record, config)
     return record.model_copy(update={"config_json": canonical_json(config)})
 
@@ -246,14 +247,6 @@ def sealed_if_can(record: RunRecord) -> RunRecord:
     except SealKeyError as exc:
         warnings.warn(f"run not sealed as yours: {exc}", stacklevel=3)
         return record
-
-
-def unimported(config_json: str) -> str:
-    """``config_json`` without the mark of an import (a run the user vouches for)."""
-    config = json.loads(config_json or "{}")
-    if isinstance(config, dict) and config.pop("imported_from", None) is not None:
-        return canonical_json(config)
-    return config_json
 
 
 def vouch_for(journal: Journal, run_ids: Iterable[str]) -> list[RunRecord]:

@@ -6,6 +6,7 @@ or is vouched for with ``opdsl trust``."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import warnings
@@ -116,6 +117,8 @@ def test_a_sealed_run_edited_or_its_seal_moved_is_foreign(tmp_path: Path) -> Non
         first.model_copy(update={"config_json": json.dumps({**config, "seal": seal_of_second})}),
         first.model_copy(update={"config_json": json.dumps({**config, "seal": "é" * 64})}),
         first.model_copy(update={"config_json": json.dumps({**config, "seal": 7})}),
+        # a "foreign" of its own, which config_of sets: not taken at its word, and no seal
+        first.model_copy(update={"config_json": json.dumps({**config, "foreign": None})}),
         first.model_copy(update={"args_json": "[" * 100_000}),
     ):
         assert "not sealed as yours" in str(foreign(changed))
@@ -198,6 +201,14 @@ def test_a_key_that_is_not_the_users_alone_is_refused_and_the_run_goes_on_unseal
     key.symlink_to(tmp_path / "elsewhere")
     with pytest.raises(SealKeyError, match="cannot be read or made .it is a symbolic link"):
         seal_key()
+    for odd in (tmp_path / "a-folder", tmp_path / "a-fifo"):  # read as nothing, never waited on
+        if odd.name == "a-folder":
+            odd.mkdir()
+        else:
+            os.mkfifo(odd)
+        monkeypatch.setenv("OPDSL_SEAL_KEY", str(odd))
+        with pytest.raises(SealKeyError, match="is not a regular file"):
+            seal_key()
     monkeypatch.setenv("OPDSL_SEAL_KEY", "seal.key")  # a key of each folder: none
     with pytest.raises(SealKeyError, match="OPDSL_SEAL_KEY is a relative path"):
         seal_key()
@@ -227,4 +238,9 @@ def test_a_foreign_runs_record_is_read_and_shown_as_it_is(
         json.loads(opdsl(capsys, "show", "appender", "--db", str(db), "--json")[1])["foreign"]
         is None
     )
-    assert vouch_for(MemoryJournal(), []) == []
+    # any journal can be vouched for: one in memory, its run sealed in place
+    memory = MemoryJournal()
+    memory.create_run(SqliteJournal(db).run("appender").model_copy(update={"config_json": "{}"}))
+    assert "not sealed as yours" in str(foreign(memory.run("appender")))
+    assert [r.run_id for r in vouch_for(memory, ["appender"])] == ["appender"]
+    assert foreign(memory.run("appender")) is None
