@@ -25,7 +25,7 @@ from interpreters import (
 )
 from interpreters.cli._main import main
 from interpreters.journal import JournalError
-from interpreters.journal._seal import SealKeyError, foreign, seal_key, vouch_for
+from interpreters.journal._seal import SealKeyError, foreign, key_path, seal_key, vouch_for
 from op import OpdslError
 from tests.fixtures.durable_programs import TOOLS, Counted, appender, chat
 from tests.servers import ScriptedServer
@@ -152,10 +152,20 @@ def test_opdsl_trust_vouches_for_runs_saying_what_they_name(
     shutil.copy(FIXTURES / "v0.1.0.db", db)
     journal = SqliteJournal(db)
     journal._db.execute("UPDATE runs SET program=? WHERE run_id='budgeted'", ("m:\x1b]0;x\x07p",))
+    # the MCP servers a run would start, as its file records them (the shapes a hand makes)
+    mcp = {
+        "git": {"server": {"argv": ["uvx", "mcp-server-git", "\x1b[2J"]}},
+        "web": {"server": {"url": "http://127.0.0.1:9/mcp"}},
+        "odd": {"server": ["not", "an", "object"]},
+        "worse": "a text",
+    }
+    journal.set_config("chat", json.dumps({"mcp": mcp}))
     journal.close()
     code, out, _ = opdsl(capsys, "trust", "--db", str(db))  # says what each names, seals none
     assert code == 0 and "3 run(s) of this journal are not sealed as yours" in out
     assert "run appender names --program tests.fixtures.durable_programs:appender" in out
+    assert "--mcp 'git=uvx mcp-server-git '\"'\"'\\x1b[2J" in out and "\x1b" not in out, out
+    assert "--mcp web=http://127.0.0.1:9/mcp --mcp odd=None --mcp worse=None" in out, out
     code, _, err = opdsl(capsys, "trust", "appender", "--all", "--db", str(db))
     assert code == 2 and "not both" in err
     code, _, err = opdsl(capsys, "trust", "appender", "nope", "--db", str(db))
@@ -193,10 +203,15 @@ def test_a_key_that_is_not_the_users_alone_is_refused_and_the_run_goes_on_unseal
         )
     assert done.status == "completed"
     assert any("run not sealed as yours" in str(w.message) for w in caught)
-    key.chmod(0o600)
+    key.chmod(0o600)  # as the message says: the same key again
+    assert seal_key() == made
+    monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
     key.write_text("not hex\n")
-    with pytest.raises(SealKeyError, match="is not 32 bytes in hex"):
+    with pytest.raises(SealKeyError, match="is not 32 bytes in hex; remove it and a new one"):
         seal_key()
+    key.unlink()  # as the message says: a new one is made
+    assert len(seal_key()) == 32 and seal_key() != made
+    monkeypatch.setattr("interpreters.journal._seal._KEYS", {})
     key.unlink()
     key.symlink_to(tmp_path / "elsewhere")
     with pytest.raises(SealKeyError, match="cannot be read or made .it is a symbolic link"):
@@ -216,6 +231,18 @@ def test_a_key_that_is_not_the_users_alone_is_refused_and_the_run_goes_on_unseal
     (tmp_path / "a-file").write_text("")
     with pytest.raises(SealKeyError, match="a folder on its path is a file"):
         seal_key()
+
+
+def test_the_key_is_in_the_users_config_folder_a_relative_one_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPDSL_SEAL_KEY")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert key_path() == tmp_path / "cfg" / "opdsl" / "seal.key"
+    for relative in ("cfg", ""):  # relative: ignored, as the XDG spec says (none: the default)
+        monkeypatch.setenv("XDG_CONFIG_HOME", relative)
+        assert key_path() == tmp_path / ".config" / "opdsl" / "seal.key"
 
 
 def test_a_foreign_runs_record_is_read_and_shown_as_it_is(

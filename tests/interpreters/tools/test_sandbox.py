@@ -454,3 +454,9 @@ def test_a_seal_key_inside_the_workspace_cannot_be_moved_replaced_or_read(
     ok, text = run(ws, ["python", "-c", "print('ran')"])
     assert not ok and f"is found through the link {repo / 'home' / '.config'}" in text, text
     assert "ran" not in text.split()
+    real = repo / "dotfiles" / "config" / "opdsl" / "seal.key"
+    assert f"set OPDSL_SEAL_KEY to the key's real path, {real}" in text, text
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(real))  # as the message says: the same key
+    ok, text = run(ws, ["python", "-c", "print('ran')"])
+    assert ok and text.split() == ["ran"], text
+    assert seal_key() == made
