@@ -4,6 +4,7 @@ and non-streaming clients alike (our own, and the official SDKs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -61,6 +62,11 @@ class ScriptedServer:
         self.props: Any = None
         self.gets: list[str] = []
         self._stop = threading.Event()
+        #: the connections open to it: closed with it, so that a keep-alive connection a
+        #: client pools is never served on by this server's script once a later test's
+        #: server has its port (its handler threads would answer it, and outlive it)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -68,6 +74,16 @@ class ScriptedServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._open_lock:
+                    server._open.add(self.connection)
+
+            def finish(self) -> None:
+                with server._open_lock:
+                    server._open.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:
                 server.gets.append(self.path)
@@ -140,6 +156,11 @@ class ScriptedServer:
         self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self._open_lock:
+            open_now = list(self._open)
+        for conn in open_now:
+            with contextlib.suppress(OSError):  # closed by its client meanwhile
+                conn.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> ScriptedServer:
         return self
