@@ -23,8 +23,10 @@ Rules, in one place:
    JSON body, or one event of its SSE stream) or, over HTTP, a compressed answer it was not
    asked for: it is stopped (an HTTP server's session ended) and started again at the next
    call; one that died between calls is started again before the next. A stdio server's line
-   that is not a JSON-RPC message (not UTF-8, not JSON) fails the calls waiting on it at once,
-   quoted (one between calls is a warning). A server that cannot list its tools (no answer
+   that is not a JSON-RPC message (not UTF-8, not JSON) fails the call it answers at once,
+   quoted: the one its id names, else the only call waiting. One that no call can be told
+   to wait on (between calls, or while several wait) fails none: it is a warning, and a
+   call that then gets no answer within its ``timeout`` quotes it. A server that cannot list its tools (no answer
    within its ``start_timeout``, an error, an end) stops the run before it begins.
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
@@ -580,7 +582,7 @@ async def _stdio(
     cwd: Path | None,
     errlog: _Tail,
     overlong: Callable[[], None],
-    unreadable: Callable[[str], None],
+    unreadable: Callable[[str, int], None],
 ) -> AsyncIterator[tuple[Any, Any]]:
     """A stdio transport for the MCP SDK's ``Client``: newline-delimited JSON-RPC on the
     server's stdin and stdout. Its own, not the SDK's ``stdio_client``, because that one joins
@@ -588,8 +590,8 @@ async def _stdio(
     minutes) and holds any length; here a line is gathered in one buffer, and a server that
     sends one over :data:`MAX_MESSAGE` bytes is stopped (``overlong`` is told). A line that is
     not a JSON-RPC message fails the requests waiting for an answer (the one it answers, when
-    its id can be read), with an error saying what is wrong with it; none waiting: ``unreadable``
-    is told. Ended as the spec says: stdin closed, a moment to exit, then its process group
+    its id can be read, else the only one waiting), with an error saying what is wrong with it;
+    otherwise ``unreadable`` is told, with how many requests wait. Ended as the spec says: stdin closed, a moment to exit, then its process group
     killed (what it started too, whether or not it is still running itself)."""
     import mcp_types
     from mcp.shared.message import SessionMessage
@@ -610,10 +612,13 @@ async def _stdio(
             message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError:
             said = _unreadable(line, redact)
-            ids = waiting & {_id_in(line)} or set(waiting)
-            waiting.difference_update(ids)
+            # the request it answers: the one its id names, or the only one waiting; with
+            # several waiting it cannot be told whose it is (or a stray line), and fails none
+            ids = waiting & {_id_in(line)} or (set(waiting) if len(waiting) == 1 else set())
             if not ids:
-                unreadable(said)
+                unreadable(said, len(waiting))
+                return []
+            waiting.difference_update(ids)
             error = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=said, data=_UNREADABLE)
             return [
                 SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=i, error=error))
@@ -779,8 +784,10 @@ class _Connection:
         self.cut: str | None = None
         #: how many calls wait on the server now
         self._calling = 0
-        #: lines it sent between calls that are not JSON-RPC messages (the first is said)
+        #: lines it sent that are not JSON-RPC messages and answered no call (the first is
+        #: said), and what the last was (a call that then gets no answer quotes it)
         self._stray = 0
+        self._stray_said = ""
         #: the tools' JSON Schemas by the server's names, for checking arguments
         self.validators: dict[str, Any] = {}
 
@@ -827,12 +834,19 @@ class _Connection:
     def _overlong(self) -> None:
         self.cut = f"over {MAX_MESSAGE // 2**20} MB"
 
-    def _unreadable(self, said: str) -> None:
-        # the first only: a server that writes junk without end fills no one's terminal
+    def _unreadable(self, said: str, waiting: int) -> None:
         self._stray += 1
+        self._stray_said = said
+        # the first only: a server that writes junk without end fills no one's terminal
         if self._stray == 1:
+            when = (
+                "between calls (ignored)"
+                if not waiting
+                else f"while {waiting} calls waited (it failed none of them, as it is not "
+                "known whose answer it was)"
+            )
             _say(
-                f"MCP server {self.name!r} {_sent(said, 'between calls (ignored)')} "
+                f"MCP server {self.name!r} {_sent(said, when)} "
                 "(any more such lines are ignored unsaid)"
             )
 
@@ -981,12 +995,18 @@ class _Connection:
         except MCPError as exc:
             return ToolResult.failure(str(exc))
         self._calling += 1
+        stray = self._stray
         try:
             with anyio.fail_after(self.server.timeout):
                 result = await client.call_tool(tool, arguments)
         except TimeoutError:
+            # a line it could not read, sent while this call waited, may have been its answer
+            meanwhile = (
+                f"; it {_sent(self._stray_said, 'meanwhile')}" if self._stray != stray else ""
+            )
             return ToolResult.failure(
-                f"MCP server {self.name!r} gave no answer to {shown!r} within {self.server.timeout:g}s"
+                f"MCP server {self.name!r} gave no answer to {shown!r} within "
+                f"{self.server.timeout:g}s{meanwhile}"
             )
         except Exception as exc:
             return await self._failed(shown, exc)

@@ -27,6 +27,7 @@ import json, os, subprocess, sys
 MODE, NAMES, PIDS = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
 EMPTY = {"type": "object", "properties": {}}
 TOOLS = [{"name": n, "description": n, "inputSchema": EMPTY} for n in NAMES]
+PENDING = []
 
 
 def send(message):
@@ -82,6 +83,16 @@ for line in sys.stdin:
             sys.stdout.buffer.flush()
         elif name == "hang":
             continue
+        elif name == "pair":  # held until a second one comes: then a stray line, both answered
+            if PENDING:
+                sys.stdout.buffer.write(b"pair junk\n")
+                answer(PENDING.pop(), "paired")
+                answer(mid, "paired")
+            else:
+                PENDING.append(mid)
+        elif name == "poke":  # a stray line while it and any held call wait, then its answer
+            sys.stdout.buffer.write(b"poke junk\n")
+            answer(mid, "poked")
         elif name == "flood":  # answered, then stray lines without end (here, fifty)
             answer(mid, "answered")
             sys.stdout.buffer.write(b"junk\n" * 50)
@@ -169,6 +180,52 @@ def test_stray_lines_without_end_are_said_once(
         "opdsl: warning: MCP server 's' sent a message that is not JSON between calls (ignored): "
         "junk "
         "(any more such lines are ignored unsaid)"
+    ]
+
+
+def test_a_stray_line_while_several_calls_wait_fails_none_and_is_quoted_by_one_that_times_out(
+    wire: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> tuple[list[str | None], list[str | None]]:
+        servers = {
+            "s": server(wire, names="pair"),
+            "t": server(wire, names="hang,poke", timeout=1.0),
+        }
+        async with open_mcp(servers, root=tmp_path) as s:
+            by = {t.name: t for t in s.tools}
+            paired: list[str | None] = []
+            poked: list[str | None] = []
+
+            async def call(name: str, into: list[str | None]) -> None:
+                result = await by[name].call({})
+                into.append(result.output if result.ok else result.error)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "s_pair", paired)
+                await anyio.sleep(0.3)  # the first one waits on the server when the second comes
+                tg.start_soon(call, "s_pair", paired)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "t_hang", poked)
+                await anyio.sleep(0.3)
+                tg.start_soon(call, "t_poke", poked)
+            return paired, poked
+
+    paired, poked = anyio.run(main)
+    # the line could have answered either: it fails neither, and both get their answers
+    assert paired == ["paired", "paired"]
+    assert sorted(poked, key=str) == [
+        "MCP server 't' gave no answer to 't_hang' within 1s; it sent a message that is not "
+        "JSON meanwhile: poke junk",
+        "poked",
+    ]
+    said = [line for line in capfd.readouterr().err.splitlines() if "junk" in line]
+    assert said == [
+        "opdsl: warning: MCP server 's' sent a message that is not JSON while 2 calls waited "
+        "(it failed none of them, as it is not known whose answer it was): pair junk (any more "
+        "such lines are ignored unsaid)",
+        "opdsl: warning: MCP server 't' sent a message that is not JSON while 2 calls waited "
+        "(it failed none of them, as it is not known whose answer it was): poke junk (any more "
+        "such lines are ignored unsaid)",
     ]
 
 
