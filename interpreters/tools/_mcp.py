@@ -580,6 +580,7 @@ async def _stdio(
     *,
     env: dict[str, str],
     cwd: Path | None,
+    redact: Redactor,
     errlog: _Tail,
     overlong: Callable[[], None],
     unreadable: Callable[[str, int], None],
@@ -589,10 +590,11 @@ async def _stdio(
     a long line chunk by chunk (time the square of the line's length: a 50 MB answer takes
     minutes) and holds any length; here a line is gathered in one buffer, and a server that
     sends one over :data:`MAX_MESSAGE` bytes is stopped (``overlong`` is told). A line that is
-    not a JSON-RPC message fails the requests waiting for an answer (the one it answers, when
-    its id can be read, else the only one waiting), with an error saying what is wrong with it;
-    otherwise ``unreadable`` is told, with how many requests wait. Ended as the spec says: stdin closed, a moment to exit, then its process group
-    killed (what it started too, whether or not it is still running itself)."""
+    not a JSON-RPC message fails the request it answers (the one its id names, else the only
+    one waiting) with an error saying what is wrong with it (``redact`` applied); otherwise
+    ``unreadable`` is told, with how many requests wait. Ended as the spec says: stdin
+    closed, a moment to exit, then its process group killed (what it started too, whether or
+    not it is still running itself)."""
     import mcp_types
     from mcp.shared.message import SessionMessage
 
@@ -601,7 +603,6 @@ async def _stdio(
     )
     read_in, read_out = anyio.create_memory_object_stream[Any](0)
     write_in, write_out = anyio.create_memory_object_stream[Any](0)
-    redact = Redactor.from_env()
     #: the ids of the requests sent that have no answer yet
     waiting: set[Any] = set()
 
@@ -821,11 +822,13 @@ class _Connection:
             )
             if "HOME" not in server.env:
                 env["HOME"] = "/tmp"  # the sandbox's own, empty
-        self._stderr = _Tail(Redactor.from_env())  # its last line says why it failed
+        redact = Redactor.from_env()
+        self._stderr = _Tail(redact)  # its last line says why it failed
         return _stdio(
             argv,
             env=env,
             cwd=None if server.confined else self.root,
+            redact=redact,
             errlog=self._stderr,
             overlong=self._overlong,
             unreadable=self._unreadable,
