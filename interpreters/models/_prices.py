@@ -150,6 +150,13 @@ def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
             raise ValueError(f"{source}: {key!r} is {value!r}, not a price in USD per million")
         return float(value)
 
+    if not model:
+        # "" is a prefix of every name: one entry would price every model the tables know
+        raise ValueError(
+            f"{source.removesuffix(': ')}: a model's name is empty (it would price every "
+            'model); a key names the models it prices by the start of their names ("qwen3", '
+            '"meta-llama/")'
+        )
     if not isinstance(rates, Mapping):
         raise ValueError(f"{source}: expected an object of prices, not {rates!r}")
     unknown = set(rates) - {"input", "output", "cached_input", "cache_write"}
@@ -173,6 +180,17 @@ def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
         cache_read=rate("cached_input", given),
         cache_write=rate("cache_write", given),
     )
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of a price file, each key in it once: of a key given twice JSON keeps
+    the last, and a price the user wrote would be dropped unsaid."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{key!r} is given twice in one object")
+        out[key] = value
+    return out
 
 
 def _shipped() -> dict[str, Any]:
@@ -229,7 +247,7 @@ class Prices:
         """A price file's prices by model, or a ValueError naming the file and what is wrong."""
         try:
             with open(path, encoding="utf-8") as f:
-                table = json.load(f)
+                table = json.load(f, object_pairs_hook=_once_each)
         except (OSError, ValueError) as exc:
             raise ValueError(f"OPDSL_PRICES={path}: cannot read the price table: {exc}") from None
         except RecursionError:  # JSON nested deeper than the parser's stack

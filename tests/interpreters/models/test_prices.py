@@ -178,6 +178,41 @@ def test_a_price_file_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '{"qwen3": {"input": 1, "output": 2}, "qwen3": {"input": 5, "output": 9}}',
+            "cannot read the price table: 'qwen3' is given twice in one object",
+        ),
+        (
+            '{"qwen3": {"input": 1, "output": 2, "input": 0}}',
+            "cannot read the price table: 'input' is given twice in one object",
+        ),
+        (
+            '{"": {"input": 1, "output": 2}}',
+            "a model's name is empty (it would price every model); a key names the models "
+            'it prices by the start of their names ("qwen3", "meta-llama/")',
+        ),
+    ],
+)
+def test_a_price_file_that_would_price_otherwise_than_it_reads_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, said: str
+) -> None:
+    """A key given twice (JSON keeps the last: the first price would be dropped unsaid) and
+    an empty model name (a prefix of every name: it would price every model) are refused,
+    naming the file, before any call is priced."""
+    table = tmp_path / "prices.json"
+    table.write_text(text)
+    monkeypatch.setenv("OPDSL_PRICES", str(table))
+    with pytest.raises(ValueError) as caught:
+        Prices()
+    assert str(caught.value) == f"OPDSL_PRICES={table}: {said}"
+    if '""' in text:
+        with pytest.raises(ValueError, match="^the price table given: a model's name is empty"):
+            Prices({"": {"input": 1, "output": 2}})
+
+
+@pytest.mark.parametrize(
     ("rates", "missing"),
     [({}, "input"), ({"output": 2.0}, "input"), ({"input": 1.0, "cached_input": 0.1}, "output")],
 )
