@@ -439,7 +439,9 @@ def _validator(schema: Any) -> tuple[Any, str | None]:
     resource = spec.create_resource(schema)
     here = resource.id() or "urn:opdsl:input-schema"
     resolver = Registry().with_resource(here, resource).resolver(base_uri=here)
-    for ref in sorted(_refs(schema)):
+    for ref in sorted(
+        _refs(schema, {"$ref", "$dynamicRef", "$recursiveRef"} & set(cls.VALIDATORS))
+    ):
         try:
             resolver.lookup(ref)
         except Unresolvable:
@@ -472,16 +474,18 @@ def _unmatched(cls: Any) -> Any:
     )
 
 
-def _refs(schema: Any) -> set[str]:
-    """Every ``$ref`` in ``schema``."""
+def _refs(schema: Any, keys: set[str]) -> set[str]:
+    """Every reference in ``schema``: the values of the ``keys`` its draft has (``$ref``,
+    2020-12's ``$dynamicRef``, 2019-09's ``$recursiveRef``)."""
     found: set[str] = set()
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                found.add(ref)
+            for key in keys:
+                ref = node.get(key)
+                if isinstance(ref, str):
+                    found.add(ref)
             stack += node.values()
         elif isinstance(node, list):
             stack += node
@@ -986,7 +990,13 @@ class _Connection:
         """Call the server's ``tool`` (``shown``: its opdsl name); every failure a result."""
         validator = self.validators.get(tool)
         if validator is not None:
-            problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+            try:
+                problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+            except Exception as exc:  # a schema the listing's checks let through
+                return ToolResult.failure(
+                    f"MCP server {self.name!r}: the input schema of tool {shown!r} cannot check "
+                    f"arguments: {_reason(exc)}"
+                )
             if problems:
                 said = "; ".join(
                     f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}"

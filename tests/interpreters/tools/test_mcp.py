@@ -35,7 +35,7 @@ from interpreters.tools._mcp import (
     parse_mcp,
 )
 from interpreters.tools._sandbox import sandbox_problem
-from op import DuplicateTool, OpdslError, Response, ToolCall
+from op import DuplicateTool, OpdslError, Response, ToolCall, ToolResult
 from tests.fixtures import mcp_programs
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
@@ -381,11 +381,35 @@ def test_a_schema_that_is_slow_to_check_or_refers_nowhere_blocks_nothing(
     names, said, took = anyio.run(main)
     # the pattern is the server's to check: the call reaches it at once
     assert (said.output, took < 1) == ("the server checks its own pattern", True)
-    assert "h_badref" not in names and "h_echo" in names
+    assert "h_badref" not in names and "h_baddynref" not in names and "h_echo" in names
     err = capfd.readouterr().err
     assert (
         "MCP server 'h': tool 'badref' is left out: its input schema refers to '#/$defs/nowhere'"
         in err
+    )
+    # a $dynamicRef that leads nowhere would fail every call's check: left out as a $ref is
+    assert (
+        "MCP server 'h': tool 'baddynref' is left out: its input schema refers to '#nowhere', "
+        "which is not in it"
+    ) in err
+
+
+def test_a_schema_that_fails_to_check_arguments_fails_the_call_not_the_run(ws: Path) -> None:
+    """Whatever the listing's checks let through, a check that breaks is the call's failed
+    result, naming the server and the tool, as every other failure of a call is."""
+
+    class Broken:
+        def iter_errors(self, arguments: object) -> list[object]:
+            raise LookupError("no such anchor")
+
+    async def main() -> ToolResult:
+        async with open_mcp({"h": hostile(confined=False)}, root=ws) as served:
+            served.connections["h"].validators["echo"] = Broken()
+            return await {t.name: t for t in served.tools}["h_echo"].call({"text": "hi"})
+
+    assert anyio.run(main).error == (
+        "MCP server 'h': the input schema of tool 'h_echo' cannot check arguments: "
+        "LookupError: no such anchor"
     )
 
 
