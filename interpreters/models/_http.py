@@ -122,13 +122,18 @@ async def _closed_at_loop_end(
 class _Pool:
     """One event loop's clients, their transports, and what closes them as the loop ends."""
 
-    __slots__ = ("clients", "closers", "transports")
+    __slots__ = ("clients", "closers", "routes", "transports")
 
     def __init__(
-        self, clients: list[httpx.AsyncClient], transports: list[httpx.AsyncBaseTransport]
+        self,
+        clients: list[httpx.AsyncClient],
+        transports: list[httpx.AsyncBaseTransport],
+        routes: ProxyRoutes,
     ) -> None:
         self.clients = clients
         self.transports = transports
+        #: the proxies its transports go through (the environment's when it was made)
+        self.routes = routes
         self.closers: list[AsyncGenerator[None, None]] = []
 
 
@@ -338,9 +343,6 @@ class HttpModel(RemoteModel):
         #: the pool of the loop that asked last, and that loop
         self._clients: tuple[object, _Pool] | None = None
         self._urls: dict[str, httpx.URL] = {}
-        #: the proxies of the last pool made (none with the user's client): their credentials
-        #: are never in an error
-        self._routes: ProxyRoutes | None = None
         #: the user's own client, if one was given: every call goes through it (its proxies,
         #: CAs, client certificates and event hooks), and opdsl never closes it
         self.http_client = http_client
@@ -412,6 +414,16 @@ class HttpModel(RemoteModel):
         shard = hash(key) % len(pool.clients)
         return pool.clients[shard], pool.transports[shard]
 
+    def _routes_here(self) -> ProxyRoutes | None:
+        """The proxies of the pool of the loop this runs in (None: it has none, as with the
+        user's own client)."""
+        try:
+            token: object = asyncio.get_running_loop()
+        except RuntimeError:
+            token = anyio.lowlevel.current_token().native_token
+        pool = self._pools.get(token)
+        return None if pool is None else pool.routes
+
     async def _new_pool(self, token: object, on_asyncio: bool) -> _Pool:
         """The clients of the loop ``token`` names (an asyncio loop, or a trio run's token),
         kept until that loop ends. Each loop has its own, so a model used from two loops at
@@ -426,7 +438,6 @@ class HttpModel(RemoteModel):
         refused = routes.refusal(self._target(self.base_url))
         if refused is not None:
             raise self.error(refused)
-        self._routes = routes
         transports: list[httpx.AsyncBaseTransport]
         if on_asyncio and forced is None:
             transports = [
@@ -445,7 +456,7 @@ class HttpModel(RemoteModel):
             httpx.AsyncClient(transport=t, timeout=self.timeout, trust_env=False)
             for t in transports
         ]
-        pool = _Pool(clients, transports)
+        pool = _Pool(clients, transports, routes)
         # closed as the loop ends (asyncio and trio both end the async generators still
         # suspended then), so no connection is left open; held with the pool, as the loop
         # keeps only a weak reference to them (one collected would close the clients in use)
@@ -484,8 +495,10 @@ class HttpModel(RemoteModel):
     def _redact(self, text: str) -> str:
         if self.api_key and len(self.api_key) >= 4:
             text = text.replace(self.api_key, "***")
-        if self._routes is not None:  # a proxy's credentials, wherever an error quotes them
-            text = self._routes.scrubbed(text)
+        # a proxy's credentials, wherever an error quotes them: those of every loop's pool
+        # (the environment may have named another proxy when another loop's was made)
+        for pool in list(self._pools.values()):
+            text = pool.routes.scrubbed(text)
         # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
         return _URL_CREDENTIALS(text)
 
@@ -724,8 +737,9 @@ class HttpModel(RemoteModel):
         text = body.decode("utf-8", "replace")
         message = self.message_of(text)
         proxy = None
-        if status == 407 and self._routes is not None:
-            proxy = self._routes(self._target(url))
+        routes = self._routes_here() if status == 407 else None
+        if routes is not None:
+            proxy = routes(self._target(url))
         if proxy is not None:  # a proxy that forwards requests (plain http) wants credentials
             message = f"the proxy {named(proxy)} refused the request (its credentials?): {message}"
         err = self.error(message, status, retryable=retryable(status, headers, text))

@@ -5,6 +5,7 @@ proxy URLs that do not parse, or name a port no proxy can have."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import traceback
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from interpreters import run
+from interpreters import LiveInterpreter, run
 from interpreters._redact import Redactor, without_passwords
 from interpreters.journal._content import ContentError, kept_body
 from interpreters.models import OpenAIModel, ProviderError, RetryPolicy
@@ -189,6 +190,33 @@ def test_a_forward_proxys_407_names_the_proxy_and_its_variable(
     assert isinstance(result.error, ProviderError) and result.error.status == 407, text
     assert f"the proxy {proxy.url()} (HTTP_PROXY) refused the request" in text
     assert srv.requests == []
+    _assert_no_credentials(result.error)
+
+
+def test_a_model_on_two_loops_names_and_hides_each_loops_own_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One model used from two event loops whose pools were made while the environment
+    named two proxies: an error on the first loop names its own proxy and holds none of its
+    credentials, though the other loop's pool was made after it."""
+    first, second = _bad_proxy("407echo"), _bad_proxy("407echo")
+    interp = LiveInterpreter(model=_model("http://127.0.0.1:9/v1"))
+    loops = [asyncio.new_event_loop(), asyncio.new_event_loop()]
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://me:{PASSWORD}@127.0.0.1:{first.port}")
+        loops[0].run_until_complete(interp.arun(ask))  # the first loop's pool: this proxy
+        monkeypatch.setenv("HTTP_PROXY", f"http://you:another-secret@127.0.0.1:{second.port}")
+        loops[1].run_until_complete(interp.arun(ask))  # the second's, made last
+        result = loops[0].run_until_complete(interp.arun(ask))
+    finally:
+        for loop in loops:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+        first.close()
+        second.close()
+    assert result.error is not None
+    text = str(result.error)
+    assert f"the proxy http://127.0.0.1:{first.port} (HTTP_PROXY) refused the request" in text
     _assert_no_credentials(result.error)
 
 
