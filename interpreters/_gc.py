@@ -6,7 +6,9 @@ The rules (``opdsl gc RUN...`` prints what they did):
    finished runs); every run named is checked before any is removed.
 2. A removed run's snapshot refs (``refs/opdsl/RUN/...``) are dropped in its own workspace:
    the one its config names, never one a run imported from a file names (that file chose
-   the folder, not this journal's opdsl).
+   the folder, not this journal's opdsl). They are kept when the journal file that made the
+   run (its config's ``journal``) is another file that still holds it: this one is a copy,
+   and the original still names them (:func:`held_elsewhere`).
 3. A snapshot whose tree a kept run's checkpoint still names is kept (a fork's checkpoints
    name its parent's trees).
 4. A run whose workspace cannot be cleaned is kept, and said; the others go on.
@@ -16,6 +18,7 @@ The rules (``opdsl gc RUN...`` prints what they did):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ __all__ = [
     "SnapshotsLeft",
     "checkpoint_trees",
     "check_removable",
+    "held_elsewhere",
     "own_workspace",
     "remove_runs",
     "trees_in_use",
@@ -44,11 +48,14 @@ class NotRemovable(OpdslError):
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """A run removed, with ``dropped`` snapshots; ``kept`` are ones other runs still need."""
+    """A run removed, with ``dropped`` snapshots; ``kept`` are ones other runs still need, or
+    all of its own when ``held_by`` (the journal file that made the run, which still holds
+    it) names them."""
 
     run_id: str
     dropped: int
     kept: int
+    held_by: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +140,17 @@ def remove_runs(
     check_removable(journal, run_ids)
     needed = trees_in_use(journal, set(run_ids))
     for run_id in dict.fromkeys(run_ids):
-        root = own_workspace(journal.run(run_id))
-        outcome = Removed(run_id, 0, 0) if root is None else _drop_snapshots(run_id, root, needed)
+        record = journal.run(run_id)
+        root = own_workspace(record)
+        if root is None:
+            outcome: Removed | SnapshotsLeft = Removed(run_id, 0, 0)
+        else:
+            held_by = held_elsewhere(journal, record)
+            outcome = (
+                _drop_snapshots(run_id, root, needed)
+                if held_by is None
+                else _keep_snapshots(run_id, root, held_by)
+            )
         if isinstance(outcome, Removed):
             journal.delete_run(run_id)
         yield outcome
@@ -143,6 +159,49 @@ def remove_runs(
         yield ContentDropped(pieces)
     if isinstance(journal, SqliteJournal):
         journal.vacuum()  # give the space back
+
+
+def held_elsewhere(journal: Journal, record: RunRecord) -> Path | None:
+    """The journal file that made the run ``record`` when it is not ``journal``'s own file
+    and still holds that run (the same one: made by the same program at the same time):
+    ``journal`` is a copy of it, whose runs' snapshots the original still names. None when
+    the run recorded no file (made before opdsl recorded it, or in no file), the file is
+    this one (by a path through a link), gone, or cannot be read."""
+    from interpreters.journal import SqliteJournal
+
+    try:
+        maker = config_of(record).get("journal")
+    except JournalError:
+        return None
+    here = getattr(journal, "path", None)
+    if not isinstance(maker, str) or not maker or not isinstance(here, Path):
+        return None
+    other = Path(maker)
+    try:
+        if not other.is_file() or os.path.samefile(other, here):
+            return None
+        original = SqliteJournal(other, read_only=True, create=False)
+    except (OSError, JournalError):
+        return None
+    try:
+        held = original.run(record.run_id)
+    except JournalError:  # not there (removed from it too), or unreadable
+        return None
+    finally:
+        original.close()
+    same = (held.program, held.created_at) == (record.program, record.created_at)
+    return other if same else None
+
+
+def _keep_snapshots(run_id: str, root: Path, held_by: Path) -> Removed | SnapshotsLeft:
+    """The run's snapshots, every one kept: the journal ``held_by`` still names them."""
+    from interpreters.tools import Workspace
+
+    try:
+        kept = len(Workspace(root).snapshots(f"{run_id}/"))
+    except Exception as exc:  # one run's repository never stops the others
+        return SnapshotsLeft(run_id, root, 0, exc)
+    return Removed(run_id, 0, kept, held_by)
 
 
 def _drop_snapshots(run_id: str, root: Path, needed: set[str]) -> Removed | SnapshotsLeft:

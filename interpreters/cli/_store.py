@@ -121,6 +121,11 @@ def gc(a: argparse.Namespace) -> int:
     left = 0
     for outcome in remove_runs(open_journal(a.db, create=False), a.runs):
         match outcome:
+            case Removed(run_id, dropped, kept, held_by) if held_by is not None:
+                print(
+                    f"removed run {run_id}; kept its {kept} workspace snapshot(s): the journal "
+                    f"that made it, {held_by}, still holds it"
+                )
             case Removed(run_id, dropped, kept):
                 note = f", kept {kept} that other runs still need" if kept else ""
                 print(f"removed run {run_id} and {dropped} workspace snapshot(s){note}")

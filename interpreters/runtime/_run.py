@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, assert_never, final
 
 from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
@@ -52,10 +53,18 @@ def _existing(journal: Journal, run_id: str, record: RunRecord | None) -> RunRec
         return None
 
 
-def _with_state_type(config_json: str, state: CRDTModel | None) -> str:
+def _with_state_type(config_json: str, state: CRDTModel | None, journal: Journal) -> str:
+    """``config_json`` with the state's type, and the file of the journal that makes the run
+    when it snapshots a workspace: ``opdsl gc`` on a copy of that file leaves the snapshots
+    the file still names (:func:`interpreters._gc.held_elsewhere`)."""
     config = json.loads(config_json or "{}")
     if state is not None:
         config["state_type"] = to_jsonable(type(state))
+    path = getattr(journal, "path", None)
+    if config.get("workspace") and isinstance(path, Path):
+        config["journal"] = str(path.resolve())
+    else:
+        config.pop("journal", None)  # a fork into another journal: not the parent's file
     return canonical_json(config)
 
 
@@ -118,7 +127,7 @@ class RunLife:
                         "args_json": args_json,
                         "state_json": None if state is None else state.canonical(),
                         "created_at": at,
-                        "config_json": _with_state_type(base.config_json, state),
+                        "config_json": _with_state_type(base.config_json, state, journal),
                     }
                 )
                 journal.create_run(

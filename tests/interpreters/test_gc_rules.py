@@ -103,3 +103,70 @@ def test_removing_a_parent_keeps_the_trees_its_fork_still_names(tmp_path: Path) 
     kept = sh(repo, "for-each-ref", "--format=%(objectname)^{tree}", "refs/opdsl/").split()
     trees = {sh(repo, "rev-parse", ref).strip() for ref in kept}
     assert named <= trees  # what the fork would restore is still there
+
+
+def _copy_journal(db: Path, to: Path) -> None:
+    """``cp runs.db* ``: the file and its write-ahead log, as a user copies one."""
+    import shutil
+
+    for suffix in ("", "-wal"):
+        if Path(f"{db}{suffix}").exists():
+            shutil.copy(f"{db}{suffix}", f"{to}{suffix}")
+
+
+def test_gc_on_a_copy_of_a_journal_keeps_the_snapshots_the_original_still_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy's runs are the user's own (sealed), but their snapshots are named by the file
+    that made them too: removing a run from the copy leaves them, saying which file holds the
+    run; removing it from the original (or through a link to it) drops them."""
+    from interpreters.cli._main import main
+
+    repo = sample_repo(tmp_path)
+    db = tmp_path / "runs.db"
+    done = run(_marked, db=str(db), workspace=repo)
+    made = open_journal(str(db))
+    assert json.loads(made.run(done.run_id).config_json)["journal"] == str(db.resolve())
+    made.close()
+    copy = tmp_path / "backup.db"
+    _copy_journal(db, copy)
+
+    def refs() -> list[str]:
+        return sh(repo, "for-each-ref", "--format=%(refname)", "refs/opdsl/").split()
+
+    assert len(refs()) == 2
+    assert main(["gc", done.run_id, "--db", str(copy)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"removed run {done.run_id}; kept its 2 workspace snapshot(s): the journal that made "
+        f"it, {db.resolve()}, still holds it"
+    )
+    assert len(refs()) == 2 and open_journal(str(copy)).runs() == []
+    # a path through a link is the same file: removing through it is removing from the
+    # original
+    linked = tmp_path / "linked.db"
+    linked.symlink_to(db)
+    (removed,) = list(remove_runs(open_journal(str(linked)), [done.run_id]))
+    assert removed == Removed(done.run_id, 2, 0)
+    assert refs() == []
+
+
+def test_gc_drops_the_snapshots_when_the_file_that_made_the_run_no_longer_holds_it(
+    tmp_path: Path,
+) -> None:
+    """Moved away, or removed from it: the copy is what is left of the run, and its
+    snapshots go with it."""
+    repo = sample_repo(tmp_path)
+    db = tmp_path / "runs.db"
+    first = run(_marked, db=str(db), workspace=repo)
+    second = run(_marked, db=str(db), workspace=repo)
+    copy = tmp_path / "copy.db"
+    _copy_journal(db, copy)
+    # the first run removed from the original (its trees kept: the second names the same)
+    assert list(remove_runs(open_journal(str(db)), [first.run_id])) == [Removed(first.run_id, 0, 2)]
+    # the original moved away: no file holds the second where it was made, and none the first
+    db.rename(tmp_path / "moved.db")
+    assert list(remove_runs(open_journal(str(copy)), [first.run_id, second.run_id])) == [
+        Removed(first.run_id, 2, 0),
+        Removed(second.run_id, 2, 0),
+    ]
+    assert sh(repo, "for-each-ref", "refs/opdsl/") == ""
