@@ -59,6 +59,7 @@ from interpreters.models._transport import (
     ProxyRefused,
     ProxyRoutes,
     named,
+    scrubbed,
     ssl_environment,
 )
 from op import Response
@@ -493,12 +494,12 @@ class HttpModel(RemoteModel):
             self._clients = None
 
     def _redact(self, text: str) -> str:
+        # the key, and a proxy's credentials wherever an error quotes them: those of every
+        # loop's pool (the environment may have named another proxy when another's was made)
+        secrets = [s for pool in list(self._pools.values()) for s in pool.routes.secrets]
         if self.api_key and len(self.api_key) >= 4:
-            text = text.replace(self.api_key, "***")
-        # a proxy's credentials, wherever an error quotes them: those of every loop's pool
-        # (the environment may have named another proxy when another loop's was made)
-        for pool in list(self._pools.values()):
-            text = pool.routes.scrubbed(text)
+            secrets.append(self.api_key)
+        text = scrubbed(text, secrets)
         # a spec's URL may carry a password (http://user:pw@host/v1): never in an error
         return _URL_CREDENTIALS(text)
 

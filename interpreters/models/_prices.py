@@ -16,7 +16,9 @@ matching prefix wins)::
 A name with a ``/`` is a prefix of the model's whole name (``meta-llama/Llama-3-70b``); one
 without, of the part after the model's last ``/`` (``qwen3`` prices ``qwen/qwen3-8b``).
 ``input`` and ``output`` are required (an entry without them would price its model at
-zero); ``cached_input`` (a cache read) and ``cache_write`` default to the ``input`` price.
+zero); ``cached_input`` (a cache read) and ``cache_write`` default to the ``input`` price. A
+file that gives a model or a price twice, or names a model ``""`` (a prefix of every name), is
+refused: it would price otherwise than it reads. Keys starting with ``_`` are comments.
 
 A model no table knows has an unknown cost (None), never zero. A model served on this
 machine (Ollama) is priced only by the first two: a local model that shares a name with a
@@ -159,6 +161,9 @@ def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
         )
     if not isinstance(rates, Mapping):
         raise ValueError(f"{source}: expected an object of prices, not {rates!r}")
+    twice = _twice(rates)
+    if twice is not None:
+        raise ValueError(f"{source}: {twice} is given twice")
     unknown = set(rates) - {"input", "output", "cached_input", "cache_write"}
     if unknown:
         raise ValueError(
@@ -182,15 +187,27 @@ def _entry(model: str, source: str, rates: Mapping[str, Any]) -> Price:
     )
 
 
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object of a price file, each key in it once: of a key given twice JSON keeps
-    the last, and a price the user wrote would be dropped unsaid."""
-    out: dict[str, Any] = {}
+class _Read(dict[str, Any]):
+    """A JSON object of a price file, and the first key it gives twice (``_`` ones aside,
+    which say nothing): of two, JSON keeps the last, and a price the user wrote would be
+    dropped unsaid."""
+
+    twice: str | None = None
+
+
+def _read_object(pairs: list[tuple[str, Any]]) -> _Read:
+    out = _Read()
     for key, value in pairs:
-        if key in out:
-            raise ValueError(f"{key!r} is given twice in one object")
+        if key in out and out.twice is None and not key.startswith("_"):
+            out.twice = key
         out[key] = value
     return out
+
+
+def _twice(value: object) -> str | None:
+    """The key a price file's object gives twice, shown (cut to 80 characters)."""
+    key = getattr(value, "twice", None)
+    return None if key is None else repr(key[:80]) + ("..." if len(key) > 80 else "")
 
 
 def _shipped() -> dict[str, Any]:
@@ -247,7 +264,7 @@ class Prices:
         """A price file's prices by model, or a ValueError naming the file and what is wrong."""
         try:
             with open(path, encoding="utf-8") as f:
-                table = json.load(f, object_pairs_hook=_once_each)
+                table = json.load(f, object_pairs_hook=_read_object)
         except (OSError, ValueError) as exc:
             raise ValueError(f"OPDSL_PRICES={path}: cannot read the price table: {exc}") from None
         except RecursionError:  # JSON nested deeper than the parser's stack
@@ -259,6 +276,9 @@ class Prices:
                 f"OPDSL_PRICES={path}: cannot read the price table: expected a JSON object "
                 'of models, {"MODEL": {"input": USD_PER_M, "output": USD_PER_M}}'
             )
+        twice = _twice(table)
+        if twice is not None:
+            raise ValueError(f"OPDSL_PRICES={path}: model {twice} is given twice")
         return {
             name: _entry(name, f"OPDSL_PRICES={path}: {name}", rates)
             for name, rates in table.items()

@@ -31,7 +31,7 @@ import ipaddress
 import os
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,15 @@ from yarl import URL
 from interpreters._redact import REDACTED, without_passwords
 from interpreters.models._body import ERROR_BODY, AnswerTooLarge, Decoded, UnreadableAnswer
 
-__all__ = ["AiohttpTransport", "HttpxTransport", "Proxy", "ProxyRefused", "ProxyRoutes", "named"]
+__all__ = [
+    "AiohttpTransport",
+    "HttpxTransport",
+    "Proxy",
+    "ProxyRefused",
+    "ProxyRoutes",
+    "named",
+    "scrubbed",
+]
 
 
 class ProxyRefused(httpx.ProxyError):
@@ -82,9 +90,15 @@ class Proxy:
 
     def scrubbed(self, text: str) -> str:
         """``text`` without the proxy's credentials (an answer of its that quotes them)."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrubbed(text, self.secrets)
+
+
+def scrubbed(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` replaced, the longest first: one that starts
+    another would otherwise leave that one's tail to be read."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 class ProxyRoutes:
@@ -111,11 +125,14 @@ class ProxyRoutes:
         #: each host's route, found once: its proxy, None (straight), or why it is refused
         self._routes: dict[tuple[str, str, int | None], Proxy | str | None] = {}
 
+    @functools.cached_property
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials of every proxy it routes through (:attr:`Proxy.secrets`)."""
+        return tuple(s for proxy in self._proxies.values() for s in proxy.secrets)
+
     def scrubbed(self, text: str) -> str:
         """``text`` without any proxy's credentials (an answer of one that quotes them)."""
-        for proxy in self._proxies.values():
-            text = proxy.scrubbed(text)
-        return text
+        return scrubbed(text, self.secrets)
 
     def _route(self, url: httpx.URL) -> Proxy | str | None:
         key = (url.scheme, url.host, url.port)

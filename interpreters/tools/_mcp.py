@@ -24,9 +24,10 @@ Rules, in one place:
    asked for: it is stopped (an HTTP server's session ended) and started again at the next
    call; one that died between calls is started again before the next. A stdio server's line
    that is not a JSON-RPC message (not UTF-8, not JSON) fails the call it answers at once,
-   quoted: the one its id names, else the only call waiting. One that no call can be told
-   to wait on (between calls, or while several wait) fails none: it is a warning, and a
-   call that then gets no answer within its ``timeout`` quotes it. A server that cannot list its tools (no answer
+   quoted: the one its id names, else (no id can be read) the only call waiting. One that
+   no call can be told to wait on (between calls, while several wait, or with an id no call
+   waiting has) fails none: the first is a warning, and a call that then gets no answer
+   within its ``timeout`` quotes the last. A server that cannot list its tools (no answer
    within its ``start_timeout``, an error, an end) stops the run before it begins.
 5. A stdio server is confined like a workspace command (``bwrap_argv``): the workspace (else
    the current folder) writable, with its ``.git`` and ``.opdsl`` read-only; the rest of the
@@ -431,22 +432,54 @@ def _validator(schema: Any) -> tuple[Any, str | None]:
     except SchemaError as exc:
         return None, f"its input schema is not a JSON Schema: {exc.message}"
     from referencing import Registry
-    from referencing.exceptions import Unresolvable
     from referencing.jsonschema import DRAFT202012, specification_with
 
-    # a $ref that leads nowhere would fail every call: found now (none is fetched from afar)
+    # a reference that leads nowhere would fail every call: found now (none is fetched from
+    # afar), each from the resource it is in (a nested $id is a base of its own)
     spec = specification_with(cls.META_SCHEMA.get("$id", ""), default=DRAFT202012)
-    resource = spec.create_resource(schema)
-    here = resource.id() or "urn:opdsl:input-schema"
-    resolver = Registry().with_resource(here, resource).resolver(base_uri=here)
-    for ref in sorted(
-        _refs(schema, {"$ref", "$dynamicRef", "$recursiveRef"} & set(cls.VALIDATORS))
-    ):
-        try:
-            resolver.lookup(ref)
-        except Unresolvable:
-            return None, f"its input schema refers to {ref[:80]!r}, which is not in it"
+    try:
+        resource = spec.create_resource(schema)
+        here = resource.id() or "urn:opdsl:input-schema"
+        resolver = Registry().with_resource(here, resource).crawl().resolver(base_uri=here)
+    except Exception as exc:  # an $id that is no URI
+        return None, f"its input schema cannot be read: {_reason(exc)}"
+    keys = {"$ref", "$dynamicRef", "$recursiveRef"} & set(cls.VALIDATORS)
+    stack: list[tuple[Any, Any]] = [(schema, resolver)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, list):
+            stack += [(item, at) for item in node]
+            continue
+        if not isinstance(node, dict):
+            continue
+        if node is not schema and isinstance(node.get("$id"), str):
+            try:
+                at = at.in_subresource(spec.create_resource(node))
+            except Exception as exc:  # an $id that is no URI
+                return None, f"its input schema cannot be read: {_reason(exc)}"
+        for key in keys:
+            ref = node.get(key)
+            if not isinstance(ref, str):
+                continue
+            try:
+                at.lookup(ref)
+            except Exception:  # Unresolvable, or a reference that is no URI
+                return None, f"its input schema refers to {ref[:80]!r}, which is not in it"
+        for key, value in node.items():
+            if key in _NAMED_SCHEMAS and isinstance(value, dict):
+                stack += [(sub, at) for sub in value.values()]
+            elif key not in _VALUES:
+                stack.append((value, at))
     return _unmatched(cls)(schema, registry=Registry()), None
+
+
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+"""The keywords whose value maps names to schemas (a property may be named ``default``)."""
+
+_VALUES = frozenset({"default", "const", "enum", "examples"})
+"""The keywords whose value is data, not a schema: a ``$ref`` in it refers to nothing."""
 
 
 def _unmatched(cls: Any) -> Any:
@@ -472,24 +505,6 @@ def _unmatched(cls: Any) -> Any:
             "additionalProperties": additional_unless_patterns,
         },
     )
-
-
-def _refs(schema: Any, keys: set[str]) -> set[str]:
-    """Every reference in ``schema``: the values of the ``keys`` its draft has (``$ref``,
-    2020-12's ``$dynamicRef``, 2019-09's ``$recursiveRef``)."""
-    found: set[str] = set()
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key in keys:
-                ref = node.get(key)
-                if isinstance(ref, str):
-                    found.add(ref)
-            stack += node.values()
-        elif isinstance(node, list):
-            stack += node
-    return found
 
 
 @final
@@ -617,9 +632,14 @@ async def _stdio(
             message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError:
             said = _unreadable(line, redact)
-            # the request it answers: the one its id names, or the only one waiting; with
-            # several waiting it cannot be told whose it is (or a stray line), and fails none
-            ids = waiting & {_id_in(line)} or (set(waiting) if len(waiting) == 1 else set())
+            # the request it answers: the one its id names, else (no id read) the only one
+            # waiting; one with several waiting, or an id no waiting request has (a late
+            # answer, the server's own request), cannot be told whose it is, and fails none
+            named = _id_in(line)
+            if named is None:
+                ids = set(waiting) if len(waiting) == 1 else set()
+            else:
+                ids = waiting & {named}
             if not ids:
                 unreadable(said, len(waiting))
                 return []
@@ -696,14 +716,23 @@ async def _stdio(
             tg.cancel_scope.cancel()
 
 
-def _id_in(line: bytes) -> Any:
-    """The id of the JSON-RPC message ``line`` (not a valid one), if it can be read."""
+def _id_in(line: bytes) -> object:
+    """The id of the JSON-RPC message ``line`` (not a valid one), if it can be read: a
+    request's (it has a method) is the server's own, none of the client's; None when none."""
     try:
         data = json.loads(line.decode("utf-8", "replace"))
     except ValueError:
         return None
-    value = data.get("id") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("id")
+    if "method" in data and value is not None:
+        return _SERVERS_OWN
     return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+
+
+_SERVERS_OWN = object()
+"""The id :func:`_id_in` gives a request of the server's own: no request of the client's."""
 
 
 @final
@@ -846,11 +875,11 @@ class _Connection:
         self._stray_said = said
         # the first only: a server that writes junk without end fills no one's terminal
         if self._stray == 1:
+            calls = "a call" if waiting == 1 else f"{waiting} calls"
             when = (
                 "between calls (ignored)"
                 if not waiting
-                else f"while {waiting} calls waited (it failed none of them, as it is not "
-                "known whose answer it was)"
+                else f"while {calls} waited (ignored: it cannot be told whose answer it is)"
             )
             _say(
                 f"MCP server {self.name!r} {_sent(said, when)} "

@@ -182,11 +182,15 @@ def test_a_price_file_nested_too_deeply_is_an_error_naming_the_file(tmp_path: Pa
     [
         (
             '{"qwen3": {"input": 1, "output": 2}, "qwen3": {"input": 5, "output": 9}}',
-            "cannot read the price table: 'qwen3' is given twice in one object",
+            "model 'qwen3' is given twice",
         ),
         (
-            '{"qwen3": {"input": 1, "output": 2, "input": 0}}',
-            "cannot read the price table: 'input' is given twice in one object",
+            '{"a": {"input": 1, "output": 2}, "qwen3": {"input": 1, "output": 2, "input": 0}}',
+            "qwen3: 'input' is given twice",
+        ),
+        (
+            "{" + ", ".join([f'"{"m" * 90}": {{"input": 1, "output": 2}}'] * 2) + "}",
+            f"model {'m' * 80!r}... is given twice",
         ),
         (
             '{"": {"input": 1, "output": 2}}',
@@ -210,6 +214,14 @@ def test_a_price_file_that_would_price_otherwise_than_it_reads_is_refused(
     if '""' in text:
         with pytest.raises(ValueError, match="^the price table given: a model's name is empty"):
             Prices({"": {"input": 1, "output": 2}})
+
+
+def test_a_price_files_comments_may_repeat(tmp_path: Path) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text(
+        '{"_comment": "ours", "_comment": "since May", "qwen3": {"input": 1, "output": 2}}'
+    )
+    assert list(Prices.read(str(table))) == ["qwen3"]
 
 
 @pytest.mark.parametrize(

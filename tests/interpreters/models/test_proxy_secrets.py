@@ -220,6 +220,33 @@ def test_a_model_on_two_loops_names_and_hides_each_loops_own_proxy(
     _assert_no_credentials(result.error)
 
 
+def test_a_secret_that_starts_another_leaves_none_of_the_other_to_be_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The longest is replaced first, whichever proxy, pool or key each comes from: else the
+    shorter, replaced inside the longer, would leave its tail."""
+    monkeypatch.setenv("HTTP_PROXY", "http://me:hunter2@127.0.0.1:1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://you:hunter2-longer@127.0.0.1:2")
+    routes = ProxyRoutes()
+    assert routes.scrubbed("you:hunter2-longer and me:hunter2") == "you:*** and me:***"
+    model = OpenAIModel(
+        "m",
+        base_url="http://127.0.0.1:9/v1",
+        api_key="hunter2-longer-yet",
+        stream=False,
+        retry=RetryPolicy(max_retries=0),
+        timeout=5,
+    )
+    loop = asyncio.new_event_loop()
+    try:  # a call (refused by the proxy's closed port) makes the loop's pool, with its proxies
+        loop.run_until_complete(LiveInterpreter(model=model).arun(ask))
+        said = str(model.error("sent hunter2-longer-yet, hunter2-longer and hunter2", 400))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    assert said == "model openai:m: HTTP 400: sent ***, *** and ***"
+
+
 def test_a_proxy_that_closes_mid_connect_is_named_not_the_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

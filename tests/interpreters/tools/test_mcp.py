@@ -29,6 +29,7 @@ from interpreters.tools._mcp import (
     MCPError,
     MCPServer,
     MCPToolsChanged,
+    _validator,
     listed_tools,
     mcp_servers,
     open_mcp,
@@ -392,6 +393,44 @@ def test_a_schema_that_is_slow_to_check_or_refers_nowhere_blocks_nothing(
         "MCP server 'h': tool 'baddynref' is left out: its input schema refers to '#nowhere', "
         "which is not in it"
     ) in err
+
+
+_INNER = {
+    "$id": "https://example.test/inner",
+    "$dynamicAnchor": "n",
+    "type": "object",
+    "properties": {"a": {"$dynamicRef": "#n"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("properties", "problem", "errors"),
+    [
+        # a nested $id is a base of its own: its anchor is found from inside it
+        ({"x": _INNER}, None, ["3 is not of type 'object'"]),
+        # data is not a schema: a $ref in a default refers to nothing
+        ({"x": {"type": "integer", "default": {"$ref": "#/nowhere"}}}, None, []),
+        # but a property may be named like that keyword
+        ({"default": {"$ref": "#/nowhere"}}, "refers to '#/nowhere', which is not in it", []),
+        ({"x": {"$dynamicRef": "http://[::1"}}, "refers to 'http://[::1', which is not in it", []),
+        ({"x": {"$ref": "http://[::1"}}, "refers to 'http://[::1', which is not in it", []),
+        (
+            {"x": {"$id": "http://[::1", "type": "integer"}},
+            "cannot be read: ValueError: Invalid IPv6 URL",
+            [],
+        ),
+    ],
+)
+def test_a_schemas_references_are_checked_from_where_they_are(
+    properties: dict[str, Any], problem: str | None, errors: list[str]
+) -> None:
+    """A reference that leads nowhere leaves its tool out, with one line (a reference or an
+    $id that is no URI too, never an error out of the listing); one that leads somewhere, from
+    the resource it is in, is kept."""
+    validator, said = _validator({"type": "object", "properties": properties})
+    assert said == (None if problem is None else f"its input schema {problem}")
+    if validator is not None:
+        assert [e.message for e in validator.iter_errors({"x": 3})] == errors
 
 
 def test_a_schema_that_fails_to_check_arguments_fails_the_call_not_the_run(ws: Path) -> None:

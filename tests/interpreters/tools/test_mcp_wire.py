@@ -27,7 +27,7 @@ import json, os, subprocess, sys
 MODE, NAMES, PIDS = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
 EMPTY = {"type": "object", "properties": {}}
 TOOLS = [{"name": n, "description": n, "inputSchema": EMPTY} for n in NAMES]
-PENDING = []
+PENDING, HELD, POKED = [], [], []
 
 
 def send(message):
@@ -90,9 +90,22 @@ for line in sys.stdin:
                 answer(mid, "paired")
             else:
                 PENDING.append(mid)
-        elif name == "poke":  # a stray line while it and any held call wait, then its answer
-            sys.stdout.buffer.write(b"poke junk\n")
-            answer(mid, "poked")
+        elif name == "poke":  # held until a "hold" waits too: then a stray line, its answer
+            if HELD:
+                sys.stdout.buffer.write(b"poke junk\n")
+                answer(mid, "poked")
+            else:
+                POKED.append(mid)
+        elif name == "hold":  # never answered
+            HELD.append(mid)
+            if POKED:
+                sys.stdout.buffer.write(b"poke junk\n")
+                answer(POKED.pop(), "poked")
+        elif name == "slowbad":  # never answered in time
+            HELD.append(mid)
+        elif name == "slow":  # the held call's late answer, not JSON-RPC (its result is no object)
+            sys.stdout.buffer.write(b'{"jsonrpc": "2.0", "id": %d, "result": 5}\n' % HELD.pop())
+            answer(mid, "slow")
         elif name == "flood":  # answered, then stray lines without end (here, fifty)
             answer(mid, "answered")
             sys.stdout.buffer.write(b"junk\n" * 50)
@@ -189,7 +202,7 @@ def test_a_stray_line_while_several_calls_wait_fails_none_and_is_quoted_by_one_t
     async def main() -> tuple[list[str | None], list[str | None]]:
         servers = {
             "s": server(wire, names="pair"),
-            "t": server(wire, names="hang,poke", timeout=1.0),
+            "t": server(wire, names="hold,poke", timeout=1.0),
         }
         async with open_mcp(servers, root=tmp_path) as s:
             by = {t.name: t for t in s.tools}
@@ -200,13 +213,12 @@ def test_a_stray_line_while_several_calls_wait_fails_none_and_is_quoted_by_one_t
                 result = await by[name].call({})
                 into.append(result.output if result.ok else result.error)
 
+            # the server sends its stray line once both calls of a pair wait on it
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call, "s_pair", paired)
-                await anyio.sleep(0.3)  # the first one waits on the server when the second comes
                 tg.start_soon(call, "s_pair", paired)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(call, "t_hang", poked)
-                await anyio.sleep(0.3)
+                tg.start_soon(call, "t_hold", poked)
                 tg.start_soon(call, "t_poke", poked)
             return paired, poked
 
@@ -214,18 +226,47 @@ def test_a_stray_line_while_several_calls_wait_fails_none_and_is_quoted_by_one_t
     # the line could have answered either: it fails neither, and both get their answers
     assert paired == ["paired", "paired"]
     assert sorted(poked, key=str) == [
-        "MCP server 't' gave no answer to 't_hang' within 1s; it sent a message that is not "
+        "MCP server 't' gave no answer to 't_hold' within 1s; it sent a message that is not "
         "JSON meanwhile: poke junk",
         "poked",
     ]
     said = [line for line in capfd.readouterr().err.splitlines() if "junk" in line]
     assert said == [
         "opdsl: warning: MCP server 's' sent a message that is not JSON while 2 calls waited "
-        "(it failed none of them, as it is not known whose answer it was): pair junk (any more "
-        "such lines are ignored unsaid)",
+        "(ignored: it cannot be told whose answer it is): pair junk (any more such lines are "
+        "ignored unsaid)",
         "opdsl: warning: MCP server 't' sent a message that is not JSON while 2 calls waited "
-        "(it failed none of them, as it is not known whose answer it was): poke junk (any more "
-        "such lines are ignored unsaid)",
+        "(ignored: it cannot be told whose answer it is): poke junk (any more such lines are "
+        "ignored unsaid)",
+    ]
+
+
+def test_a_late_answer_to_a_call_that_timed_out_fails_no_other_call(
+    wire: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A line that is not JSON-RPC whose id is that of a call no longer waiting (it timed
+    out) is not the answer of the one call waiting now."""
+
+    async def main() -> list[str | None]:
+        async with open_mcp(
+            {"t": server(wire, names="slowbad,slow", timeout=1.0)}, root=tmp_path
+        ) as s:
+            by = {t.name: t for t in s.tools}
+            out = []
+            for name in ("t_slowbad", "t_slow"):
+                result = await by[name].call({})
+                out.append(result.output if result.ok else result.error)
+            return out
+
+    assert anyio.run(main) == [
+        "MCP server 't' gave no answer to 't_slowbad' within 1s",
+        "slow",
+    ]
+    said = [line for line in capfd.readouterr().err.splitlines() if "result" in line]
+    assert said == [
+        "opdsl: warning: MCP server 't' sent a message that is not a JSON-RPC message while a "
+        'call waited (ignored: it cannot be told whose answer it is): {"jsonrpc": "2.0", "id": '
+        '3, "result": 5} (any more such lines are ignored unsaid)'
     ]
 
 
