@@ -23,6 +23,7 @@ import re
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,12 @@ class Journal(ABC):
     def delete_content(self, hashes: Iterable[str]) -> int:
         """Remove pieces no run refers to (``gc``); returns how many went."""
         return 0
+
+    def alone(self) -> AbstractContextManager[Journal]:
+        """The journal with no other writer until the block ends: what is read in it is what
+        is there when it ends (a sweep of content deletes only what nothing refers to, a
+        writer's reuse of a piece included). A journal only this process writes is itself."""
+        return nullcontext(self)
 
     @abstractmethod
     def run(self, run_id: str) -> RunRecord: ...

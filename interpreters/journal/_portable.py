@@ -329,13 +329,16 @@ def drop_unreferenced(journal: Journal) -> int:
     """Remove every piece of content no run of ``journal`` refers to (``opdsl gc``, after the
     runs it removes are gone); forks share their parent's pieces, so a piece stays while any
     run needs it. Returns how many pieces went."""
-    stored = journal.content_hashes()
-    if not stored:
-        return 0
-    keep: set[str] = set()
-    for r in journal.runs():
-        try:
-            keep.update(run_pieces(journal, journal.entries(r.run_id), missing_ok=True))
-        except (JournalError, ValueError):
-            return 0  # a run that cannot be read may need any piece: keep them all
-    return journal.delete_content(stored - keep)
+    # one transaction from the scan to the delete: a run written meanwhile in another process
+    # that reuses a stored piece (its insert of it does nothing) would lose it
+    with journal.alone() as alone:
+        stored = alone.content_hashes()
+        if not stored:
+            return 0
+        keep: set[str] = set()
+        for r in alone.runs():
+            try:
+                keep.update(run_pieces(alone, alone.entries(r.run_id), missing_ok=True))
+            except (JournalError, ValueError):
+                return 0  # a run that cannot be read may need any piece: keep them all
+        return alone.delete_content(stored - keep)

@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,7 @@ class SqliteJournal(Journal):
         group_commit: bool | None = None,
     ) -> None:
         self.path = Path(path)
+        self._busy_timeout = busy_timeout
         self._grouping = False if read_only else group_commit
         #: the runs this object is writing now (their locks were taken through it)
         self._writing: set[str] = set()
@@ -853,6 +854,36 @@ class SqliteJournal(Journal):
             )
             gone += max(cur.rowcount, 0)
         return gone
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[Journal]:
+        """A connection of its own to the file in a write transaction: every other writer, of
+        this process or another, waits (each for its busy timeout) until the block ends, and
+        what the block read is what it commits against."""
+        self._commit()
+        sweeper = SqliteJournal(self.path, busy_timeout=self._busy_timeout, create=False)
+        try:
+            try:
+                sweeper._db.execute("BEGIN IMMEDIATE")
+            except (apsw.BusyError, apsw.LockedError):
+                raise JournalError(
+                    f"journal {self.path} is busy: other processes held it for "
+                    f"{self._busy_timeout:g} s; nothing was changed, try again"
+                ) from None
+            try:
+                yield sweeper
+            except BaseException:
+                with contextlib.suppress(apsw.Error):
+                    sweeper._db.execute("ROLLBACK")
+                raise
+            try:
+                sweeper._db.execute("COMMIT")
+            except apsw.Error as exc:
+                with contextlib.suppress(apsw.Error):
+                    sweeper._db.execute("ROLLBACK")
+                raise JournalError(f"journal {self.path}: cannot commit: {exc}") from None
+        finally:
+            sweeper.close()
 
     def entries(self, run_id: str) -> list[Entry]:
         self.run(run_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,3 +171,47 @@ def test_gc_drops_the_snapshots_when_the_file_that_made_the_run_no_longer_holds_
         Removed(second.run_id, 2, 0),
     ]
     assert sh(repo, "for-each-ref", "refs/opdsl/") == ""
+
+
+def test_a_run_written_while_gc_sweeps_keeps_the_pieces_it_reuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc's sweep of content reads what every run refers to, then deletes the rest: a run
+    written in between through another connection (another process, as here another journal
+    object) that reuses a stored piece (its insert of it does nothing) lost it. The sweep is
+    one write transaction now: the other writer waits for it, then stores the piece anew."""
+    import threading
+    import time
+
+    from interpreters import SqliteJournal
+    from interpreters.journal._portable import run_pieces
+    from tests.fixtures.durable_programs import TOOLS, long_output
+
+    db = tmp_path / "runs.db"
+    old = run(long_output, tools=TOOLS, db=SqliteJournal(db))
+    written: list[str] = []
+
+    def write() -> None:
+        written.append(run(long_output, tools=TOOLS, db=SqliteJournal(db)).run_id)
+
+    real = SqliteJournal.delete_content
+
+    def between_scan_and_delete(self: SqliteJournal, hashes: Any) -> int:
+        other = threading.Thread(target=write)
+        other.start()
+        other.join(timeout=2)  # done by now unless the sweep keeps it waiting
+        monkeypatch.setattr(SqliteJournal, "delete_content", real)
+        threads.append(other)
+        return real(self, hashes)
+
+    threads: list[threading.Thread] = []
+    monkeypatch.setattr(SqliteJournal, "delete_content", between_scan_and_delete)
+    started = time.monotonic()
+    list(remove_runs(open_journal(str(db)), [old.run_id]))
+    threads[0].join(timeout=60)
+    assert time.monotonic() - started >= 2  # the writer waited for the sweep to end
+    journal = open_journal(str(db))
+    (new,) = journal.runs()
+    assert written == [new.run_id] and new.status == "completed"
+    # every piece its entries name is there (a missing one raises)
+    assert len(run_pieces(journal, journal.entries(new.run_id))) == 1
