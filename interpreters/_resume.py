@@ -221,6 +221,7 @@ async def aresume(
             log=target.log,
             record=target.record,
             entries=target.entries,
+            in_place=target.in_place,
         )
 
 
@@ -249,6 +250,8 @@ class _Target:
     log: ReplayLog
     entries: list[Entry] = field(default_factory=list)
     answers: dict[str, str] = field(default_factory=dict)
+    #: the run goes on in place (not a fork): it must still be in the journal
+    in_place: bool = False
 
 
 def _fork(journal: Journal, record: RunRecord, entries: list[Entry], name: str) -> _Target:
@@ -287,7 +290,7 @@ def _in_place(
     if answer is not None:
         answers = {question_to_answer(record.run_id, entries, answer_at): answer}
     log = ReplayLog({e.address: e for e in entries}, content=journal.content)
-    return _Target(record, log, answers=answers)
+    return _Target(record, log, answers=answers, in_place=True)
 
 
 def resume(run_id: str, **kwargs: Any) -> RunResult[Any]:

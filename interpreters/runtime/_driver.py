@@ -711,14 +711,17 @@ async def execute(
     log: ReplayLog | None = None,
     record: RunRecord | None = None,
     entries: Iterable[Entry] = (),
+    in_place: bool = False,
 ) -> RunResult[T]:
     """Run a program from its start, with a run record, events and a result on every path.
 
     ``services``: the handlers, clock, bus, journal, scheduler and redactor it runs with.
     ``record``: the run as it will be journaled (its config, parent and fork point); when it
-    already exists in the journal, the run is resumed in place. ``entries``: written right
-    after the run is created (a fork's prefix). ``log``: recorded entries the program is fed
-    from before it goes live (resume, fork) or instead of going live (replay).
+    already exists in the journal, the run is resumed in place. ``in_place``: it must exist
+    (a resume read it; one removed since is refused, never made again without its start).
+    ``entries``: written right after the run is created (a fork's prefix). ``log``: recorded
+    entries the program is fed from before it goes live (resume, fork) or instead of going
+    live (replay).
     """
     name = program_name(program)
     state = _starting_state(program, state)
@@ -726,7 +729,7 @@ async def execute(
     args_json = _args_json(name, args, kwargs) if recorded else '{"args":[],"kwargs":{}}'
     gen = start_program(program, args, kwargs)
     driver = Driver(run_id=run_id, program=name, services=services, log=log)
-    life = _open_run(driver, record, args_json, state, entries)
+    life = _open_run(driver, record, args_json, state, entries, in_place)
     root = Frame(prefix="", replica=Replica("r", state, state.max_lamport() if state else 0))
     end = RunEnd()
     try:
@@ -755,6 +758,7 @@ def _open_run(
     args_json: str,
     state: CRDTModel | None,
     entries: Iterable[Entry],
+    in_place: bool,
 ) -> RunLife | None:
     """Open the run in its journal (if it has one), then tell the bus it started."""
     clock, journal = driver.clock, driver.journal
@@ -769,6 +773,7 @@ def _open_run(
             state=state,
             at=clock.now(),
             entries=entries,
+            in_place=in_place,
         )
     if driver.bus.active:
         driver.bus.emit(

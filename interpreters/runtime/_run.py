@@ -41,15 +41,24 @@ class RunEnd:
         return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
 
-def _existing(journal: Journal, run_id: str, record: RunRecord | None) -> RunRecord | None:
-    """The run as it was, when ``record`` names a run the journal holds (it is resumed in
-    place); None when it is a new one. Only the journal's own refusal (no such run) means
-    new: anything else is a defect and propagates."""
+def _existing(
+    journal: Journal, run_id: str, record: RunRecord | None, in_place: bool
+) -> RunRecord | None:
+    """The run as it is now, when ``record`` names a run the journal holds (it is resumed in
+    place); None when it is a new one. Asked with the run's lock held: a run resumed
+    ``in_place`` that was removed since the caller read it (``opdsl gc`` in another process)
+    is refused, never made again without its start. Only the journal's own refusal (no such
+    run) means new: anything else is a defect and propagates."""
     if record is None or record.run_id != run_id:
         return None
     try:
         return journal.run(run_id)
     except JournalError:
+        if in_place:
+            raise JournalError(
+                f"run {run_id} is no longer in the journal: it was removed while it was being "
+                "resumed (opdsl gc?); nothing was done"
+            ) from None
         return None
 
 
@@ -105,13 +114,14 @@ class RunLife:
         state: CRDTModel | None,
         at: float,
         entries: Iterable[Entry] = (),
+        in_place: bool = False,
     ) -> RunLife:
         """Lock the run, then reopen it (``record`` names a run the journal holds) or create
         it from ``record`` (its config, parent and fork point) with ``entries`` written right
         after it (a fork's prefix)."""
-        prior = _existing(journal, run_id, record)
         journal.acquire(run_id)
         try:
+            prior = _existing(journal, run_id, record, in_place)
             if prior is not None:
                 if not can_resume(prior.status):
                     raise JournalError(

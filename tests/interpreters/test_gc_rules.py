@@ -215,3 +215,34 @@ def test_a_run_written_while_gc_sweeps_keeps_the_pieces_it_reuses(
     assert written == [new.run_id] and new.status == "completed"
     # every piece its entries name is there (a missing one raises)
     assert len(run_pieces(journal, journal.entries(new.run_id))) == 1
+
+
+def test_a_run_removed_while_it_is_being_resumed_is_not_made_again_without_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume read the run, then another process removed it before the resume took the
+    run's lock: the resume created it anew from what it had read, completed and without its
+    first entries. Now it is refused, and nothing is written."""
+    from interpreters import SqliteJournal
+    from interpreters.journal import JournalError
+
+    db = tmp_path / "runs.db"
+    waiting = run(_asks, db=str(db))
+    assert waiting.status == "waiting"
+    real = SqliteJournal.entries
+
+    def removed_once_read(self: SqliteJournal, run_id: str) -> list[Entry]:
+        monkeypatch.setattr(SqliteJournal, "entries", real)
+        read = real(self, run_id)
+        SqliteJournal(db).delete_run(run_id)  # another process's gc, say
+        return read
+
+    monkeypatch.setattr(SqliteJournal, "entries", removed_once_read)
+    with pytest.raises(JournalError) as caught:
+        resume(waiting.run_id, answer="this one", db=str(db), program=_asks)
+    assert str(caught.value) == (
+        f"run {waiting.run_id} is no longer in the journal: it was removed while it was being "
+        "resumed (opdsl gc?); nothing was done"
+    )
+    journal = open_journal(str(db))
+    assert journal.runs() == []
