@@ -13,10 +13,11 @@ changed, not even a run that waits or runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from interpreters.cli._command import JSON, Command, Option, UsageError
-from interpreters.cli._output import print_json
+from interpreters.cli._output import print_json, say_escaped
 
 __all__ = ["CHECK"]
 
@@ -41,10 +42,11 @@ def check(a: argparse.Namespace) -> int:
     def shown(c: Checked) -> None:
         if a.json or (c.verdict == "same" and not a.all):
             return
-        print(c.line(), flush=True)
+        say_escaped(c.line())
+        sys.stdout.flush()
         if not c.ok and c.diff:
             for line in c.diff:
-                print(f"    {line}")
+                say_escaped(f"    {line}")
 
     checked = check_runs(exported_runs(files, a.program), shown) if files else []
     if a.db or not files:

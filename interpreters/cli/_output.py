@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from datetime import UTC, datetime
@@ -57,7 +58,19 @@ def sinks(a: argparse.Namespace) -> list[Any]:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    """``data`` as JSON on stdout, non-ASCII text as it is but for what a terminal would act
+    on or misread (C1 controls, bidirectional overrides, line separators): written as
+    ``\\uXXXX``, which JSON reads back the same."""
+    print(json_text(json.dumps(data, indent=2, ensure_ascii=False)))
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def json_text(dumped: str) -> str:
+    """JSON written with ``ensure_ascii=False``, with the characters :func:`print_json` says
+    escaped (they only occur in its strings, where the escape means the same)."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", dumped)
 
 
 def when(t: float | None) -> str:
@@ -103,6 +116,15 @@ def run_json(r: Any) -> dict[str, Any]:
         "parent_run": r.parent_run,
         "fork_checkpoint": r.fork_checkpoint,
     }
+
+
+def say_escaped(text: str) -> None:
+    """One line of what a run holds (ids, names, a diff's lines) on stdout, every control
+    character in it escaped (:func:`~interpreters._shown.visible`): a journal's text never
+    acts on the terminal."""
+    from interpreters._shown import visible
+
+    say(visible(text, lines=False))
 
 
 def say(text: str, stream: TextIO | None = None) -> None:

@@ -38,7 +38,8 @@ def import_(a: argparse.Namespace) -> int:
     print(
         visible(
             f"imported run {record.run_id}; nothing it names runs, gets a key or changes a "
-            f"folder until you give it again to resume or replay it: {_named(record)}"
+            f"folder until you give it again to resume or replay it: {_named(record)}",
+            lines=False,
         )
     )
     return 0
@@ -56,7 +57,7 @@ def trust(a: argparse.Namespace) -> int:
     if not a.all and not a.runs:  # what would be vouched for, and nothing sealed
         left = [r for r in journal.runs() if foreign(r)]
         for record in left:
-            print(visible(f"run {record.run_id} names {_named(record, mcp=True)}"))
+            print(visible(f"run {record.run_id} names {_named(record, mcp=True)}", lines=False))
         print(
             f"{len(left)} run(s) of this journal are not sealed as yours; vouch for those you "
             "know with opdsl trust RUN... (or --all)"
@@ -67,10 +68,10 @@ def trust(a: argparse.Namespace) -> int:
     for run_id in dict.fromkeys(runs):
         now = sealed.get(run_id)
         if now is None:
-            print(visible(f"run {run_id} is sealed as yours already"))
+            print(visible(f"run {run_id} is sealed as yours already", lines=False))
         else:
             said = f"sealed run {run_id} as yours; it runs with {_named(now, mcp=True)}"
-            print(visible(said))
+            print(visible(said, lines=False))
     if not runs:
         print("every run of this journal is sealed as yours already")
     return 0
@@ -92,12 +93,28 @@ def _named(record: Any, *, mcp: bool = False) -> str:
         named.append(f"--state {shlex.quote(config['state_type'])}")
     servers = config.get("mcp") if mcp else None
     for name, entry in servers.items() if isinstance(servers, dict) else ():
-        server = entry.get("server") if isinstance(entry, dict) else None
-        server = server if isinstance(server, dict) else {}
-        argv = server.get("argv")
-        where = shlex.join(map(str, argv)) if isinstance(argv, list) else server.get("url")
-        named.append(f"--mcp {shlex.quote(f'{name}={where}')}")
+        named.append(_mcp_named(str(name), entry))
     return " ".join(named)
+
+
+def _mcp_named(name: str, entry: object) -> str:
+    """The ``--mcp`` option that gives a recorded server again: the server a resume would
+    start from the record (its URL where it has one, the variables it is handed), or why it
+    starts none."""
+    from interpreters.tools._mcp import MCPError, MCPServer
+
+    try:
+        server = MCPServer.from_json(name, entry.get("server") if isinstance(entry, dict) else None)
+    except MCPError as exc:
+        return f"(no MCP server is started from the record: {exc})"
+    opts = [f"env={v}" for v in server.env]
+    if server.prefix is not None:
+        opts.append(f"prefix={server.prefix}")
+    if server.timeout != 60.0:
+        opts.append(f"timeout={server.timeout:g}")
+    where = server.url if server.url is not None else shlex.join(server.argv)
+    said = f"{name}[{','.join(opts)}]={where}" if opts else f"{name}={where}"
+    return f"--mcp {shlex.quote(said)}"
 
 
 def gc(a: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from interpreters.cli._command import JSON, NAMED_CODE, Command, Option, UsageError
-from interpreters.cli._output import print_json
+from interpreters.cli._output import print_json, say_escaped
 
 __all__ = ["COST", "WHATIF"]
 
@@ -47,18 +47,18 @@ def cost(a: argparse.Namespace) -> int:
         return 0
     for c in costs:
         models = ", ".join(c.recorded_models) or "no model"
-        print(
+        say_escaped(
             f"{c.run_id}  {c.program}  {_tokens(c)}: recorded {_usd(c.recorded_usd)} ({models}); "
             f"as {a.model}: {_usd(c.priced_usd)}"
         )
     if len(costs) > 1:
         known = [c.priced_usd for c in costs if c.priced_usd is not None]
         recorded = [c.recorded_usd for c in costs if c.recorded_usd is not None]
-        print(
+        say_escaped(
             f"{len(costs)} runs: recorded {_usd(sum(recorded) if len(recorded) == len(costs) else None)}; "
             f"as {a.model}: {_usd(sum(known) if len(known) == len(costs) else None)}"
         )
-    print(f"note: {TOKENIZER_CAVEAT}")
+    say_escaped(f"note: {TOKENIZER_CAVEAT}")
     return 0
 
 
@@ -150,25 +150,25 @@ def _one(a: argparse.Namespace, found: Any) -> None:
     before, after, cp = found.cost_before, found.cost_after, found.from_checkpoint
     run_id = found.original.run_id
     if found.fork is None:
-        print(
+        say_escaped(
             f"what if run {run_id} had used {a.model} after checkpoint {cp!r} (dry run, nothing called):"
         )
-        print(f"  recorded: {_tokens(before)}, {_usd(before.recorded_usd)}")
-        print(f"  as {a.model}: {_usd(before.priced_usd)}")
-        print(f"note: {TOKENIZER_CAVEAT}")
+        say_escaped(f"  recorded: {_tokens(before)}, {_usd(before.recorded_usd)}")
+        say_escaped(f"  as {a.model}: {_usd(before.priced_usd)}")
+        say_escaped(f"note: {TOKENIZER_CAVEAT}")
         return
     fork = found.fork
-    print(
+    say_escaped(
         f"what if run {run_id} had used {a.model}{_prompted(a)} after checkpoint {cp!r}: "
         f"run {fork.run_id}"
     )
     if found.diff is not None:
         for line in found.diff.lines():
-            print(line)
-    print(f"ended:  {found.original.status} -> {fork.status}")
-    print(f"after {cp!r}:")
-    print(f"  {run_id}: {_tokens(before)}, {_usd(before.recorded_usd)}")
-    print(f"  {fork.run_id}: {_tokens(after)}, {_usd(after.recorded_usd)}")
+            say_escaped(line)
+    say_escaped(f"ended:  {found.original.status} -> {fork.status}")
+    say_escaped(f"after {cp!r}:")
+    say_escaped(f"  {run_id}: {_tokens(before)}, {_usd(before.recorded_usd)}")
+    say_escaped(f"  {fork.run_id}: {_tokens(after)}, {_usd(after.recorded_usd)}")
 
 
 def _prompted(a: argparse.Namespace) -> str:
@@ -212,17 +212,17 @@ def _table(a: argparse.Namespace, found: list[Any]) -> None:
                 "" if w.diff is None or w.diff.address is None else f", parting at {w.diff.address}"
             )
             what = f"run {w.fork.run_id} ended otherwise ({w.original.status} -> {w.forked.status}{where})"
-        print(f"{run_id}  {what}; {_usd(before.recorded_usd)} -> {_usd(new)}")
+        say_escaped(f"{run_id}  {what}; {_usd(before.recorded_usd)} -> {_usd(new)}")
     totals = _totals(found)
     parted = ", ".join(f"{at} ({n})" for at, n in sorted(totals["first_parted_at"].items()))
     same = "" if dry else f"{totals['ended_the_same']} ended the same; "
-    print(
+    say_escaped(
         f"{len(found)} runs with {a.model}{_prompted(a)}{' (dry run, nothing called)' if dry else ''}: {same}"
         f"first parting at: {parted or 'nowhere'}; cost after the checkpoint: "
         f"{_usd(totals['original_usd'])} as recorded, {_usd(totals['what_if_usd'])} with {a.model}"
     )
     if dry:
-        print(f"note: {TOKENIZER_CAVEAT}")
+        say_escaped(f"note: {TOKENIZER_CAVEAT}")
 
 
 WHATIF = Command(

@@ -211,3 +211,31 @@ def test_a_journal_holding_hostile_records_is_read_by_every_command_without_a_tr
         _no_terminal_codes(out + err)
         if code == 0 and argv[0] != "checkpoints":
             assert "r\\x1b]0;owned\\x07\\x1b[2J" in out, (argv, out)
+
+
+def test_check_cost_and_json_output_never_carry_what_a_terminal_acts_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A journal's text reaches the terminal escaped from every command: ``check``, ``cost``
+    and ``whatif`` printed it as it was (an OSC 52 wrote the clipboard), and JSON output kept
+    C1 controls, bidirectional overrides and line separators raw (JSON escapes only C0)."""
+    db = str(tmp_path / "runs.db")
+    code, _, err = opdsl(capsys, "run", "tests.fixtures.durable_programs:stamped", "--db", db)
+    assert code == 0, err
+    (run_id,) = (r[0] for r in RawJournal(db).execute("SELECT run_id FROM runs"))
+    hostile = "m:p\x1b]52;c;cHduZWQ=\x07\x1b[2J\r\x9d52;c;aGk=\x9c\u202e\u2028"
+    raw = RawJournal(db)
+    raw.execute("UPDATE runs SET program=?", (hostile,))
+    raw.close()
+    for argv in (
+        ["check", "--db", db],
+        ["cost", "--model", "anthropic:claude-sonnet-4-5", run_id, "--db", db],
+        ["show", run_id, "--json", "--db", db],
+        ["runs", "--json", "--db", db],
+    ):
+        _, out, err = opdsl(capsys, *argv)
+        for said in (out, err):
+            assert not any(c in said for c in "\x1b\x07\r\x9d\x9c\u202e\u2028"), (argv, said)
+        assert "52;c;" in out + err, (argv, out, err)  # shown, escaped
+    _, out, _ = opdsl(capsys, "show", run_id, "--json", "--db", db)
+    assert json.loads(out)["program"] == hostile  # the JSON still reads back as it was

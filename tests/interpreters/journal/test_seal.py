@@ -158,6 +158,9 @@ def test_opdsl_trust_vouches_for_runs_saying_what_they_name(
         "web": {"server": {"url": "http://127.0.0.1:9/mcp"}},
         "odd": {"server": ["not", "an", "object"]},
         "worse": "a text",
+        # a command shown, a URL started: what is shown is what starts
+        "both": {"server": {"argv": ["docs-server"], "url": "http://127.0.0.1:8/mcp"}},
+        "keyed": {"server": {"argv": ["docs-server"], "env": ["ANTHROPIC_API_KEY"]}},
     }
     journal.set_config("chat", json.dumps({"mcp": mcp}))
     journal.close()
@@ -165,7 +168,10 @@ def test_opdsl_trust_vouches_for_runs_saying_what_they_name(
     assert code == 0 and "3 run(s) of this journal are not sealed as yours" in out
     assert "run appender names --program tests.fixtures.durable_programs:appender" in out
     assert "--mcp 'git=uvx mcp-server-git '\"'\"'\\x1b[2J" in out and "\x1b" not in out, out
-    assert "--mcp web=http://127.0.0.1:9/mcp --mcp odd=None --mcp worse=None" in out, out
+    assert "--mcp web=http://127.0.0.1:9/mcp (no MCP server is started from the record: " in out
+    assert "MCP server 'odd': the run's record of it is not an object)" in out, out
+    assert "--mcp both=http://127.0.0.1:8/mcp" in out and "docs-server --mcp" not in out, out
+    assert "--mcp 'keyed[env=ANTHROPIC_API_KEY]=docs-server'" in out, out
     code, _, err = opdsl(capsys, "trust", "appender", "--all", "--db", str(db))
     assert code == 2 and "not both" in err
     code, _, err = opdsl(capsys, "trust", "appender", "nope", "--db", str(db))
