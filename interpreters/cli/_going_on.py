@@ -27,6 +27,7 @@ from interpreters.cli._command import (
 from interpreters.cli._inputs import load_tools, model_spec, models_timed, state_class, workspace
 from interpreters.cli._output import print_json, report_result, sinks
 from interpreters.cli._run import MODEL_TIMEOUT_HELP, on_temporal, until_it_ends_or_waits
+from interpreters.journal._seal import FOREIGN
 
 __all__ = ["RESUME", "REPLAY", "ANSWER"]
 
@@ -172,8 +173,12 @@ def _named_code(a: argparse.Namespace) -> dict[str, Any]:
         kwargs["workspace"] = workspace(a.workspace)
     if getattr(a, "model", None):
         kwargs["model"] = model_spec(a.model)
-    elif hasattr(a, "model"):  # it goes on live with the model the run recorded
-        model_spec(_config(a).get("model") or None)
+    elif hasattr(a, "model"):  # it goes on live with the model the run recorded: checked now
+        recorded = _config(a)
+        # a foreign run's is not (its file chose it: a `scripted:PATH` would be read), nor
+        # anything but a spec: the resume refuses them, saying why
+        if not recorded.get(FOREIGN) and isinstance(recorded.get("model"), str):
+            model_spec(recorded["model"] or None)
     if getattr(a, "tools", None):
         kwargs["tools"] = load_tools(a.tools)
     if getattr(a, "mcp", None):

@@ -277,3 +277,26 @@ def test_a_foreign_runs_record_is_read_and_shown_as_it_is(
     assert "not sealed as yours" in str(foreign(memory.run("appender")))
     assert [r.run_id for r in vouch_for(memory, ["appender"])] == ["appender"]
     assert foreign(memory.run("appender")) is None
+
+
+@pytest.mark.parametrize("model", ["scripted:{path}", {"not": "a spec"}])
+def test_a_foreign_runs_model_is_not_opened_before_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: object
+) -> None:
+    """``answer`` and ``resume`` checked the model a run recorded before going on, and a
+    foreign run's file chose it: ``scripted:PATH`` read that file (a FIFO hung, /dev/zero
+    ran out of memory) and a spec that is no text was an internal error."""
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "v0.1.0.db", db)
+    private = tmp_path / "private.txt"
+    private.write_text("not a script\n")
+    spec = model.format(path=private) if isinstance(model, str) else model
+    journal = SqliteJournal(db)
+    journal.set_config("chat", json.dumps({"model": spec}))
+    journal.close()
+    for argv in (["answer", "chat", "hi"], ["resume", "chat"]):
+        code, _, err = opdsl(capsys, *argv, "--db", str(db))
+        assert code == 2, err
+        # refused for what it names, the model among it; the file never opened
+        assert err.startswith("opdsl: error: run chat is not sealed as yours"), err
+        assert "cannot read" not in err and "Expecting value" not in err, err
