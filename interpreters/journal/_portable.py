@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -139,7 +140,7 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = _text_json(line)
             if not isinstance(data, dict):
                 raise ValueError("a line must be a JSON object")
             if n == 1:
@@ -171,6 +172,20 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
     return Exported(run, entries, pieces)
 
 
+def _text_json(text: str) -> Any:
+    """``text`` read as JSON that holds only text: a ValueError for anything else, JSON
+    nested past the parser's depth, or a lone surrogate (``"\\ud800"``: no character, and
+    no UTF-8 can write it) in any of its strings."""
+    try:
+        value = json.loads(text)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise ValueError("it holds a lone surrogate (\\ud800-\\udfff), which is no text") from None
+    return value
+
+
 def _piece_line(value: Any, known: Mapping[str, str]) -> tuple[str, str]:
     if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
         raise ValueError("a piece must be [hash, text]")
@@ -179,7 +194,7 @@ def _piece_line(value: Any, known: Mapping[str, str]) -> tuple[str, str]:
         raise ValueError(f"{h[:70]!r} is not a piece's hash (64 hex digits)")
     if digest(body) != h:
         raise ValueError(f"piece {h}: its text does not have that hash")
-    json.loads(body)
+    _text_json(body)
     for r in sorted(piece_refs(body)):
         if r not in known:
             raise ValueError(f"piece {h} refers to piece {r}, which comes later or not at all")
@@ -229,19 +244,19 @@ def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunR
     exported = read_export(text, source=source)
     run, entries = exported.run, exported.entries
     # a run from elsewhere names code; it runs only when the user names the program again
-    try:
-        config = json.loads(run.config_json or "{}")
-    except ValueError:
-        raise JournalError(f"{source}, line 1: the run's config is not JSON") from None
-    if not isinstance(config, dict):
-        raise JournalError(f"{source}, line 1: the run's config is not a JSON object")
+    config = json.loads(run.config_json)  # an object: read_export checked it
     config.pop(SEAL, None)  # whatever it says, an imported run is foreign
     run = run.model_copy(
         update={"config_json": canonical_json({**config, "imported_from": source})}
     )
     journal.put_content(exported.pieces)
     journal.create_run(run)
-    journal.add_entries(entries)
+    try:
+        journal.add_entries(entries)
+    except BaseException:  # none left half-written: a retry finds no run of that id
+        with contextlib.suppress(JournalError):
+            journal.delete_run(run.run_id)
+        raise
     return run
 
 
@@ -262,6 +277,15 @@ def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
             return [f"the run's {field} {value[:60]!r} is empty, too long or holds a control code"]
     if not _PROGRAM.fullmatch(run.program):
         return [f"the run's program {run.program[:60]!r} is not module:function"]
+    fields = ("config_json", "args_json", "state_json", "result_json", "error_json")
+    for field in (*fields, "final_state_json"):
+        value = getattr(run, field)
+        try:
+            read = None if value is None else _text_json(value)
+        except ValueError as exc:
+            return [f"the run's {field.removesuffix('_json')} is not JSON text: {exc}"]
+        if field == "config_json" and not isinstance(read, dict):
+            return ["the run's config is not a JSON object"]
     times = [("the run's created_at", run.created_at), ("the run's finished_at", run.finished_at)]
     for e in entries:
         times += [(f"entry {e.address}'s started_at", e.started_at)]
@@ -291,13 +315,22 @@ def _entry_problems(entries: list[Entry]) -> list[str]:
     if seqs != list(range(len(seqs))):
         problems.append(f"entry numbers are not 0..{len(seqs) - 1} without gaps: {seqs[:10]}")
     addresses = {e.address for e in entries}
+    if len(addresses) < len(entries):
+        seen: set[str] = set()
+        twice = ""
+        for e in entries:
+            if e.address in seen:
+                twice = e.address
+                break
+            seen.add(e.address)
+        problems.append(f"address {twice[:40]!r} is given to more than one entry")
     for e in entries:
         if not all(part.isdigit() for part in e.address.split(".")):
-            problems.append(f"address {e.address!r} is malformed")
+            problems.append(f"address {e.address[:40]!r} is malformed")
         for text in (e.effect_json, e.result_json, e.error_json, e.usage_json):
             if text is not None:
                 try:
-                    json.loads(text)
+                    _text_json(text)
                 except ValueError:
                     problems.append(f"entry {e.address} holds text that is not JSON")
         if e.status == "completed" and e.result_json is None:

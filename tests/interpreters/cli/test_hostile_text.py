@@ -140,6 +140,24 @@ HOSTILE: dict[str, tuple[Callable[[list[dict[str, Any]]], object], str]] = {
         lambda x: _entry(x, "emit").update(kind="[red]emit"),
         "entry 4's kind '[red]emit' is not an effect's kind",
     ),
+    # written whole or not at all: the run was left behind with no entries before
+    "two entries at one address": (
+        lambda x: _entry(x, "emit").update(address="2"),
+        "address '2' is given to more than one entry",
+    ),
+    "a lone surrogate in a result": (
+        lambda x: _entry(x, "tool").update(result_json='"\\udc00"'),
+        "entry 2 holds text that is not JSON",
+    ),
+    "a lone surrogate in the arguments": (
+        lambda x: x[0]["run"].update(args_json='{"args": ["\\ud800"], "kwargs": {}}'),
+        "the run's args is not JSON text: it holds a lone surrogate (\\ud800-\\udfff), "
+        "which is no text",
+    ),
+    "a config nested past the parser": (
+        lambda x: x[0]["run"].update(config_json="[" * 100_000 + "]" * 100_000),
+        "the run's config is not JSON text: its JSON is nested too deeply",
+    ),
 }
 
 
