@@ -128,11 +128,13 @@ class Exported:
     pieces: dict[str, str]
 
 
-def read_export(text: str, *, source: str = "the file") -> Exported:
+def read_export(text: str, *, source: str = "the file", strict: bool = False) -> Exported:
     """A run, its entries and its pieces from text :func:`export_run` wrote, every line
     checked (what :func:`import_run` adds, and what a run on another engine carries or is
     read back as): each piece's text has the hash it is named by, every reference names a
-    piece of the file, and each chain holds as many messages as its entry says."""
+    piece of the file, and each chain holds as many messages as its entry says. ``strict``
+    (a file someone hands us): no lone surrogate in any text, which a run of this machine
+    may hold but every command that shows it would fail on."""
     run: RunRecord | None = None
     entries: list[Entry] = []
     pieces: dict[str, str] = {}
@@ -140,7 +142,7 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
         if not line.strip():
             continue
         try:
-            data = _text_json(line)
+            data = _json_of(line, strict)
             if not isinstance(data, dict):
                 raise ValueError("a line must be a JSON object")
             if n == 1:
@@ -163,8 +165,8 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
                 f"{source}: entry {e.address} belongs to run {e.run_id}, not {run.run_id}"
             )
     problems = (
-        _record_problems(run, entries)
-        or _entry_problems(entries)
+        _record_problems(run, entries, strict)
+        or _entry_problems(entries, strict)
         or _reference_problems(entries, pieces)
     )
     if problems:
@@ -172,13 +174,14 @@ def read_export(text: str, *, source: str = "the file") -> Exported:
     return Exported(run, entries, pieces)
 
 
-def _text_json(text: str) -> Any:
-    """``text`` read as JSON that holds only text: a ValueError for anything else, JSON
-    nested past the parser's depth, or a lone surrogate (``"\\ud800"``: no character, and
-    no UTF-8 can write it) in any of its strings."""
+def _json_of(text: str, strict: bool) -> Any:
+    """``text`` read as JSON: a ValueError for anything else, or JSON nested past the
+    parser's depth; ``strict``, also for a lone surrogate (``"\\ud800"``: no character,
+    and no UTF-8 can write it) in any of its strings."""
     try:
         value = json.loads(text)
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        if strict:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise ValueError("its JSON is nested too deeply") from None
     except UnicodeEncodeError:
@@ -194,7 +197,7 @@ def _piece_line(value: Any, known: Mapping[str, str]) -> tuple[str, str]:
         raise ValueError(f"{h[:70]!r} is not a piece's hash (64 hex digits)")
     if digest(body) != h:
         raise ValueError(f"piece {h}: its text does not have that hash")
-    _text_json(body)
+    _json_of(body, False)
     for r in sorted(piece_refs(body)):
         if r not in known:
             raise ValueError(f"piece {h} refers to piece {r}, which comes later or not at all")
@@ -241,7 +244,7 @@ def _reference_problems(entries: list[Entry], pieces: Mapping[str, str]) -> list
 
 def import_run(journal: Journal, text: str, *, source: str = "the file") -> RunRecord:
     """Add a run exported by :func:`export_run`; every line is checked before anything is written."""
-    exported = read_export(text, source=source)
+    exported = read_export(text, source=source, strict=True)
     run, entries = exported.run, exported.entries
     # a run from elsewhere names code; it runs only when the user names the program again
     config = json.loads(run.config_json)  # an object: read_export checked it
@@ -266,7 +269,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\
 _LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC: a time past it names no moment
 
 
-def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
+def _record_problems(run: RunRecord, entries: list[Entry], strict: bool = False) -> list[str]:
     """What a file someone hands us may hold that no run writes: ids with control
     characters, a program that is not ``module:function``, times out of range, an effect
     that is not an object, a checkpoint or emit whose name is not text, a usage that is not
@@ -281,7 +284,7 @@ def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
     for field in (*fields, "final_state_json"):
         value = getattr(run, field)
         try:
-            read = None if value is None else _text_json(value)
+            read = None if value is None else _json_of(value, strict)
         except ValueError as exc:
             return [f"the run's {field.removesuffix('_json')} is not JSON text: {exc}"]
         if field == "config_json" and not isinstance(read, dict):
@@ -309,7 +312,7 @@ def _record_problems(run: RunRecord, entries: list[Entry]) -> list[str]:
     return []
 
 
-def _entry_problems(entries: list[Entry]) -> list[str]:
+def _entry_problems(entries: list[Entry], strict: bool = False) -> list[str]:
     problems = []
     seqs = sorted(e.seq for e in entries)
     if seqs != list(range(len(seqs))):
@@ -330,7 +333,7 @@ def _entry_problems(entries: list[Entry]) -> list[str]:
         for text in (e.effect_json, e.result_json, e.error_json, e.usage_json):
             if text is not None:
                 try:
-                    _text_json(text)
+                    _json_of(text, strict)
                 except ValueError:
                     problems.append(f"entry {e.address} holds text that is not JSON")
         if e.status == "completed" and e.result_json is None:

@@ -178,5 +178,5 @@ def test_an_imported_run_with_a_bad_config_is_refused_whole(
     (tmp_path / "bad.jsonl").write_text(json.dumps(run_line) + "\n")
     db = tmp_path / "copy.db"
     code, _, err = opdsl(capsys, "import", str(tmp_path / "bad.jsonl"), "--db", str(db))
-    assert code == 2 and "line 1: the run's config is not" in err, err
+    assert code == 2 and "the run's config is not" in err, err
     assert SqliteJournal(db).runs() == []
