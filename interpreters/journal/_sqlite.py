@@ -213,14 +213,50 @@ class _Group:
         self.error: JournalError | None = None
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_alive(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` of this machine is alive, and, when ``started`` says when
+    the lock's holder started, is that process: a crashed holder's pid that another process
+    has taken since is the holder no more."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    now = None if started is None else _started(pid)
+    return now is None or now == started
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``'s 22nd
+    field), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rpartition(b")")[2].split()  # the name, in parentheses, may hold anything
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
+
+
+_SINCE = "\x1fstarted "
+"""What a lock's holder holds after its name: when the process started (:func:`_started`),
+kept apart from what a message shows."""
+
+
+def _since(holder: object) -> str | None:
+    """When a lock's holder started, if the lock says (one written before opdsl kept it
+    does not)."""
+    if not isinstance(holder, str):
+        return None
+    started = holder.partition(_SINCE)[2]
+    return started or None
+
+
+def _lock_holder() -> str:
+    """This process as a lock names it: ``pid N on HOST``, and when it started."""
+    started = _started(os.getpid())
+    return _holder() + ("" if started is None else _SINCE + started)
 
 
 class SqliteJournal(Journal):
@@ -941,14 +977,14 @@ class SqliteJournal(Journal):
     def writer_alive(self, run_id: str) -> bool | None:
         """Whether the process that holds ``run_id``'s lock is alive: None when no process
         holds it, or when it runs on another machine (it cannot be asked from here)."""
-        row = self._exec("SELECT pid, host FROM locks WHERE run_id=?", (run_id,)).fetchone()
+        row = self._exec("SELECT pid, host, holder FROM locks WHERE run_id=?", (run_id,)).fetchone()
         if row is None or row[1] != socket.gethostname():
             return None
-        return _pid_alive(int(row[0]))
+        return _pid_alive(int(row[0]), _since(row[2]))
 
     def acquire(self, run_id: str) -> None:
         self._runs_known.pop(run_id, None)
-        me, host = _holder(), socket.gethostname()
+        me, host = _lock_holder(), socket.gethostname()
         try:
             self._exec(
                 "INSERT INTO locks (run_id, holder, pid, host) VALUES (?, ?, ?, ?)",
@@ -965,7 +1001,7 @@ class SqliteJournal(Journal):
         if row is None:  # released in between
             return self.acquire(run_id)
         holder, pid, their_host = row
-        if their_host == host and (pid == os.getpid() or not _pid_alive(pid)):
+        if their_host == host and (pid == os.getpid() or not _pid_alive(pid, _since(holder))):
             if pid == os.getpid() and (self._key, run_id) in _HELD:
                 raise RunLocked(f"run {run_id} is already being written by this process")
             # else: a dead process's lock, or this process's own left behind when the journal
@@ -982,7 +1018,8 @@ class SqliteJournal(Journal):
             self._writing.add(run_id)
             return None
         raise RunLocked(
-            f"run {run_id} is being written by {holder}; wait for it or stop that process"
+            f"run {run_id} is being written by {holder.partition(_SINCE)[0]}; wait for it or stop "
+            "that process"
         )
 
     def _say_if_shared(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -145,6 +147,47 @@ def test_a_dead_holder_is_taken_over(tmp_path: Path) -> None:
     )
     assert dead.returncode == 0
     SqliteJournal(db).acquire("r")  # the holder's process is gone: no error
+
+
+def test_a_dead_holders_pid_taken_by_another_process_is_taken_over(tmp_path: Path) -> None:
+    """A crashed holder's pid that a live process of this machine has taken since: the lock
+    names when its holder started, and that process started at another time, so it is not the
+    holder (the run was held until that process ended). The holder itself still holds."""
+    from interpreters.journal._sqlite import _lock_holder, _started
+
+    db = tmp_path / "runs.db"
+    SqliteJournal(db).acquire("r")  # this process holds it: its lock is a live one
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        started = _started(other.pid)
+        assert started is not None
+        journal = SqliteJournal(db)
+        # the lock as the holder wrote it, its pid since taken by `sleep`
+        journal._db.execute(
+            "UPDATE locks SET pid=?, holder=? WHERE run_id='r'",
+            (other.pid, f"pid {other.pid} on {socket.gethostname()}\x1fstarted {int(started) - 1}"),
+        )
+        assert journal.writer_alive("r") is False
+        code = f"from interpreters import SqliteJournal; SqliteJournal({str(db)!r}).acquire('r')"
+        taken = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True
+        )
+        assert taken.returncode == 0, taken.stderr  # taken over, not "being written by"
+        # the holder as it is: its start time matches, and it holds
+        holder = _lock_holder()
+        journal._db.execute(
+            "UPDATE locks SET pid=?, holder=? WHERE run_id='r'", (os.getpid(), holder)
+        )
+        assert journal.writer_alive("r") is True
+        refused = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True
+        )
+        assert refused.returncode != 0
+        assert f"run r is being written by pid {os.getpid()} on " in refused.stderr
+        assert "started" not in refused.stderr.splitlines()[-1]
+    finally:
+        other.kill()
+        other.wait()
 
 
 def _crash_after(n_tools: int):  # type: ignore[no-untyped-def]
