@@ -19,8 +19,13 @@ from interpreters.journal._content import ContentError, lookup, unpack_texts
 __all__ = ["RunDiff", "diff_runs"]
 
 
-def _key(address: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in address.split("."))
+def _key(address: str) -> tuple[int, tuple[int, ...], str]:
+    """An address's place in its run (``7.1.3`` after ``7.1``, before ``7.2``); one that is
+    no address (a handed journal's ``x.y``, ``1..2``, 5,000 digits) goes last, by its text."""
+    parts = address.split(".")
+    if all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
+        return (0, tuple(int(p) for p in parts), "")
+    return (1, (), address)
 
 
 def _pretty(text: str | None) -> str:

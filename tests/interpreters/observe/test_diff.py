@@ -90,3 +90,22 @@ def test_diff_of_an_unknown_run_is_one_line(
     assert main(["diff", parent, "nope", "--db", db]) == 2
     err = capsys.readouterr().err
     assert err.startswith("opdsl: error:") and "nope" in err
+
+
+def test_a_handed_journals_addresses_that_are_no_addresses_are_diffed_last_not_a_traceback(
+    two: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``x.y``, ``1..2``, an empty one, 5,000 digits (past what ``int`` reads): a file made
+    them, and diff ordered addresses by reading their parts as numbers."""
+    from tests.helpers import RawJournal
+
+    db, parent, fork = two
+    raw = RawJournal(db)
+    seqs = raw.execute("SELECT seq FROM entries WHERE run_id=? ORDER BY seq", (fork,)).fetchall()
+    for (seq,), address in zip(seqs, ["x.y", "1..2", "", "9" * 5000], strict=False):
+        raw.execute("UPDATE entries SET address=? WHERE run_id=? AND seq=?", (address, fork, seq))
+    raw.close()
+    code = main(["diff", parent, fork, "--db", db])
+    out, err = capsys.readouterr()
+    # they part where the parent's first effect is and the fork's is not: said, not a traceback
+    assert (code, err) == (1, "") and "they part at address 1" in out, (code, out, err)
