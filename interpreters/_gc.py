@@ -139,21 +139,25 @@ def remove_runs(
 
     check_removable(journal, run_ids)
     needed = trees_in_use(journal, set(run_ids))
-    for run_id in dict.fromkeys(run_ids):
-        record = journal.run(run_id)
-        root = own_workspace(record)
-        if root is None:
-            outcome: Removed | SnapshotsLeft = Removed(run_id, 0, 0)
-        else:
-            held_by = held_elsewhere(journal, record)
-            outcome = (
-                _drop_snapshots(run_id, root, needed)
-                if held_by is None
-                else _keep_snapshots(run_id, root, held_by)
-            )
-        if isinstance(outcome, Removed):
-            journal.delete_run(run_id)
-        yield outcome
+    originals: dict[str, Journal | None] = {}  # the files runs were made in, opened once
+    try:
+        for run_id in dict.fromkeys(run_ids):
+            record = journal.run(run_id)
+            root = own_workspace(record)
+            held_by = None if root is None else held_elsewhere(journal, record, originals)
+            if root is None:
+                outcome: Removed | SnapshotsLeft = Removed(run_id, 0, 0)
+            elif held_by is None:
+                outcome = _drop_snapshots(run_id, root, needed)
+            else:
+                outcome = _keep_snapshots(run_id, root, held_by)
+            if isinstance(outcome, Removed):
+                journal.delete_run(run_id)
+            yield outcome
+    finally:
+        for original in originals.values():
+            if original is not None:
+                original.close()
     pieces = drop_unreferenced(journal)  # content only the removed runs held
     if pieces:
         yield ContentDropped(pieces)
@@ -161,14 +165,15 @@ def remove_runs(
         journal.vacuum()  # give the space back
 
 
-def held_elsewhere(journal: Journal, record: RunRecord) -> Path | None:
+def held_elsewhere(
+    journal: Journal, record: RunRecord, opened: dict[str, Journal | None] | None = None
+) -> Path | None:
     """The journal file that made the run ``record`` when it is not ``journal``'s own file
     and still holds that run (the same one: made by the same program at the same time):
     ``journal`` is a copy of it, whose runs' snapshots the original still names. None when
     the run recorded no file (made before opdsl recorded it, or in no file), the file is
-    this one (by a path through a link), gone, or cannot be read."""
-    from interpreters.journal import SqliteJournal
-
+    this one (by a path through a link), gone, or cannot be read. ``opened``: the files
+    looked at so far, each opened once for all the runs of one gc (the caller closes them)."""
     try:
         maker = config_of(record).get("journal")
     except JournalError:
@@ -176,21 +181,34 @@ def held_elsewhere(journal: Journal, record: RunRecord) -> Path | None:
     here = getattr(journal, "path", None)
     if not isinstance(maker, str) or not maker or not isinstance(here, Path):
         return None
-    other = Path(maker)
-    try:
-        if not other.is_file() or os.path.samefile(other, here):
-            return None
-        original = SqliteJournal(other, read_only=True, create=False)
-    except (OSError, JournalError):
+    cache: dict[str, Journal | None] = {} if opened is None else opened
+    if maker not in cache:
+        cache[maker] = _other_file(Path(maker), here)
+    original = cache[maker]
+    if original is None:
         return None
     try:
         held = original.run(record.run_id)
     except JournalError:  # not there (removed from it too), or unreadable
         return None
     finally:
-        original.close()
+        if opened is None:
+            original.close()
     same = (held.program, held.created_at) == (record.program, record.created_at)
-    return other if same else None
+    return Path(maker) if same else None
+
+
+def _other_file(other: Path, here: Path) -> Journal | None:
+    """The journal at ``other``, read-only, unless it is the file at ``here``, gone, or no
+    journal."""
+    from interpreters.journal import SqliteJournal
+
+    try:
+        if not other.is_file() or os.path.samefile(other, here):
+            return None
+        return SqliteJournal(other, read_only=True, create=False)
+    except (OSError, JournalError):
+        return None
 
 
 def _keep_snapshots(run_id: str, root: Path, held_by: Path) -> Removed | SnapshotsLeft:

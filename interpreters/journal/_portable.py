@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -280,8 +281,15 @@ def _record_problems(run: RunRecord, entries: list[Entry], strict: bool = False)
             return [f"the run's {field} {value[:60]!r} is empty, too long or holds a control code"]
     if not _PROGRAM.fullmatch(run.program):
         return [f"the run's program {run.program[:60]!r} is not module:function"]
-    fields = ("config_json", "args_json", "state_json", "result_json", "error_json")
-    for field in (*fields, "final_state_json"):
+    texts = (
+        "config_json",
+        "args_json",
+        "state_json",
+        "result_json",
+        "error_json",
+        "final_state_json",
+    )
+    for field in texts:
         value = getattr(run, field)
         try:
             read = None if value is None else _json_of(value, strict)
@@ -319,13 +327,7 @@ def _entry_problems(entries: list[Entry], strict: bool = False) -> list[str]:
         problems.append(f"entry numbers are not 0..{len(seqs) - 1} without gaps: {seqs[:10]}")
     addresses = {e.address for e in entries}
     if len(addresses) < len(entries):
-        seen: set[str] = set()
-        twice = ""
-        for e in entries:
-            if e.address in seen:
-                twice = e.address
-                break
-            seen.add(e.address)
+        twice = next(a for a, n in Counter(e.address for e in entries).items() if n > 1)
         problems.append(f"address {twice[:40]!r} is given to more than one entry")
     for e in entries:
         if not all(part.isdigit() for part in e.address.split(".")):

@@ -138,6 +138,15 @@ class _Pool:
         self.closers: list[AsyncGenerator[None, None]] = []
 
 
+def _loop_token() -> tuple[object, bool]:
+    """What names the event loop this runs in, and whether it is asyncio's: the loop itself,
+    or (trio) the token of the whole of one ``trio.run``."""
+    try:
+        return asyncio.get_running_loop(), True
+    except RuntimeError:
+        return anyio.lowlevel.current_token().native_token, False
+
+
 _IDLE_LOOPS_KEPT = 4
 """A model keeps the clients of this many asyncio loops left open and not running (the next
 ``run_until_complete`` on one of them finds its clients)."""
@@ -400,11 +409,7 @@ class HttpModel(RemoteModel):
         # loops. On asyncio the bytes go over aiohttp's pool; elsewhere (trio) over httpx's,
         # with requests spread over a few clients by run, since httpx's pool looks at every
         # connection it holds for every request.
-        try:
-            token: object = asyncio.get_running_loop()
-            on_asyncio = True
-        except RuntimeError:  # trio: its own token, the same for the whole of one trio.run
-            token, on_asyncio = anyio.lowlevel.current_token().native_token, False
+        token, on_asyncio = _loop_token()
         last = self._clients
         if last is not None and last[0] is token:
             pool = last[1]
@@ -418,11 +423,7 @@ class HttpModel(RemoteModel):
     def _routes_here(self) -> ProxyRoutes | None:
         """The proxies of the pool of the loop this runs in (None: it has none, as with the
         user's own client)."""
-        try:
-            token: object = asyncio.get_running_loop()
-        except RuntimeError:
-            token = anyio.lowlevel.current_token().native_token
-        pool = self._pools.get(token)
+        pool = self._pools.get(_loop_token()[0])
         return None if pool is None else pool.routes
 
     async def _new_pool(self, token: object, on_asyncio: bool) -> _Pool:

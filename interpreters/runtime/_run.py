@@ -62,7 +62,7 @@ def _existing(
         return None
 
 
-def _with_state_type(config_json: str, state: CRDTModel | None, journal: Journal) -> str:
+def _created_config(config_json: str, state: CRDTModel | None, journal: Journal) -> str:
     """``config_json`` with the state's type, and the file of the journal that makes the run
     when it snapshots a workspace: ``opdsl gc`` on a copy of that file leaves the snapshots
     the file still names (:func:`interpreters._gc.held_elsewhere`)."""
@@ -137,7 +137,7 @@ class RunLife:
                         "args_json": args_json,
                         "state_json": None if state is None else state.canonical(),
                         "created_at": at,
-                        "config_json": _with_state_type(base.config_json, state, journal),
+                        "config_json": _created_config(base.config_json, state, journal),
                     }
                 )
                 journal.create_run(
