@@ -106,11 +106,15 @@ class _Snapshots(_Commands):
         repo = self.repo()
         if repo is None:
             return {}
+        # git lists only the folder the prefix is in (every ref of the repository, read for
+        # each run gc removes, made gc's time grow as the square of the runs)
+        wanted = f"refs/opdsl/{prefix}"
+        listed = repo.git.for_each_ref("--format=%(refname) %(tree)", wanted.rpartition("/")[0])
         out = {}
-        for ref in repo.refs:
-            path = ref.path
-            if path.startswith(f"refs/opdsl/{prefix}"):
-                out[path.removeprefix("refs/opdsl/")] = ref.commit.tree.hexsha
+        for line in listed.splitlines():
+            path, _, tree = line.partition(" ")
+            if path.startswith(wanted) and tree:  # a ref to no commit keeps no snapshot
+                out[path.removeprefix("refs/opdsl/")] = tree
         return out
 
     def drop_snapshots(self, prefix: str) -> int:

@@ -327,6 +327,11 @@ def test_snapshot_and_restore_round_trip_without_touching_the_users_git_state(
     assert {k: v for k, v in after.items() if not k.startswith("build/")} == before
     assert (repo / "build" / "out.log").exists(), "ignored files are left alone"
     assert ws.snapshots("run1/") == {"run1/1": tree}
+    # a prefix is a prefix of the ref's name, whichever folder it ends in
+    assert ws.snapshot("run10/1") == tree
+    assert ws.snapshots("run1/") == {"run1/1": tree}
+    assert ws.snapshots("run1") == {"run1/1": tree, "run10/1": tree}
+    assert ws.drop_snapshot("run10/1") == 1
     assert ws.drop_snapshots("run1/") == 1 and ws.snapshots() == {}
 
 
