@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -172,6 +173,13 @@ def test_opdsl_trust_vouches_for_runs_saying_what_they_name(
     assert "MCP server 'odd': the run's record of it is not an object)" in out, out
     assert "--mcp both=http://127.0.0.1:8/mcp" in out and "docs-server --mcp" not in out, out
     assert "--mcp 'keyed[env=ANTHROPIC_API_KEY]=docs-server'" in out, out
+    # what it shows is an option opdsl takes, naming the server a resume would start
+    from interpreters.tools._mcp import MCPServer, parse_mcp
+
+    for name in ("keyed", "both", "web"):
+        shown = re.search(rf"--mcp '?({name}[^ ']*)'?", out)
+        assert shown is not None, out
+        assert parse_mcp(shown.group(1)) == (name, MCPServer.from_json(name, mcp[name]["server"]))
     code, _, err = opdsl(capsys, "trust", "appender", "--all", "--db", str(db))
     assert code == 2 and "not both" in err
     code, _, err = opdsl(capsys, "trust", "appender", "nope", "--db", str(db))
