@@ -12,6 +12,7 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,7 +155,7 @@ def test_opdsl_trust_vouches_for_runs_saying_what_they_name(
     journal = SqliteJournal(db)
     journal._db.execute("UPDATE runs SET program=? WHERE run_id='budgeted'", ("m:\x1b]0;x\x07p",))
     # the MCP servers a run would start, as its file records them (the shapes a hand makes)
-    mcp = {
+    mcp: dict[str, Any] = {
         "git": {"server": {"argv": ["uvx", "mcp-server-git", "\x1b[2J"]}},
         "web": {"server": {"url": "http://127.0.0.1:9/mcp"}},
         "odd": {"server": ["not", "an", "object"]},
