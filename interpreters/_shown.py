@@ -14,11 +14,14 @@ import re
 
 __all__ = ["visible"]
 
-# C0 controls but tab and line feed, DEL, C1 controls, and the bidirectional formatting
-# characters (the "Trojan Source" ones)
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab and line feed, DEL, C1 controls, the bidirectional formatting
+# characters (the "Trojan Source" ones), and lone surrogates (no character: a terminal's
+# UTF-8 cannot take one, and a journal written before opdsl refused them may hold one)
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _CONTROL_OR_BREAK = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 
 

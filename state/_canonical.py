@@ -11,7 +11,9 @@ Rules (the journal, replay and CRDT law tests all lean on them):
   ``metadata={"omit_if_none": True}`` while they are None: a field added to an effect after
   journals held it, so that the effect without it is still the same bytes);
 - NaN and the infinities are refused, and so are values JSON cannot hold (bytes, objects,
-  non-string keys): the error names the path to the offending value.
+  non-string keys) and texts holding a lone surrogate (``"\\ud800"``: no character, and no
+  UTF-8 holds it; Python makes one of a byte that is not UTF-8 read with
+  ``surrogateescape``): the error names the path to the offending value.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 from returns.result import Failure, Success
 
-__all__ = ["NotSerializable", "canonical_json", "dump_jsonable", "to_jsonable"]
+__all__ = ["NotSerializable", "canonical_json", "dump_jsonable", "lone_surrogate", "to_jsonable"]
 
 
 class NotSerializable(TypeError):
@@ -36,6 +39,59 @@ class NotSerializable(TypeError):
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)
         self.path = path
+
+
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (a code point of U+D800 to U+DFFF, which is no
+    character: a str holds a pair joined, as one code point), or None when it holds none.
+
+    Example:
+        >>> lone_surrogate("caf\u00e9"), lone_surrogate("ab\udcff")
+        (None, 2)
+    """
+    if text.isascii():  # asked of the string's header: no scan
+        return None
+    found = _LONE.search(text)
+    return None if found is None else found.start()
+
+
+def _lone_path(data: Any, path: str) -> str | None:
+    """The path of the first text in ``data`` (plain JSON data) holding a lone surrogate."""
+    if isinstance(data, str):
+        return path if lone_surrogate(data) is not None else None
+    if isinstance(data, dict):
+        for key, item in data.items():
+            if lone_surrogate(key) is not None:
+                return f"{path} (a key)"
+            found = _lone_path(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            found = _lone_path(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _whole(text: str, data: Callable[[], Any]) -> str:
+    """``text`` (a canonical JSON text), refused when it holds a lone surrogate: JSON would
+    keep it, but no UTF-8 does (a journal, a seal, a digest), and a text kept with it breaks
+    every reader after."""
+    at = lone_surrogate(text)
+    if at is None:
+        return text
+    path = _lone_path(data(), "$") or "$"
+    char = text[at]
+    raise NotSerializable(
+        f"{path}: the text holds a lone surrogate ({char!r}), which is no character and cannot "
+        "be written as UTF-8 (a byte that is not UTF-8, read with surrogateescape, becomes one:"
+        " decode bytes with errors='replace', or keep them as base64)",
+        path=path,
+    )
 
 
 _EXACT_SCALARS = frozenset({str, int, bool, type(None)})
@@ -224,7 +280,7 @@ _dump = _encoder()
 
 def dump_jsonable(data: Any) -> str:
     """Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."""
-    return _dump(data)
+    return _whole(_dump(data), lambda: data)
 
 
 def canonical_json(value: Any) -> str:
@@ -235,12 +291,13 @@ def canonical_json(value: Any) -> str:
         '{"a":[1.5,null],"b":[1,2,3]}'
     """
     plan = _PLANS.get(type(value))
-    if plan is not None:
-        return _by_plan(value, plan)
-    # a pydantic model is no dataclass, and asking its class costs an AttributeError
-    if not isinstance(value, BaseModel | type) and dataclasses.is_dataclass(value):
-        return _by_plan(value, _plan(type(value)))
-    return _dump(to_jsonable(value))
+    if plan is None:
+        # a pydantic model is no dataclass, and asking its class costs an AttributeError
+        if isinstance(value, BaseModel | type) or not dataclasses.is_dataclass(value):
+            data = to_jsonable(value)
+            return _whole(_dump(data), lambda: data)
+        plan = _plan(type(value))
+    return _whole(_by_plan(value, plan), lambda: to_jsonable(value))
 
 
 # A dataclass's text written field by field, without the dict ``to_jsonable`` would build (an

@@ -28,6 +28,7 @@ from interpreters.cli._interrupt import (
 )
 from interpreters.cli._mcp import MCP
 from interpreters.cli._prices import PRICES
+from state._canonical import lone_surrogate
 
 __all__ = ["COMMANDS", "main"]
 
@@ -97,8 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = redelivering(hook)
     try:
         try:
-            args = _parser().parse_args(argv)
-            code = _dispatch(args)
+            wrong = _not_text(sys.argv[1:] if argv is None else argv)
+            if wrong is not None:
+                code = ended_by(UsageError(wrong))
+            else:
+                args = _parser().parse_args(argv)
+                code = _dispatch(args)
         except KeyboardInterrupt:
             code = interrupted(ending=argv is None)
     finally:
@@ -113,6 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and args is not None and _on_temporal(args):
         _exit_at_once(code)
     return code
+
+
+def _not_text(argv: list[str]) -> str | None:
+    """What is wrong with an argument that is not UTF-8 (Python hands its bytes on as lone
+    surrogates, which no journal, seal or terminal takes), or None."""
+    for i, arg in enumerate(argv, 1):
+        if lone_surrogate(arg) is not None:
+            try:  # the bytes as given
+                shown = str(arg.encode("utf-8", "surrogateescape"))[1:]
+            except UnicodeEncodeError:  # a surrogate no byte was read as
+                shown = ascii(arg)
+            return (
+                f"argument {i} ({shown}) is not UTF-8 text: opdsl reads its command line "
+                "(run ids, --arg values, paths) as UTF-8"
+            )
+    return None
 
 
 def _on_temporal(a: argparse.Namespace) -> bool:

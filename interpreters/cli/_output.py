@@ -64,7 +64,10 @@ def print_json(data: Any) -> None:
     print(json_text(json.dumps(data, indent=2, ensure_ascii=False)))
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# and lone surrogates (no UTF-8 holds one; a journal from before opdsl refused them may)
+_JSON_UNSAFE = re.compile(
+    "[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def json_text(dumped: str) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from interpreters.cli._command import JSON, NAMED_CODE, Command, Option, UsageError
+from interpreters.cli._inputs import model_spec
 from interpreters.cli._output import print_json, say_escaped
 
 __all__ = ["COST", "WHATIF"]
@@ -100,6 +101,7 @@ def whatif(a: argparse.Namespace) -> int:
     from interpreters._whatif import whatif as what_if
 
     prompt = _prompt(a.prompt_file)
+    model_spec(a.model)  # a spec no model is made of is said before a run is looked at
     runs = _runs_of(a)
     if not runs:
         print(f"opdsl: no finished run of {a.program} in the journal", file=sys.stderr)

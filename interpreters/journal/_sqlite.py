@@ -48,6 +48,7 @@ from interpreters.journal._content import (
     stored_body,
 )
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, GOES_ON, EntryEnd
+from state._canonical import lone_surrogate
 
 SCHEMA_VERSION = 2
 """1: entries hold their whole text; 2: the ``content`` table, each piece of content once, and
@@ -526,6 +527,8 @@ class SqliteJournal(Journal):
             raise
         except apsw.Error as exc:
             raise self._failed(exc) from None
+        except UnicodeEncodeError:
+            raise self._not_text(params) from None
         except UnicodeDecodeError as exc:  # a text SQLite keeps as it was given: a file's
             raise JournalError(
                 f"journal {self.path} is corrupt: a text in it is not UTF-8 (byte "
@@ -551,6 +554,8 @@ class SqliteJournal(Journal):
             raise
         except apsw.Error as exc:
             raise self._failed(exc) from None
+        except UnicodeEncodeError:
+            raise self._not_text(params) from None
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
         """An entry's write with the pieces it needs, in one transaction: the open one when
@@ -586,6 +591,18 @@ class SqliteJournal(Journal):
             self._write_pieces()  # none committed without the pieces it needs
             self._db.execute("COMMIT")
             self._in_tx = False
+
+    def _not_text(self, params: tuple[Any, ...]) -> JournalError:
+        """A text given to be written or looked up that no UTF-8 holds (a lone surrogate:
+        Python reads a byte that is not UTF-8 as one, with ``surrogateescape``)."""
+        given = next(
+            (p for p in params if isinstance(p, str) and lone_surrogate(p) is not None), None
+        )
+        shown = "" if given is None else f" ({ascii(given[:80])})"
+        return JournalError(
+            f"journal {self.path}: a text given to it{shown} holds a lone surrogate, which is "
+            "no character and cannot be written as UTF-8; nothing was written"
+        )
 
     def _failed(self, exc: apsw.Error) -> JournalError:
         if self.read_only and isinstance(exc, apsw.ReadOnlyError):

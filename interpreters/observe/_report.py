@@ -263,6 +263,9 @@ def _link(run_id: str | None) -> str | None:
     return f"{run_id}.html" if run_id is not None and RUN_ID.fullmatch(run_id) else None
 
 
+_LONE = re.compile("[\ud800-\udfff]")
+
+
 def render_report(
     run: RunRecord,
     entries: Sequence[Entry],
@@ -286,7 +289,10 @@ def render_report(
         "SCRIPT": _SCRIPT,
     }
     # one pass over the template: text that a part brings (a run's data) is never replaced
-    return re.sub(r"__([A-Z]+)__", lambda m: parts[m.group(1)], _PAGE)
+    page = re.sub(r"__([A-Z]+)__", lambda m: parts[m.group(1)], _PAGE)
+    # a lone surrogate (no UTF-8 holds one; a journal from before opdsl refused them may) is
+    # shown as its escape, which means the same in the page's JSON
+    return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", page)
 
 
 _PAGE = """<!doctype html>

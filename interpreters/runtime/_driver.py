@@ -104,6 +104,7 @@ from op._marker import Marker
 from op.effects import EFFECT_TYPES, AnyEffect, NotAnEffect, NotAProgram, NotSerializable
 from op.events import RunFinished, RunStarted
 from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsonable
+from state._canonical import lone_surrogate
 
 __all__ = [
     "Driver",
@@ -459,7 +460,8 @@ class Driver:
         if effect is self._text_of:
             return self._text
         if effect is self._payload_of and type(effect) is not Infer:
-            text = dump_jsonable(self._payload)
+            payload = self._payload
+            text = self._recordable(lambda _: dump_jsonable(payload), effect, address)
         else:
             text = self._recordable(canonical_json, effect, address)
         self._text_of, self._text = effect, text
@@ -481,6 +483,7 @@ class Driver:
                 else self.packer.effect(effect, text).text
             )
         self._packed_of, self._packed = effect, text
+        self._whole(text, f"the {effect.kind} effect", address)
         return text
 
     def recorded_result(self, value: Any, what: str, address: str) -> str:
@@ -535,6 +538,22 @@ class Driver:
                 path=exc.path,
             ) from None
 
+    def _whole(self, text: str, what: str, address: str) -> str:
+        """``text``, as journaled for ``what``, refused when it or a piece of content it
+        needs holds a lone surrogate (written straight, not by ``canonical_json``, which
+        refuses one itself): no UTF-8 holds it, and a journal that kept it would break every
+        reader after."""
+        if lone_surrogate(text) is None and not any(
+            lone_surrogate(body) is not None for body in self.packer.made.values()
+        ):
+            return text
+        raise NotSerializable(
+            f"{self.program}: {what} at address {address} cannot be recorded: a text in it "
+            "holds a lone surrogate, which is no character and cannot be written as UTF-8 (a "
+            "byte that is not UTF-8, read with surrogateescape, becomes one: decode bytes "
+            "with errors='replace', or keep them as base64)"
+        )
+
     def usage_text(self, usage: Usage) -> str:
         """A usage's canonical JSON text, written once for the response that holds it and
         the entry's own usage."""
@@ -549,13 +568,13 @@ class Driver:
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
             # the commonest result, written without the generic walk (the same bytes)
-            return _OK_HEAD + _STRING(value.output) + "}"
+            return self._whole(_OK_HEAD + _STRING(value.output) + "}", what, address)
         if type(value) is Response:
             usage = usage_json(value.usage)
             text = response_json(value, usage)
             if text is not None and usage is not None:
                 self._usage_of, self._usage = value.usage, usage  # the entry's usage too
-                return text
+                return self._whole(text, what, address)
         try:
             return canonical_json(value)
         except NotSerializable as exc:
@@ -868,7 +887,7 @@ def _check_all_replayed(driver: Driver, log: ReplayLog, root: Frame) -> None:
 
 def _check_arg(program: str, which: str, value: Any) -> None:
     try:
-        to_jsonable(value)
+        dump_jsonable(to_jsonable(value))
     except NotSerializable as exc:
         raise NotSerializable(
             f"{program}: {which} cannot be recorded: {exc}", path=exc.path

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable
 from typing import final
+
+from pydantic_core import PydanticSerializationError
 
 from interpreters._shown import visible
 from interpreters.runtime._redact import Redactor
@@ -61,6 +64,14 @@ class EventBus:
             # the one event sent per streamed token: its text is all it carries
             clean = self.redact(event.text)
             return event if clean == event.text else event.model_copy(update={"text": clean})
-        text = event.model_dump_json()
+        try:
+            text = event.model_dump_json()
+        except PydanticSerializationError:
+            # a text no UTF-8 holds (a lone surrogate), which pydantic writes in no JSON: the
+            # journal refuses the effect itself, naming its address; the event goes out
+            data = event.model_dump(mode="json")
+            text = json.dumps(data, ensure_ascii=False)
+            clean = self.redact(text)
+            return event if clean == text else type(event).model_validate(json.loads(clean))
         clean = self.redact(text)
         return event if clean == text else type(event).model_validate_json(clean)

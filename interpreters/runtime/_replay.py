@@ -14,7 +14,9 @@ import json
 import sys
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, assert_never, final
+from typing import Any, TypeVar, assert_never, final
+
+from pydantic import BaseModel, ValidationError
 
 from interpreters.journal._base import Entry, checkpoint_name, json_object
 from op import (
@@ -106,6 +108,22 @@ class ReplayLog:
 _DECODED: dict[tuple[str, str], Any] = {}
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model(cls: type[M], text: str) -> M:
+    """``cls`` from its recorded text. A text with a lone surrogate (a journal from before
+    opdsl refused them may hold one), which pydantic's JSON parser refuses, is read as the
+    program saw it."""
+    try:
+        return cls.model_validate_json(text)
+    except ValidationError as refused:
+        try:  # Python's parser takes one, raw or escaped
+            return cls.model_validate(json.loads(text))
+        except (ValueError, ValidationError):
+            raise refused from None
+
+
 def decode_result(effect: LeafEffect, text: str | None) -> Any:
     """The value the program saw for ``effect``, from its recorded JSON.
 
@@ -130,11 +148,11 @@ def _decode(effect: LeafEffect, text: str) -> Any:
     """The value a leaf effect's recorded result stands for: the type its live handler gave."""
     match effect:
         case Infer():
-            return Response.model_validate_json(text)
+            return _model(Response, text)
         case Tool():
-            return ToolResult.model_validate_json(text)
+            return _model(ToolResult, text)
         case Agent():
-            return TurnRecord.model_validate_json(text)
+            return _model(TurnRecord, text)
         case Emit() | Checkpoint() | Sleep():
             return None
         case Now() | Random():

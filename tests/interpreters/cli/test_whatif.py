@@ -161,6 +161,12 @@ def test_bad_input_is_one_line(writing: Path, capsys: pytest.CaptureFixture[str]
     assert code == 2 and "checkpoint 'nope' not found" in err and err.count("\n") == 1
     code, _, err = _opdsl(capsys, "cost", "--model", "nonsense", done.run_id, "--db", "runs.db")
     assert code == 2 and err.count("\n") == 1
+    # a model spec no model is made of (a script that is not there) is said before any fork
+    missing = "scripted:no-such-script.json"
+    code, _, err = _opdsl(capsys, "whatif", done.run_id, "--model", missing, "--db", "runs.db")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("opdsl: error: model spec 'scripted:no-such-script.json': cannot read")
+    assert len(SqliteJournal("runs.db").runs()) == 1  # nothing forked
 
 
 def _two_essays(server: ScriptedServer, essay: Any, model: str) -> list[str]:

@@ -1,0 +1,132 @@
+"""A lone surrogate (a code point of U+D800 to U+DFFF alone: no character, and no UTF-8
+holds it) reaches a run from a model's JSON (``"\\ud800"``), from a byte that is not UTF-8
+read with ``surrogateescape`` (a command line, a file), or from a program's own text. None is
+journaled: the effect, result or argument holding one is refused, naming where, and the run
+ends failed with its journal whole and readable. A journal written before opdsl refused them
+(one may hold a lone surrogate in a compressed text) still shows, reports, replays and forks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from interpreters import ScriptedModel, SqliteJournal, replay, resume, run
+from interpreters.cli._main import main
+from interpreters.journal import JournalError
+from interpreters.models import OpenAIModel
+from op import Op, emit
+from state import NotSerializable, canonical_json
+from tests.fixtures.durable_programs import chat, measured
+from tests.servers import ScriptedServer, openai
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
+
+
+def opdsl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def named() -> Op[None]:
+    # a name made of bytes read as Python reads a file name that is not UTF-8
+    yield from emit(b"bad \xff name".decode("utf-8", "surrogateescape"))
+
+
+def test_canonical_json_refuses_a_lone_surrogate_naming_its_path() -> None:
+    with pytest.raises(NotSerializable) as caught:
+        canonical_json({"a": ["fine", {"b": "x\udcff"}]})
+    assert caught.value.path == "$.a[1].b"
+    assert "lone surrogate ('\\udcff')" in str(caught.value)
+    with pytest.raises(NotSerializable) as caught:
+        canonical_json({"k\ud800": 1})
+    assert caught.value.path == "$ (a key)"
+    # a character outside the basic plane is one code point, not a pair: it is text
+    assert canonical_json({"a": "\U0001f600 caf\u00e9"}) == '{"a":"\U0001f600 caf\u00e9"}'
+
+
+def test_a_models_answer_holding_one_ends_the_run_saying_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.db"
+    # the server writes JSON's escape, "\ud800", which Python's parser reads as a lone one
+    with ScriptedServer([openai("half a pair: \ud800, then more")]) as server:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{server.url}/v1", api_key="sk-test", stream=False
+        )
+        result = run(measured, model=model, db=db, run_id="answered")
+    assert result.status == "failed"
+    message = str(result.error)
+    assert "the result of infer at address 1 cannot be recorded" in message, message
+    assert "lone surrogate" in message, message
+    journal = SqliteJournal(db)
+    assert journal.run("answered").status == "failed"  # ended, not left running
+    code, out, _ = opdsl(capsys, "show", "answered", "--db", str(db))
+    assert code == 0 and "lone surrogate" in out
+
+
+def test_a_programs_own_text_holding_one_ends_the_run_at_its_effect(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    result = run(named, db=db, run_id="emitted")
+    assert result.status == "failed"
+    message = str(result.error)
+    assert "the emit effect at address 1 cannot be recorded: $.name:" in message, message
+    assert SqliteJournal(db).run("emitted").status == "failed"
+
+
+def test_an_argument_or_run_id_holding_one_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    with pytest.raises(NotSerializable, match=r"argument 1 cannot be recorded: \$: the text"):
+        run(chat, "a\udcff", db=db, model=ScriptedModel(["x"]))
+    with pytest.raises(JournalError, match=r"\('r\\udcff'\) holds a lone surrogate"):
+        run(measured, db=db, model=ScriptedModel(["x"]), run_id="r\udcff")
+    journal = SqliteJournal(db)
+    assert journal.runs() == []
+    with pytest.raises(JournalError, match="lone surrogate"):
+        journal.run("r\udcff")
+
+
+def test_a_command_line_that_is_not_utf8_is_refused_naming_the_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "runs.db")
+    # what Python hands on for the bytes b"a\xff" of a command line (surrogateescape)
+    code, _, err = opdsl(capsys, "show", "a\udcff", "--db", db)
+    assert code == 2
+    assert err == (
+        "opdsl: error: argument 2 ('a\\xff') is not UTF-8 text: opdsl reads its command line "
+        "(run ids, --arg values, paths) as UTF-8\n"
+    )
+    argv = ["run", "tests.fixtures.durable_programs:chat", "--arg", "topic=\udcfe", "--db", db]
+    code, _, err = opdsl(capsys, *argv)
+    assert code == 2 and "argument 4 ('topic=\\xfe') is not UTF-8 text" in err, err
+    assert not Path(db).exists()
+
+
+def test_a_journal_from_before_holding_one_shows_reports_replays_and_forks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lone-surrogate.db``: ``measured`` run by the version before this refusal, with a
+    scripted model whose answer held a lone surrogate (kept, compressed, as it was)."""
+    db = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "lone-surrogate.db", db)
+    code, out, _ = opdsl(capsys, "show", "lone", "--db", str(db), "--json")
+    assert code == 0 and "\\ud800" in out
+    shown = json.loads(out)
+    answer = shown["entries"][0]["result"]["text"]
+    assert "\ud800 and after it" in answer  # the text as recorded, escaped on the way
+    code, out, _ = opdsl(capsys, "show", "lone", "--db", str(db))
+    assert code == 0 and "result: 213" in out
+    page = tmp_path / "lone.html"
+    code, _, err = opdsl(capsys, "report", "lone", "--db", str(db), "-o", str(page))
+    assert code == 0, err
+    assert "\\ud800" in page.read_text(encoding="utf-8")
+    # another key sealed it: the program is named, as for any run handed over
+    assert replay("lone", db=db, program=measured).value == 213
+    fork = resume("lone", from_checkpoint="answered", db=db, program=measured)
+    assert fork.status == "completed" and fork.value == 213
