@@ -65,6 +65,7 @@ from interpreters.models._transport import (
 from op import Response
 from op._values import RAW_ARGUMENTS
 from op.effects import ModelRequest
+from state._canonical import lone_surrogate
 
 __all__ = [
     "OPDSL_PARAMS",
@@ -757,6 +758,8 @@ class HttpModel(RemoteModel):
                 data = json.loads(raw)
             except ValueError:
                 raise self.error(f"the answer is not JSON: {bytes(raw[:200])!r}", status) from None
+            if _SURROGATE_BYTES.search(raw):
+                data = whole_text(data)
             return self._checked(self.parse(data))
 
     @contextlib.contextmanager
@@ -850,6 +853,34 @@ def _json_body(body: dict[str, Any]) -> bytes:
 def stream_json(text: str, model: HttpModel) -> Any:
     """A line of a stream as JSON, or an error that names ``model`` and quotes the line."""
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except ValueError:
         raise model.error(f"the stream sent a line that is not JSON: {text[:200]!r}") from None
+    return whole_text(data) if _SURROGATE_TEXT.search(text) else data
+
+
+_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""What in an answer's bytes JSON reads as a surrogate: the escape, or its CESU-8 bytes (which
+``json.loads`` of bytes takes, as ``surrogatepass``)."""
+_SURROGATE_TEXT = re.compile("\\\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+def whole_text(data: Any) -> Any:
+    """JSON data with every text made whole, as a web browser makes a string it sends: a
+    surrogate pair written as two escapes is joined into its character, and a lone surrogate
+    (no character, and no UTF-8 holds it) becomes U+FFFD. A model's answer holding one is
+    then text a journal keeps, not a run that ends on it.
+
+    Example:
+        >>> whole_text({"text": "\\ud83d\\ude00 and \\ud800"})
+        {'text': '\U0001f600 and \ufffd'}
+    """
+    if isinstance(data, str):
+        if lone_surrogate(data) is None:
+            return data
+        return data.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(data, dict):
+        return {whole_text(k): whole_text(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [whole_text(v) for v in data]
+    return data

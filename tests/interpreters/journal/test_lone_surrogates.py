@@ -20,6 +20,7 @@ from interpreters.models import OpenAIModel
 from op import Op, emit
 from state import NotSerializable, canonical_json
 from tests.fixtures.durable_programs import chat, measured
+from tests.fixtures.scripted_runs import one_call
 from tests.servers import ScriptedServer, openai
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
@@ -48,23 +49,38 @@ def test_canonical_json_refuses_a_lone_surrogate_naming_its_path() -> None:
     assert canonical_json({"a": "\U0001f600 caf\u00e9"}) == '{"a":"\U0001f600 caf\u00e9"}'
 
 
-def test_a_models_answer_holding_one_ends_the_run_saying_where(
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_models_answer_is_made_whole_text_as_a_browser_makes_it(
+    tmp_path: Path, stream: bool
+) -> None:
+    """A server's JSON may write a surrogate pair as two escapes (joined into its character)
+    or a lone one (U+FFFD, as a web browser makes a string it sends): the run goes on with
+    text, and its journal keeps what the program saw."""
+    db = tmp_path / "runs.db"
+    # the server writes JSON's escapes, "\ud83d\ude00" and "\ud800", as json.dumps does
+    with ScriptedServer([openai("pair: \ud83d\ude00, half: \ud800, end")]) as server:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{server.url}/v1", api_key="sk-test", stream=stream
+        )
+        result = run(one_call, model=model, db=db, run_id="answered")
+    assert result.status == "completed", result.error
+    assert result.value == "pair: \U0001f600, half: \ufffd, end"
+    assert replay("answered", db=db).value == result.value
+
+
+def test_a_scripted_answer_holding_one_ends_the_run_saying_where(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """What no server parsed (a script, a model of the program's own) is not made whole: the
+    run ends, failed, at the call whose answer it is, and stays readable."""
     db = tmp_path / "runs.db"
-    # the server writes JSON's escape, "\ud800", which Python's parser reads as a lone one
-    with ScriptedServer([openai("half a pair: \ud800, then more")]) as server:
-        model = OpenAIModel(
-            "gpt-4.1-mini", base_url=f"{server.url}/v1", api_key="sk-test", stream=False
-        )
-        result = run(measured, model=model, db=db, run_id="answered")
+    result = run(measured, model=ScriptedModel(["half a pair: \ud800"]), db=db, run_id="r")
     assert result.status == "failed"
     message = str(result.error)
     assert "the result of infer at address 1 cannot be recorded" in message, message
     assert "lone surrogate" in message, message
-    journal = SqliteJournal(db)
-    assert journal.run("answered").status == "failed"  # ended, not left running
-    code, out, _ = opdsl(capsys, "show", "answered", "--db", str(db))
+    assert SqliteJournal(db).run("r").status == "failed"  # ended, not left running
+    code, out, _ = opdsl(capsys, "show", "r", "--db", str(db))
     assert code == 0 and "lone surrogate" in out
 
 
