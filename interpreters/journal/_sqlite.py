@@ -604,10 +604,21 @@ class SqliteJournal(Journal):
             "no character and cannot be written as UTF-8; nothing was written"
         )
 
-    def _failed(self, exc: apsw.Error) -> JournalError:
+    def _failed(self, exc: apsw.Error, what: str = "") -> JournalError:
+        """What ``exc`` says of the journal, failing ``what`` (``the commit``)."""
         if self.read_only and isinstance(exc, apsw.ReadOnlyError):
             return JournalError(f"journal {self.path} was opened read-only; it cannot be written")
-        return JournalError(f"journal {self.path}: {exc}")
+        if isinstance(exc, apsw.BusyError | apsw.LockedError):
+            # another process (a gc, a VACUUM, a sqlite3 shell in a transaction) held the
+            # file's write lock past this connection's wait
+            return JournalError(
+                f"journal {self.path} is busy: another writer held its write lock for more "
+                f"than {self._busy_timeout:g} s, so {what or 'this write'} was not made (what "
+                "was committed before stays; a run it stopped resumes once the file is free)"
+            )
+        return JournalError(
+            f"journal {self.path}: {what} failed: {exc}" if what else f"journal {self.path}: {exc}"
+        )
 
     async def durable(self) -> None:
         if not self._in_tx:
@@ -643,7 +654,7 @@ class SqliteJournal(Journal):
             with contextlib.suppress(apsw.Error):
                 self._db.execute("ROLLBACK")
             self._runs_known.clear()
-            raise JournalError(f"journal {self.path}: cannot commit: {exc}") from None
+            raise self._failed(exc, "the commit") from None
 
     def close(self) -> None:
         self._commit()
@@ -838,7 +849,7 @@ class SqliteJournal(Journal):
                     raise
                 self._db.execute("COMMIT")
         except apsw.Error as exc:
-            raise JournalError(f"journal {self.path}: cannot add entries: {exc}") from None
+            raise self._failed(exc, "the import of entries") from None
 
     def put_content(self, pieces: Mapping[str, str]) -> None:
         """Kept until the next entry's write, and committed with it (one commit, not two: the
@@ -934,7 +945,7 @@ class SqliteJournal(Journal):
             except apsw.Error as exc:
                 with contextlib.suppress(apsw.Error):
                     sweeper._db.execute("ROLLBACK")
-                raise JournalError(f"journal {self.path}: cannot commit: {exc}") from None
+                raise self._failed(exc, "the commit") from None
         finally:
             sweeper.close()
 
@@ -977,7 +988,7 @@ class SqliteJournal(Journal):
                     raise
                 self._db.execute("COMMIT")
         except apsw.Error as exc:
-            raise JournalError(f"journal {self.path}: cannot delete run {run_id}: {exc}") from None
+            raise self._failed(exc, f"the removal of run {run_id}") from None
         finally:
             self.release(run_id)
         self._runs_known.pop(run_id, None)
