@@ -47,6 +47,7 @@ from interpreters.journal._content import (
     piece_key,
     stored_body,
 )
+from interpreters.journal._runlock import KernelLocks
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, GOES_ON, EntryEnd
 from state._canonical import lone_surrogate
 
@@ -244,6 +245,11 @@ _SINCE = "\x1fstarted "
 """What a lock's holder holds after its name: when the process started (:func:`_started`),
 kept apart from what a message shows."""
 
+_KERNEL = "\x1fkernel"
+"""What a lock's holder holds after its name when it also holds the run's kernel lock
+(:mod:`~interpreters.journal._runlock`): the kernel, not the pid, then says whether it lives.
+It comes before :data:`_SINCE`, which an opdsl before it reads to the end of the text."""
+
 
 def _since(holder: object) -> str | None:
     """When a lock's holder started, if the lock says (one written before opdsl kept it
@@ -254,10 +260,21 @@ def _since(holder: object) -> str | None:
     return started or None
 
 
-def _lock_holder() -> str:
-    """This process as a lock names it: ``pid N on HOST``, and when it started."""
+def _kernel_held(holder: object) -> bool:
+    """Whether a lock's holder took the run's kernel lock too."""
+    return isinstance(holder, str) and _KERNEL in holder
+
+
+def _shown(holder: object) -> str:
+    """A lock's holder as a message names it: ``pid N on HOST``."""
+    return str(holder).partition("\x1f")[0]
+
+
+def _lock_holder(kernel: bool) -> str:
+    """This process as a lock names it: ``pid N on HOST``, whether it holds the run's kernel
+    lock, and when it started."""
     started = _started(os.getpid())
-    return _holder() + ("" if started is None else _SINCE + started)
+    return _holder() + (_KERNEL if kernel else "") + ("" if started is None else _SINCE + started)
 
 
 class SqliteJournal(Journal):
@@ -329,6 +346,8 @@ class SqliteJournal(Journal):
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
         self._mutex = threading.Lock()
+        #: the kernel's locks of the runs this object writes (see ``_runlock``)
+        self._kernel = KernelLocks(self.path)
         self._cursor = self._db.cursor()
         #: this file, as the process-wide set of held runs knows it
         self._key = str(self.path.resolve())
@@ -657,8 +676,11 @@ class SqliteJournal(Journal):
             raise self._failed(exc, "the commit") from None
 
     def close(self) -> None:
-        self._commit()
-        self._db.close()
+        try:
+            self._commit()
+            self._db.close()
+        finally:
+            self._kernel.close()
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -1004,22 +1026,50 @@ class SqliteJournal(Journal):
 
     def writer_alive(self, run_id: str) -> bool | None:
         """Whether the process that holds ``run_id``'s lock is alive: None when no process
-        holds it, or when it runs on another machine (it cannot be asked from here)."""
+        holds it, or when that cannot be told from here (a holder on another machine, or in
+        a container whose kernel lock is not seen)."""
         row = self._exec("SELECT pid, host, holder FROM locks WHERE run_id=?", (run_id,)).fetchone()
-        if row is None or row[1] != socket.gethostname():
+        if row is None:
+            return None
+        if _kernel_held(row[2]):
+            held = self._kernel.held_elsewhere(run_id)
+            if held is not None:
+                return held or run_id in self._writing
+        if row[1] != socket.gethostname():
             return None
         return _pid_alive(int(row[0]), _since(row[2]))
 
     def acquire(self, run_id: str) -> None:
         self._runs_known.pop(run_id, None)
-        me, host = _lock_holder(), socket.gethostname()
+        kernel = self._kernel.take(run_id)
+        if kernel is False:  # a live process of this machine holds it, whatever its namespace
+            if (self._key, run_id) in _HELD:
+                raise RunLocked(f"run {run_id} is already being written by this process")
+            row = self._exec("SELECT holder FROM locks WHERE run_id=?", (run_id,)).fetchone()
+            raise self._locked(run_id, "another process" if row is None else _shown(row[0]))
+        try:
+            self._lock_row(run_id, kernel is True)
+        except BaseException:
+            if kernel:
+                self._kernel.free(run_id)
+            raise
+        _HELD.add((self._key, run_id))
+        self._writing.add(run_id)
+
+    def _locked(self, run_id: str, holder: str) -> RunLocked:
+        return RunLocked(
+            f"run {run_id} is being written by {holder}; wait for it or stop that process"
+        )
+
+    def _lock_row(self, run_id: str, kernel: bool) -> None:
+        """Write this process's lock row for ``run_id`` (``kernel``: it holds the run's kernel
+        lock), taking over the row of a holder that ended."""
+        me, host = _lock_holder(kernel), socket.gethostname()
         try:
             self._exec(
                 "INSERT INTO locks (run_id, holder, pid, host) VALUES (?, ?, ?, ?)",
                 (run_id, me, os.getpid(), host),
             )
-            _HELD.add((self._key, run_id))
-            self._writing.add(run_id)
             if not _WAL_RESET_FIXED:
                 self._say_if_shared()
             return
@@ -1027,28 +1077,28 @@ class SqliteJournal(Journal):
             pass
         row = self._exec("SELECT holder, pid, host FROM locks WHERE run_id=?", (run_id,)).fetchone()
         if row is None:  # released in between
-            return self.acquire(run_id)
+            return self._lock_row(run_id, kernel)
         holder, pid, their_host = row
-        if their_host == host and (pid == os.getpid() or not _pid_alive(pid, _since(holder))):
-            if pid == os.getpid() and (self._key, run_id) in _HELD:
-                raise RunLocked(f"run {run_id} is already being written by this process")
-            # else: a dead process's lock, or this process's own left behind when the journal
-            # could not be written at release: take it over
-            # the holder died (a crash): take the run over, only if nobody else did meanwhile
-            _before_takeover(run_id)
-            taken = self._exec(
-                "UPDATE locks SET holder=?, pid=? WHERE run_id=? AND pid=? AND holder=?",
-                (me, os.getpid(), run_id, pid, holder),
-            )
-            if taken.rowcount != 1:
-                return self.acquire(run_id)  # someone else took it first: look again
-            _HELD.add((self._key, run_id))
-            self._writing.add(run_id)
-            return None
-        raise RunLocked(
-            f"run {run_id} is being written by {holder.partition(_SINCE)[0]}; wait for it or stop "
-            "that process"
+        if pid == os.getpid() and their_host == host and (self._key, run_id) in _HELD:
+            raise RunLocked(f"run {run_id} is already being written by this process")
+        # a holder that took the kernel lock ended when the kernel let go of it (this
+        # process has it now), whatever its pid, host name or namespace; any other ended
+        # when its pid of this machine did (or is this process's own, left behind when the
+        # journal could not be written at release)
+        ended = (kernel and _kernel_held(holder)) or (
+            their_host == host and (pid == os.getpid() or not _pid_alive(pid, _since(holder)))
         )
+        if not ended:
+            raise self._locked(run_id, _shown(holder))
+        # take the run over, only if nobody else did meanwhile
+        _before_takeover(run_id)
+        taken = self._exec(
+            "UPDATE locks SET holder=?, pid=?, host=? WHERE run_id=? AND pid=? AND holder=?",
+            (me, os.getpid(), host, run_id, pid, holder),
+        )
+        if taken.rowcount != 1:
+            return self._lock_row(run_id, kernel)  # someone else took it first: look again
+        return None
 
     def _say_if_shared(self) -> None:
         """On a SQLite that has the WAL-reset bug, one line when another process writes this
@@ -1070,7 +1120,10 @@ class SqliteJournal(Journal):
     def release(self, run_id: str) -> None:
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
-        self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
+        try:
+            self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
+        finally:  # a row left behind is this process's own, taken over at the next acquire
+            self._kernel.free(run_id)
 
 
 def open_journal(

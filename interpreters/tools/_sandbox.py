@@ -61,8 +61,9 @@ SYSTEM_FOLDERS = frozenset(
 """The top-level folders the system runs from: a workspace's siblings when it lies directly
 under ``/``, left as the read-only root shows them."""
 
-JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal")
-"""A SQLite journal's own file and the files SQLite keeps beside it (all read as the journal)."""
+JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal", "-runlocks")
+"""A SQLite journal's own file, the files SQLite keeps beside it and the one its run locks
+are held in (all read as the journal)."""
 
 
 class SiblingsVisible(Exception):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +151,94 @@ def test_a_dead_holder_is_taken_over(tmp_path: Path) -> None:
     SqliteJournal(db).acquire("r")  # the holder's process is gone: no error
 
 
+HOLDS = """
+import sys, time
+from interpreters import SqliteJournal
+journal = SqliteJournal(sys.argv[1])
+journal.acquire("r")
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+@contextlib.contextmanager
+def holding(db: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process that holds run ``r`` of ``db`` (killed at the end)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDS, str(db)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "holding"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _acquire_elsewhere(db: Path) -> subprocess.CompletedProcess[str]:
+    code = f"from interpreters import SqliteJournal; SqliteJournal({str(db)!r}).acquire('r')"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_a_holder_that_looks_dead_from_here_but_lives_keeps_its_run(tmp_path: Path) -> None:
+    """A holder in another PID namespace under the same host name (a container sharing the
+    host's name) has a pid that means nothing here: the kernel's lock it holds says it lives."""
+    db = tmp_path / "runs.db"
+    with holding(db):
+        journal = SqliteJournal(db)
+        holder = str(
+            journal._db.execute("SELECT holder FROM locks WHERE run_id='r'").fetchall()[0][0]
+        )
+        assert "\x1fkernel" in holder
+        # its pid as seen from its own namespace: no process of this one has it
+        journal._db.execute(
+            "UPDATE locks SET pid=4194303, holder=? WHERE run_id='r'",
+            (
+                holder.replace(
+                    holder.partition("\x1f")[0], "pid 4194303 on " + socket.gethostname()
+                ),
+            ),
+        )
+        assert journal.writer_alive("r") is True
+        refused = _acquire_elsewhere(db)
+        assert refused.returncode != 0
+        assert "run r is being written by pid 4194303 on " in refused.stderr
+        with pytest.raises(RunLocked, match="being written by pid 4194303"):
+            journal.acquire("r")
+
+
+def test_a_crashed_holder_of_a_container_that_is_gone_is_taken_over(tmp_path: Path) -> None:
+    """A holder under another host name (a container, since removed, writing a journal on a
+    volume of this machine: SQLite's WAL needs every writer on one machine) that crashed: the
+    kernel let go of its lock, so its run is taken over (its pid could not be asked)."""
+    db = tmp_path / "runs.db"
+    with holding(db) as proc:
+        journal = SqliteJournal(db)
+        journal._db.execute("UPDATE locks SET host='gone-container' WHERE run_id='r'")
+        assert journal.writer_alive("r") is True  # alive, whatever its host name
+        proc.kill()
+        proc.wait()
+        assert journal.writer_alive("r") is False
+        assert _acquire_elsewhere(db).returncode == 0  # taken over
+    rows = SqliteJournal(db)._db.execute("SELECT host FROM locks WHERE run_id='r'").fetchall()
+    assert rows == [(socket.gethostname(),)]  # named for the process that took it
+
+
+def test_an_old_holders_row_is_judged_by_its_pid_as_before(tmp_path: Path) -> None:
+    """A row written by an opdsl before kernel locks: no kernel lock stands for it, so a live
+    pid of this machine still holds, and another host name is not taken over."""
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db)
+    journal._db.execute(
+        "INSERT INTO locks (run_id, holder, pid, host) VALUES ('r', ?, ?, ?)",
+        (f"pid {os.getpid()} on {socket.gethostname()}", os.getpid(), socket.gethostname()),
+    )
+    refused = _acquire_elsewhere(db)
+    assert "run r is being written by pid " in refused.stderr
+    journal._db.execute("UPDATE locks SET host='elsewhere', holder='pid 1 on elsewhere'")
+    assert "being written by pid 1 on elsewhere" in _acquire_elsewhere(db).stderr
+
+
 def test_a_dead_holders_pid_taken_by_another_process_is_taken_over(tmp_path: Path) -> None:
     """A crashed holder's pid that a live process of this machine has taken since: the lock
     names when its holder started, and that process started at another time, so it is not the
@@ -174,7 +264,7 @@ def test_a_dead_holders_pid_taken_by_another_process_is_taken_over(tmp_path: Pat
         )
         assert taken.returncode == 0, taken.stderr  # taken over, not "being written by"
         # the holder as it is: its start time matches, and it holds
-        holder = _lock_holder()
+        holder = _lock_holder(kernel=False)  # as an opdsl before kernel locks wrote it
         journal._db.execute(
             "UPDATE locks SET pid=?, holder=? WHERE run_id='r'", (os.getpid(), holder)
         )
