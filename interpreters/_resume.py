@@ -38,6 +38,7 @@ from interpreters.tools._workspace import Workspace
 from op import Checkpoint, OpdslError
 from op.effects import SCOPE_KINDS
 from state import CRDTModel
+from state._canonical import lone_surrogate
 
 __all__ = [
     "aanswer",
@@ -160,6 +161,11 @@ async def aresume(
     again, and what they offer now is compared with what they offered at the run's start: a
     tool the journal depends on that changed refuses the resume unless ``accept_changed_code``.
     """
+    if answer is not None and lone_surrogate(answer) is not None:
+        raise OpdslError(
+            f"the answer to run {run_id} holds a lone surrogate, which is no character and "
+            "cannot be written as UTF-8; nothing was changed"
+        )
     journal = open_journal(db, create=False)
     record = journal.run(run_id)
     config = config_of(record)

@@ -28,7 +28,7 @@ from op.events import (
     RunStarted,
     TokenDelta,
 )
-from state import canonical_json
+from state import NotSerializable, canonical_json, to_jsonable
 
 __all__ = ["ConsoleSink", "JsonlSink"]
 
@@ -51,7 +51,11 @@ class JsonlSink:
         self._file: IO[str] = self.path.open("a", encoding="utf-8")
 
     def __call__(self, event: Event) -> None:
-        self._file.write(canonical_json(event) + "\n")
+        try:
+            line = canonical_json(event)
+        except NotSerializable:  # a lone surrogate (no UTF-8 holds it): JSON's escape for it
+            line = json.dumps(to_jsonable(event), sort_keys=True, separators=(",", ":"))
+        self._file.write(line + "\n")
         self._file.flush()
 
     def close(self) -> None:

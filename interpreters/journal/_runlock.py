@@ -38,7 +38,9 @@ _FLOCK = struct.Struct("hhqqi4x")
 def _byte(run_id: str) -> int:
     """The run's byte of the lock file: 56 bits of its id's SHA-256 (two runs would share one
     once in 2**28 pairs, and then one waits for the other)."""
-    return int.from_bytes(hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()[:7], "big")
+    return int.from_bytes(
+        hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()[:7], "big"
+    )
 
 
 class KernelLocks:

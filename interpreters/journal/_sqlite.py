@@ -345,6 +345,12 @@ class SqliteJournal(Journal):
             raise JournalError(f"{self.path} is corrupt or not an opdsl journal: {exc}") from None
         except OSError as exc:
             raise JournalError(f"cannot open journal {self.path}: {exc}") from None
+        except UnicodeEncodeError:  # SQLite takes a file name as UTF-8
+            shown = str(os.fsencode(self.path))[1:]
+            raise JournalError(
+                f"journal path {shown} is not UTF-8 text, which SQLite needs of a file name; "
+                "give the journal a path that is"
+            ) from None
         self._mutex = threading.Lock()
         #: the kernel's locks of the runs this object writes (see ``_runlock``)
         self._kernel = KernelLocks(self.path)

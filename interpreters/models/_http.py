@@ -194,7 +194,8 @@ def parse_arguments(raw: Any) -> dict[str, Any]:
         except ValueError:
             return {RAW_ARGUMENTS: raw}
         if isinstance(parsed, dict):
-            return parsed
+            # the arguments are JSON in a JSON text: their escapes were read only now
+            return whole_text(parsed) if _SURROGATE_TEXT.search(raw) else parsed
     return {RAW_ARGUMENTS: raw if isinstance(raw, str) else json.dumps(raw)}
 
 

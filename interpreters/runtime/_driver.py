@@ -483,7 +483,6 @@ class Driver:
                 else self.packer.effect(effect, text).text
             )
         self._packed_of, self._packed = effect, text
-        self._whole(text, f"the {effect.kind} effect", address)
         return text
 
     def recorded_result(self, value: Any, what: str, address: str) -> str:
@@ -538,13 +537,15 @@ class Driver:
                 path=exc.path,
             ) from None
 
-    def _whole(self, text: str, what: str, address: str) -> str:
-        """``text``, as journaled for ``what``, refused when it or a piece of content it
-        needs holds a lone surrogate (written straight, not by ``canonical_json``, which
+    def checked(self, text: str, what: str, address: str) -> str:
+        """``text``, to be journaled for ``what``, refused when it or a new piece of content
+        it needs holds a lone surrogate (written straight, not by ``canonical_json``, which
         refuses one itself): no UTF-8 holds it, and a journal that kept it would break every
-        reader after."""
+        reader after. A piece the record holds already (a journal written before opdsl
+        refused them) is not new: its run goes on."""
         if lone_surrogate(text) is None and not any(
-            lone_surrogate(body) is not None for body in self.packer.made.values()
+            lone_surrogate(body) is not None and not self._piece_recorded(h)
+            for h, body in self.packer.made.items()
         ):
             return text
         raise NotSerializable(
@@ -553,6 +554,13 @@ class Driver:
             "byte that is not UTF-8, read with surrogateescape, becomes one: decode bytes "
             "with errors='replace', or keep them as base64)"
         )
+
+    def _piece_recorded(self, h: str) -> bool:
+        """Whether the record or the journal holds piece ``h`` already."""
+        source = self.log.content if self.log is not None else None
+        if source is None and self.journal is not None:
+            source = self.journal.content
+        return source is not None and h in source((h,))
 
     def usage_text(self, usage: Usage) -> str:
         """A usage's canonical JSON text, written once for the response that holds it and
@@ -568,13 +576,13 @@ class Driver:
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
             # the commonest result, written without the generic walk (the same bytes)
-            return self._whole(_OK_HEAD + _STRING(value.output) + "}", what, address)
+            return self.checked(_OK_HEAD + _STRING(value.output) + "}", what, address)
         if type(value) is Response:
             usage = usage_json(value.usage)
             text = response_json(value, usage)
             if text is not None and usage is not None:
                 self._usage_of, self._usage = value.usage, usage  # the entry's usage too
-                return self._whole(text, what, address)
+                return self.checked(text, what, address)
         try:
             return canonical_json(value)
         except NotSerializable as exc:

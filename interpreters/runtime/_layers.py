@@ -159,6 +159,7 @@ class Journaled(Layer):
         after the pieces of content it needs."""
         d = self.driver
         assert d.journal is not None
+        d.checked(text, f"the {effect.kind} effect", address)
         try:
             if d.packer.made:
                 d.store_pieces()

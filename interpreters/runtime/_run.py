@@ -17,7 +17,7 @@ from interpreters.journal._base import Entry, Journal, JournalError, RunRecord
 from interpreters.journal._seal import SealKeyError, foreign, seal_record, unsealed
 from interpreters.journal._status import EndStatus, can_resume, closing
 from interpreters.runtime._replay import Divergence, error_json
-from state import CRDTModel, canonical_json, to_jsonable
+from state import CRDTModel, NotSerializable, canonical_json, to_jsonable
 
 __all__ = ["RunEnd", "RunLife"]
 
@@ -178,6 +178,16 @@ class RunLife:
                 # the journal is failing: the lock is left, and taken over on resume
 
     def _finish(self, end: RunEnd, at: float, clean: Callable[[str | None], str | None]) -> None:
+        try:
+            state = None if end.state is None else end.state.canonical()
+        except NotSerializable as exc:
+            # a final state no journal holds (a lone surrogate in a text): the run fails on
+            # it, saying where, rather than staying "running" with no end written
+            end.status, end.result_json, state = "failed", None, None
+            if end.error is None:  # else the error that ended it stays the one said
+                end.error = NotSerializable(
+                    f"run {self.run_id}: its final state cannot be recorded: {exc}", path=exc.path
+                )
         err = None if end.error is None else error_json(end.error, end.address)
         self.journal.finish_run(
             self.run_id,
@@ -185,7 +195,7 @@ class RunLife:
             at=at,
             result_json=clean(end.result_json),
             error_json=clean(err),
-            final_state_json=None if end.state is None else end.state.canonical(),
+            final_state_json=state,
         )
 
     def _put_back(self, at: float) -> None:

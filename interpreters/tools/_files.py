@@ -259,7 +259,16 @@ class _Files(_Git):
         return self._write(real, text.replace(old, new, 1), errors="surrogateescape")
 
     def list_files(self, path: str = ".", pattern: str | None = None) -> ToolResult:
-        """List files under ``path`` (respecting .gitignore), optionally matching a glob."""
+        """List files under ``path`` (respecting .gitignore), optionally matching a glob. A
+        name that is not UTF-8 is shown as ``read_file`` shows such text (U+FFFD)."""
+        files = self._listed(path, pattern)
+        if isinstance(files, ToolResult):
+            return files
+        return ToolResult(output="\n".join(map(_shown, files)) if files else "(no files)")
+
+    def _listed(self, path: str, pattern: str | None) -> list[str] | ToolResult:
+        """The files :meth:`list_files` lists, named as the file system has them; a failed
+        result for a path that cannot be listed."""
         try:
             base = self.relative(self.resolve(path))
         except WorkspaceError as exc:
@@ -271,7 +280,7 @@ class _Files(_Git):
                 for f in files
                 if fnmatch.fnmatch(f, pattern) or fnmatch.fnmatch(f.rsplit("/", 1)[-1], pattern)
             ]
-        return ToolResult(output="\n".join(files) if files else "(no files)")
+        return files
 
     def files(self) -> list[str]:
         """Every file of the workspace that git would not ignore, sorted."""
@@ -296,13 +305,11 @@ class _Files(_Git):
         except regex.error as exc:
             return _fail(f"bad regular expression {pattern!r}: {exc}")
         deadline = time.monotonic() + self.search_seconds
-        listing = self.list_files(path, glob)
-        if not listing.ok:
+        listing = self._listed(path, glob)
+        if isinstance(listing, ToolResult):
             return listing
         hits: list[str] = []
-        for name in listing.output.splitlines():
-            if name == "(no files)":
-                break
+        for name in listing:
             read = self._read(name)
             if not read.ok:
                 continue
@@ -315,10 +322,10 @@ class _Files(_Git):
                     why = f"took longer than {self.search_seconds:g}s" if exc.timed_out else exc
                     return _fail(
                         f"the regular expression {pattern[:80]!r} {why} "
-                        f"(stopped in {name}, line {i}); use a simpler pattern"
+                        f"(stopped in {_shown(name)}, line {i}); use a simpler pattern"
                     )
                 if found:
-                    hits.append(f"{name}:{i}: {line[:200]}")
+                    hits.append(f"{_shown(name)}:{i}: {line[:200]}")
                     if len(hits) >= max_results:
                         return ToolResult(
                             output="\n".join(hits) + f"\n(stopped at {max_results} matches)"

@@ -28,6 +28,7 @@ from interpreters._redact import SECRET_MARKERS
 from interpreters.tools._locks import Entry, LockSet, changes, put_back, pytest_settings
 from interpreters.tools._sandbox import JOURNAL_SIDECARS
 from op import ToolResult
+from state._canonical import lone_surrogate
 
 __all__ = [
     "DEFAULT_ALLOW",
@@ -191,7 +192,17 @@ class _Paths:
             raise WorkspaceError("a path is needed")
         if "\x00" in path:
             raise WorkspaceError(f"path {path!r} contains a NUL byte")
-        if len(path.encode()) > 4096 or any(len(p.encode()) > 255 for p in path.split("/")):
+        try:  # a name read from the file system keeps its bytes that are not UTF-8
+            raw = os.fsencode(path)
+        except UnicodeEncodeError:
+            raw = None
+        if raw is None or (write and lone_surrogate(path) is not None):
+            # JSON's "\udcff" from a model: no character, and no new file is named with one
+            raise WorkspaceError(
+                f"path {path[:60]!a} holds a lone surrogate, which is no character; a path is "
+                "UTF-8 text"
+            )
+        if len(raw) > 4096 or any(len(p) > 255 for p in raw.split(b"/")):
             raise WorkspaceError(f"path {path[:60]!r}... is too long")
         candidate = Path(path) if os.path.isabs(path) else self.root / path
         real = Path(os.path.realpath(candidate))

@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from interpreters import ScriptedModel, SqliteJournal, replay, resume, run
+from interpreters import JsonlSink, ScriptedModel, SqliteJournal, replay, resume, run
 from interpreters.cli._main import main
 from interpreters.journal import JournalError
 from interpreters.models import OpenAIModel
-from op import Op, emit
-from state import NotSerializable, canonical_json
-from tests.fixtures.durable_programs import chat, measured
+from op import Add, Op, OpdslError, emit, infer, update
+from state import CRDTModel, GSet, NotSerializable, canonical_json
+from tests.fixtures.durable_programs import chat, conversed, measured
 from tests.fixtures.scripted_runs import one_call
-from tests.servers import ScriptedServer, openai
+from tests.servers import ScriptedServer, openai, status
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
 
@@ -86,11 +87,84 @@ def test_a_scripted_answer_holding_one_ends_the_run_saying_where(
 
 def test_a_programs_own_text_holding_one_ends_the_run_at_its_effect(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    result = run(named, db=db, run_id="emitted")
+    sink = JsonlSink(tmp_path / "events.jsonl")
+    result = run(named, db=db, run_id="emitted", on_event=sink)
+    sink.close()
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    # the sink kept every event, the name as JSON's escape for it
+    assert [e["type"] for e in events][-1] == "run_finished"
+    assert "bad \udcff name" in [e.get("effect", {}).get("name") for e in events]
     assert result.status == "failed"
     message = str(result.error)
     assert "the emit effect at address 1 cannot be recorded: $.name:" in message, message
     assert SqliteJournal(db).run("emitted").status == "failed"
+
+
+LONE = b"bad \xff here".decode("utf-8", "surrogateescape")
+"""A text as Python reads bytes that are not UTF-8 (a file name, a command's output)."""
+
+
+def raises_lone() -> Op[None]:
+    yield from emit("before")
+    raise RuntimeError("the program says " + LONE)
+
+
+class Names(CRDTModel):
+    names: GSet[str] = GSet()
+
+
+def names_lone() -> Op[str]:
+    yield from update(names=Add(LONE))
+    return "done"
+
+
+def test_an_error_or_a_final_state_holding_one_ends_the_run_failed(tmp_path: Path) -> None:
+    """An error's message is a diagnostic: kept with the surrogate escaped. A final state is
+    data: the run fails on it, naming the path. Neither leaves the run running."""
+    db = tmp_path / "runs.db"
+    raised = run(raises_lone, db=db, run_id="raised")
+    assert raised.status == "failed"
+    held = SqliteJournal(db).run("raised")
+    assert held.status == "failed"
+    assert json.loads(held.error_json or "{}")["message"] == "the program says bad \\udcff here"
+    named = run(names_lone, db=db, run_id="named", state=Names())
+    assert named.status == "failed"
+    assert "run named: its final state cannot be recorded: $.names.items[0]:" in str(named.error)
+    assert SqliteJournal(db).run("named").status == "failed"
+    # a model's refusal whose message holds one (JSON's escape in an error body)
+    with ScriptedServer([status(400, "no \ud800 thanks")]) as server:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{server.url}/v1", api_key="sk-test", stream=False
+        )
+        refused = run(one_call, model=model, db=db, run_id="refused")
+    assert refused.status == "failed"
+    record = SqliteJournal(db).run("refused")
+    assert record.status == "failed"
+    assert "HTTP 400: no \\ud800 thanks" in json.loads(record.error_json or "{}")["message"]
+
+
+def test_tool_call_arguments_are_made_whole_too(tmp_path: Path) -> None:
+    """The arguments of a tool call are JSON inside the answer's JSON: their escapes are read
+    when they are parsed, and made whole then."""
+    arguments = json.dumps({"text": "a\ud800b \U0001f600"})  # "a\\ud800b \\ud83d\\ude00"
+    calls = [("call-1", "echo", arguments)]
+    with ScriptedServer([openai(tool_calls=calls)]) as server:
+        model = OpenAIModel(
+            "gpt-4.1-mini", base_url=f"{server.url}/v1", api_key="sk-test", stream=False
+        )
+        result = run(first_call_arguments, model=model, db=tmp_path / "runs.db")
+    assert result.status == "completed", result.error
+    assert result.value == {"text": "a\ufffdb \U0001f600"}
+
+
+def first_call_arguments() -> Op[dict[str, Any]]:
+    reply = yield from infer("call echo")
+    return dict(reply.tool_calls[0].arguments)
+
+
+def test_a_journal_path_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match=r"journal path '.*\\xff\.db' is not UTF-8 text"):
+        SqliteJournal(tmp_path / b"\xff.db".decode("utf-8", "surrogateescape"))
 
 
 def test_an_argument_or_run_id_holding_one_is_refused_before_anything_is_written(
@@ -105,6 +179,11 @@ def test_an_argument_or_run_id_holding_one_is_refused_before_anything_is_written
     assert journal.runs() == []
     with pytest.raises(JournalError, match="lone surrogate"):
         journal.run("r\udcff")
+    asked = run(chat, "tea", db=db, run_id="asked")
+    assert asked.status == "waiting"
+    with pytest.raises(OpdslError, match="the answer to run asked holds a lone surrogate"):
+        resume("asked", db=db, answer="me\udcff")
+    assert SqliteJournal(db).run("asked").status == "waiting"  # still asking
 
 
 def test_a_command_line_that_is_not_utf8_is_refused_naming_the_argument(
@@ -127,8 +206,9 @@ def test_a_command_line_that_is_not_utf8_is_refused_naming_the_argument(
 def test_a_journal_from_before_holding_one_shows_reports_replays_and_forks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``lone-surrogate.db``: ``measured`` run by the version before this refusal, with a
-    scripted model whose answer held a lone surrogate (kept, compressed, as it was)."""
+    """``lone-surrogate.db``: ``measured`` and ``conversed`` run by the version before this
+    refusal, with scripted models whose answers held a lone surrogate (kept, compressed, as it
+    was)."""
     db = tmp_path / "runs.db"
     shutil.copy(FIXTURES / "lone-surrogate.db", db)
     code, out, _ = opdsl(capsys, "show", "lone", "--db", str(db), "--json")
@@ -146,3 +226,22 @@ def test_a_journal_from_before_holding_one_shows_reports_replays_and_forks(
     assert replay("lone", db=db, program=measured).value == 213
     fork = resume("lone", from_checkpoint="answered", db=db, program=measured)
     assert fork.status == "completed" and fork.value == 213
+
+
+def test_a_conversation_from_before_carrying_one_replays_and_goes_on(tmp_path: Path) -> None:
+    """``conversed`` in the same file: its second call's conversation carries the first
+    answer, lone surrogate and all, as a piece of content the record holds. It replays, and a
+    fork makes that call again live: the piece is the record's, not new text."""
+    db = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "lone-surrogate.db", db)
+    assert replay("conversed", db=db, program=conversed).value == 194
+    fork = resume(
+        "conversed",
+        from_checkpoint="answered",
+        db=db,
+        program=conversed,
+        model=ScriptedModel(["(the first call is the record's)", "then else"]),
+    )
+    assert fork.status == "completed", fork.error
+    assert fork.value == 194 - len("then more") + len("then else")
+    assert replay(fork.run_id, db=db, program=conversed).value == fork.value

@@ -191,6 +191,29 @@ def test_a_file_that_is_not_utf8_keeps_the_bytes_an_edit_does_not_touch(repo: Pa
     assert Workspace(repo).write_file("money.py", MODULE + "# \ufffd\n").ok
 
 
+@pytest.mark.parametrize("tracked", [True, False])
+def test_a_file_name_that_is_not_utf8_is_listed_and_searched_as_text(
+    repo: Path, tracked: bool
+) -> None:
+    """A name the file system holds in bytes that are not UTF-8 is shown as ``read_file``
+    shows such text (U+FFFD), so the run can journal what the tool answered; a model cannot
+    name a new file with a lone surrogate."""
+    name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    (repo / name).write_text("hello\n")
+    if tracked:
+        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    else:
+        subprocess.run(["rm", "-rf", ".git"], cwd=repo, check=True)
+    ws = Workspace(repo)
+    listed = ws.list_files()
+    assert listed.ok and "caf\ufffd.txt" in listed.output.splitlines(), listed
+    found = ws.search("hello")
+    assert found.ok and "caf\ufffd.txt:1: hello" in found.output.splitlines(), found
+    made = ws.write_file("new\udcff.txt", "x")
+    assert not made.ok and "holds a lone surrogate" in (made.error or ""), made
+    assert not any(p.name.startswith("new") for p in repo.iterdir())
+
+
 def test_a_lone_surrogate_in_an_argument_is_refused_not_written_as_a_byte(repo: Path) -> None:
     """An edit keeps a file's undecodable bytes by reading it with ``surrogateescape``; a
     model's ``"\\udcff"`` (a lone surrogate, from JSON) must not ride that back as a raw
