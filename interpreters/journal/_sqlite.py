@@ -245,10 +245,11 @@ _SINCE = "\x1fstarted "
 """What a lock's holder holds after its name: when the process started (:func:`_started`),
 kept apart from what a message shows."""
 
-_KERNEL = "\x1fkernel"
+_KERNEL = "\x1fkernel "
 """What a lock's holder holds after its name when it also holds the run's kernel lock
-(:mod:`~interpreters.journal._runlock`): the kernel, not the pid, then says whether it lives.
-It comes before :data:`_SINCE`, which an opdsl before it reads to the end of the text."""
+(:mod:`~interpreters.journal._runlock`), with the lock file it holds it in (``DEVICE:INODE``):
+the kernel, not the pid, then says whether it lives. It comes before :data:`_SINCE`, which an
+opdsl before it reads to the end of the text."""
 
 
 def _since(holder: object) -> str | None:
@@ -260,9 +261,11 @@ def _since(holder: object) -> str | None:
     return started or None
 
 
-def _kernel_held(holder: object) -> bool:
-    """Whether a lock's holder took the run's kernel lock too."""
-    return isinstance(holder, str) and _KERNEL in holder
+def _kernel_file(holder: object) -> str | None:
+    """The lock file a lock's holder took the run's kernel lock in, or None (it took none)."""
+    if not isinstance(holder, str) or _KERNEL not in holder:
+        return None
+    return holder.partition(_KERNEL)[2].partition("\x1f")[0] or None
 
 
 def _shown(holder: object) -> str:
@@ -270,11 +273,15 @@ def _shown(holder: object) -> str:
     return str(holder).partition("\x1f")[0]
 
 
-def _lock_holder(kernel: bool) -> str:
-    """This process as a lock names it: ``pid N on HOST``, whether it holds the run's kernel
-    lock, and when it started."""
+def _lock_holder(kernel: str | None) -> str:
+    """This process as a lock names it: ``pid N on HOST``, the lock file it holds the run's
+    kernel lock in (``kernel``, when it does), and when it started."""
     started = _started(os.getpid())
-    return _holder() + (_KERNEL if kernel else "") + ("" if started is None else _SINCE + started)
+    return (
+        _holder()
+        + ("" if kernel is None else _KERNEL + kernel)
+        + ("" if started is None else _SINCE + started)
+    )
 
 
 class SqliteJournal(Journal):
@@ -1037,24 +1044,32 @@ class SqliteJournal(Journal):
         row = self._exec("SELECT pid, host, holder FROM locks WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             return None
-        if _kernel_held(row[2]):
+        file = _kernel_file(row[2])
+        if file is not None:
             held = self._kernel.held_elsewhere(run_id)
-            if held is not None:
-                return held or run_id in self._writing
+            if held is not None and file == self._kernel.file:
+                return held or self._kernel.holds(run_id)
         if row[1] != socket.gethostname():
             return None
         return _pid_alive(int(row[0]), _since(row[2]))
 
     def acquire(self, run_id: str) -> None:
+        if self.read_only:
+            raise JournalError(f"journal {self.path} was opened read-only; it cannot be written")
         self._runs_known.pop(run_id, None)
         kernel = self._kernel.take(run_id)
         if kernel is False:  # a live process of this machine holds it, whatever its namespace
-            if (self._key, run_id) in _HELD:
+            if (self._key, run_id) in _HELD or self._kernel.holds(run_id):
                 raise RunLocked(f"run {run_id} is already being written by this process")
             row = self._exec("SELECT holder FROM locks WHERE run_id=?", (run_id,)).fetchone()
-            raise self._locked(run_id, "another process" if row is None else _shown(row[0]))
+            holder = (
+                f"another process (it holds the run's lock in {self._kernel.path})"
+                if row is None
+                else _shown(row[0])
+            )
+            raise self._locked(run_id, holder)
         try:
-            self._lock_row(run_id, kernel is True)
+            self._lock_row(run_id, self._kernel.file if kernel else None)
         except BaseException:
             if kernel:
                 self._kernel.free(run_id)
@@ -1067,9 +1082,9 @@ class SqliteJournal(Journal):
             f"run {run_id} is being written by {holder}; wait for it or stop that process"
         )
 
-    def _lock_row(self, run_id: str, kernel: bool) -> None:
-        """Write this process's lock row for ``run_id`` (``kernel``: it holds the run's kernel
-        lock), taking over the row of a holder that ended."""
+    def _lock_row(self, run_id: str, kernel: str | None) -> None:
+        """Write this process's lock row for ``run_id`` (``kernel``: the lock file it holds
+        the run's kernel lock in), taking over the row of a holder that ended."""
         me, host = _lock_holder(kernel), socket.gethostname()
         try:
             self._exec(
@@ -1087,11 +1102,13 @@ class SqliteJournal(Journal):
         holder, pid, their_host = row
         if pid == os.getpid() and their_host == host and (self._key, run_id) in _HELD:
             raise RunLocked(f"run {run_id} is already being written by this process")
-        # a holder that took the kernel lock ended when the kernel let go of it (this
-        # process has it now), whatever its pid, host name or namespace; any other ended
-        # when its pid of this machine did (or is this process's own, left behind when the
-        # journal could not be written at release)
-        ended = (kernel and _kernel_held(holder)) or (
+        # a holder that took the kernel lock in this very lock file ended when the kernel let
+        # go of it (this process has it now), whatever its pid, host name or namespace; any
+        # other (no kernel lock, or one in a file deleted or replaced since) ended when its
+        # pid of this machine did, or is this process's own, left behind when the journal
+        # could not be written at release
+        theirs = _kernel_file(holder)
+        ended = (kernel is not None and theirs == kernel) or (
             their_host == host and (pid == os.getpid() or not _pid_alive(pid, _since(holder)))
         )
         if not ended:

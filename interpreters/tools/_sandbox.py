@@ -61,7 +61,11 @@ SYSTEM_FOLDERS = frozenset(
 """The top-level folders the system runs from: a workspace's siblings when it lies directly
 under ``/``, left as the read-only root shows them."""
 
-JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal", "-runlocks")
+RUN_LOCKS = "-runlocks"
+"""The file beside a journal its writers hold their runs' kernel locks in
+(:mod:`interpreters.journal._runlock`)."""
+
+JOURNAL_SIDECARS = ("", "-wal", "-shm", "-journal", RUN_LOCKS)
 """A SQLite journal's own file, the files SQLite keeps beside it and the one its run locks
 are held in (all read as the journal)."""
 
@@ -262,6 +266,8 @@ def _read_only(root: Path, place: Path) -> list[str]:
     out = []
     for suffix in JOURNAL_SIDECARS:
         path = real.with_name(real.name + suffix)
-        source = path if path.exists() else Path("/dev/null")
+        # the run-lock file never: a command's lock on it would stop every writer of the
+        # journal, its own run's resume too (a stand-in takes its locks instead)
+        source = path if path.exists() and suffix != RUN_LOCKS else Path("/dev/null")
         out += ["--ro-bind", str(source), str(path)]
     return out

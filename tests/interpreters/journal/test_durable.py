@@ -189,7 +189,7 @@ def test_a_holder_that_looks_dead_from_here_but_lives_keeps_its_run(tmp_path: Pa
         holder = str(
             journal._db.execute("SELECT holder FROM locks WHERE run_id='r'").fetchall()[0][0]
         )
-        assert "\x1fkernel" in holder
+        assert "\x1fkernel " in holder
         # its pid as seen from its own namespace: no process of this one has it
         journal._db.execute(
             "UPDATE locks SET pid=4194303, holder=? WHERE run_id='r'",
@@ -222,6 +222,58 @@ def test_a_crashed_holder_of_a_container_that_is_gone_is_taken_over(tmp_path: Pa
         assert _acquire_elsewhere(db).returncode == 0  # taken over
     rows = SqliteJournal(db)._db.execute("SELECT host FROM locks WHERE run_id='r'").fetchall()
     assert rows == [(socket.gethostname(),)]  # named for the process that took it
+
+
+def test_the_kernel_lock_holds_through_a_link_a_refusal_a_fork_and_a_new_lock_file(
+    tmp_path: Path,
+) -> None:
+    """What another writer sees stays true: the journal named through a link is the same
+    journal (one lock file, by its real path); a refused second acquire, or a child made by
+    ``fork`` that releases, does not let go of the holder's lock; a lock file deleted under a
+    holder does not make the holder look gone (its row names the file it locked in)."""
+    db = tmp_path / "real" / "runs.db"
+    db.parent.mkdir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "runs.db").symlink_to(db)
+    with holding(db):
+        refused = _acquire_elsewhere(tmp_path / "link" / "runs.db")
+        assert "run r is being written by pid " in refused.stderr, refused.stderr
+        (Path(str(db) + "-runlocks")).unlink()  # deleted under the holder
+        refused = _acquire_elsewhere(db)
+        assert "run r is being written by pid " in refused.stderr, refused.stderr
+    journal = SqliteJournal(db)
+    journal.acquire("r")  # the holder is gone: taken over by its pid, as rows without a lock
+    with pytest.raises(RunLocked, match="already being written by this process"):
+        journal.acquire("r")
+    assert "being written by pid " in _acquire_elsewhere(db).stderr  # still held
+    child = os.fork()
+    if child == 0:  # the child shares the lock file's description: it lets go of its copy
+        journal.release("r")
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert "being written by pid " in _acquire_elsewhere(db).stderr  # still held
+
+
+def test_the_lock_file_takes_the_journals_mode_and_is_hidden_from_commands(
+    tmp_path: Path,
+) -> None:
+    """Made with the journal's mode less the others' rights, whatever the umask (a reader's
+    lock on it would stop every writer); a workspace command gets a stand-in, never it."""
+    from interpreters.tools._sandbox import _read_only
+
+    db = tmp_path / "runs.db"
+    SqliteJournal(db).close()
+    db.chmod(0o664)
+    old = os.umask(0o077)
+    try:
+        SqliteJournal(db).acquire("r")
+    finally:
+        os.umask(old)
+    locks = Path(str(db) + "-runlocks")
+    assert oct(locks.stat().st_mode & 0o777) == oct(0o660)
+    argv = _read_only(tmp_path, db)
+    assert argv[argv.index(str(locks)) - 1] == "/dev/null"
+    assert argv[argv.index(str(db)) + 1] == str(db)  # the journal itself, read-only
 
 
 def test_an_old_holders_row_is_judged_by_its_pid_as_before(tmp_path: Path) -> None:
@@ -264,7 +316,7 @@ def test_a_dead_holders_pid_taken_by_another_process_is_taken_over(tmp_path: Pat
         )
         assert taken.returncode == 0, taken.stderr  # taken over, not "being written by"
         # the holder as it is: its start time matches, and it holds
-        holder = _lock_holder(kernel=False)  # as an opdsl before kernel locks wrote it
+        holder = _lock_holder(kernel=None)  # as an opdsl before kernel locks wrote it
         journal._db.execute(
             "UPDATE locks SET pid=?, holder=? WHERE run_id='r'", (os.getpid(), holder)
         )
