@@ -49,7 +49,7 @@ def lone_surrogate(text: str) -> int | None:
     character: a str holds a pair joined, as one code point), or None when it holds none.
 
     Example:
-        >>> lone_surrogate("caf\u00e9"), lone_surrogate("ab\udcff")
+        >>> lone_surrogate("caf\u00e9"), lone_surrogate("ab\\udcff")
         (None, 2)
     """
     if text.isascii():  # asked of the string's header: no scan

@@ -63,6 +63,11 @@ def _byte(run_id: str) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
+def _lock(kind: int, run_id: str) -> bytes:
+    """A ``struct flock`` of ``kind`` (a write lock, an unlock) over the run's byte."""
+    return _FLOCK.pack(kind, os.SEEK_SET, _byte(run_id), 1, 0)
+
+
 class KernelLocks:
     """The lock file of the journal at ``journal`` (its real path, taken now): opened at the
     first lock taken and held open until :meth:`close` (closing it lets go of every lock this
@@ -135,9 +140,8 @@ class KernelLocks:
             if fd is None:
                 return None
             assert _OFD_SETLK is not None
-            lock = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _byte(run_id), 1, 0)
             try:
-                fcntl.fcntl(fd, _OFD_SETLK, lock)
+                fcntl.fcntl(fd, _OFD_SETLK, _lock(fcntl.F_WRLCK, run_id))
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EACCES):
                     return False
@@ -159,9 +163,8 @@ class KernelLocks:
                 return
             self._held.discard(run_id)
             assert _OFD_SETLK is not None
-            unlock = _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, _byte(run_id), 1, 0)
             with contextlib.suppress(OSError):  # it goes with the file when that is closed
-                fcntl.fcntl(self._fd, _OFD_SETLK, unlock)
+                fcntl.fcntl(self._fd, _OFD_SETLK, _lock(fcntl.F_UNLCK, run_id))
 
     def held_elsewhere(self, run_id: str) -> bool | None:
         """Whether another open file of the machine holds the run's byte (this object's own
@@ -170,9 +173,8 @@ class KernelLocks:
         if fd is None:
             return None
         assert _OFD_GETLK is not None
-        probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _byte(run_id), 1, 0)
         try:
-            found = fcntl.fcntl(fd, _OFD_GETLK, probe)
+            found = fcntl.fcntl(fd, _OFD_GETLK, _lock(fcntl.F_WRLCK, run_id))
         except OSError:
             return None
         return bool(_FLOCK.unpack(found)[0] != fcntl.F_UNLCK)
