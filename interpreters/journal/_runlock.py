@@ -109,12 +109,21 @@ class KernelLocks:
         _OPEN.add(self)
         return fd
 
+    def prepare(self) -> None:
+        """Make and open the lock file now (a journal opened for writing does, so that it is
+        there before any workspace command starts, which gets a stand-in at its path)."""
+        with self._mutex:
+            self._open(create=True)
+
     def _made(self) -> int | None:
         try:
             journal = os.stat(self.journal)
         except OSError:
             return None
-        mode = stat.S_IMODE(journal.st_mode) & 0o660
+        # read and write for the classes that may write the journal, nothing for the rest:
+        # whoever can open it can lock it, and a lock on the whole file stops every writer
+        given = stat.S_IMODE(journal.st_mode)
+        mode = 0o600 | (0o060 if given & 0o020 else 0) | (0o006 if given & 0o002 else 0)
         try:
             fd = os.open(self.path, _FLAGS | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:  # another process made it first
@@ -126,8 +135,8 @@ class KernelLocks:
             return None
         with contextlib.suppress(OSError):
             os.fchmod(fd, mode)  # not narrowed by the umask, as SQLite's own files are not
-            if os.geteuid() == 0 and journal.st_uid != 0:  # root works on another's journal
-                os.fchown(fd, journal.st_uid, journal.st_gid)
+        with contextlib.suppress(OSError):  # the journal's group (its writers may share one)
+            os.fchown(fd, journal.st_uid if os.geteuid() == 0 else -1, journal.st_gid)
         return fd
 
     def take(self, run_id: str) -> bool | None:
@@ -169,7 +178,8 @@ class KernelLocks:
     def held_elsewhere(self, run_id: str) -> bool | None:
         """Whether another open file of the machine holds the run's byte (this object's own
         lock is not seen); None where that cannot be told."""
-        fd = self._open(create=False)
+        with self._mutex:
+            fd = self._open(create=False)
         if fd is None:
             return None
         assert _OFD_GETLK is not None

@@ -361,6 +361,8 @@ class SqliteJournal(Journal):
         self._mutex = threading.Lock()
         #: the kernel's locks of the runs this object writes (see ``_runlock``)
         self._kernel = KernelLocks(self.path)
+        if not read_only:
+            self._kernel.prepare()
         self._cursor = self._db.cursor()
         #: this file, as the process-wide set of held runs knows it
         self._key = str(self.path.resolve())

@@ -255,14 +255,22 @@ def _hide_siblings(root: Path, needed: set[Path]) -> list[str]:
 
 
 def _read_only(root: Path, place: Path) -> list[str]:
-    """bwrap arguments that make ``place`` (inside ``root``) read-only: a folder whole; a file
-    with its SQLite sidecars, an empty read-only file standing in for each one missing (so
-    that none can be planted beside it)."""
+    """bwrap arguments that make ``place`` (inside ``root``) read-only: a folder whole (a file
+    in a folder: that folder); a file directly in the root with its SQLite sidecars, an empty
+    read-only file standing in for each one missing (so that none can be planted beside it).
+    A journal's run-lock file is never shown: a stand-in takes its place."""
     real = place.resolve()
     if root not in real.parents:
         return []
+    if real.is_file() and real.parent != root:  # a journal in a folder: the folder whole
+        real = real.parent
     if real.is_dir():
-        return ["--ro-bind", str(real), str(real)]
+        # and a stand-in for each run-lock file in it (a command's lock on one would stop
+        # every writer of its journal)
+        locks = [p for p in real.iterdir() if p.name.endswith(RUN_LOCKS) and p.is_file()]
+        return ["--ro-bind", str(real), str(real)] + [
+            arg for p in sorted(locks) for arg in ("--ro-bind", "/dev/null", str(p))
+        ]
     out = []
     for suffix in JOURNAL_SIDECARS:
         path = real.with_name(real.name + suffix)

@@ -257,23 +257,35 @@ def test_the_kernel_lock_holds_through_a_link_a_refusal_a_fork_and_a_new_lock_fi
 def test_the_lock_file_takes_the_journals_mode_and_is_hidden_from_commands(
     tmp_path: Path,
 ) -> None:
-    """Made with the journal's mode less the others' rights, whatever the umask (a reader's
-    lock on it would stop every writer); a workspace command gets a stand-in, never it."""
+    """Made as the journal is opened to be written, before any command starts, with read and
+    write for the classes that may write the journal and nothing for the rest, whatever the
+    umask (a reader's lock on it would stop every writer); a workspace command gets a
+    stand-in, never it, wherever in the workspace the journal lies."""
     from interpreters.tools._sandbox import _read_only
 
     db = tmp_path / "runs.db"
-    SqliteJournal(db).close()
-    db.chmod(0o664)
-    old = os.umask(0o077)
-    try:
-        SqliteJournal(db).acquire("r")
-    finally:
-        os.umask(old)
     locks = Path(str(db) + "-runlocks")
-    assert oct(locks.stat().st_mode & 0o777) == oct(0o660)
+    for given, made in ((0o664, 0o660), (0o644, 0o600)):  # no rights for who only reads
+        SqliteJournal(db).close()
+        locks.unlink()
+        db.chmod(given)
+        old = os.umask(0o077)
+        try:
+            SqliteJournal(db).close()  # made as the journal is opened to be written
+        finally:
+            os.umask(old)
+        assert oct(locks.stat().st_mode & 0o777) == oct(made)
     argv = _read_only(tmp_path, db)
     assert argv[argv.index(str(locks)) - 1] == "/dev/null"
     assert argv[argv.index(str(db)) + 1] == str(db)  # the journal itself, read-only
+    # a journal in a folder of the workspace (.opdsl/runs.db): the folder, the lock file hidden
+    folder = tmp_path / ".opdsl"
+    folder.mkdir()
+    SqliteJournal(folder / "runs.db").close()
+    for place in (folder, folder / "runs.db"):
+        argv = _read_only(tmp_path, place)
+        assert argv[:3] == ["--ro-bind", str(folder), str(folder)]
+        assert argv[argv.index(str(folder / "runs.db-runlocks")) - 1] == "/dev/null"
 
 
 def test_an_old_holders_row_is_judged_by_its_pid_as_before(tmp_path: Path) -> None:
