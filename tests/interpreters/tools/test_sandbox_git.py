@@ -132,3 +132,26 @@ def test_a_python_inside_the_workspace_stays_read_only_to_its_commands(
     assert not (site / "evil.pth").exists()
     # the rest of the workspace is the commands' to write
     assert (root / "notes" / "n.txt").read_text() == "import os"
+
+
+def test_a_journal_file_in_the_workspaces_folder_is_its_folder_read_only(tmp_path: Path) -> None:
+    """A journal named as a file (as a stdio MCP server's sandbox is given it) in a folder of
+    the workspace (``.opdsl/runs.db``): the folder is read-only whole, which the stand-ins for
+    its missing sidecars could not be mounted in (the command did not start), and its
+    run-lock file is a stand-in."""
+    from interpreters import SqliteJournal
+
+    root = tmp_path.resolve()
+    (root / ".opdsl").mkdir()
+    SqliteJournal(root / ".opdsl" / "runs.db").close()
+    shown = "stat -c %F .opdsl/runs.db-runlocks; touch .opdsl/x 2>/dev/null || echo refused"
+    argv = bwrap_argv(
+        ["sh", "-c", shown],
+        root=root,
+        cwd=root,
+        network=False,
+        read_only=(root / ".opdsl" / "runs.db",),
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["character special file", "refused"], done.stdout
