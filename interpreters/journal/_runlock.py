@@ -69,9 +69,9 @@ def _lock(kind: int, run_id: str) -> bytes:
 
 
 class KernelLocks:
-    """The lock file of the journal at ``journal`` (its real path, taken now): opened at the
-    first lock taken and held open until :meth:`close` (closing it lets go of every lock this
-    object holds)."""
+    """The lock file of the journal at ``journal`` (its real path, taken now): opened by
+    :meth:`prepare` or the first lock taken, and held open until :meth:`close` (closing it
+    lets go of every lock this object holds)."""
 
     def __init__(self, journal: Path) -> None:
         real = Path(os.path.realpath(journal))
@@ -86,9 +86,8 @@ class KernelLocks:
         self._mutex = threading.Lock()
 
     def _open(self, *, create: bool) -> int | None:
-        """The lock file, opened for writing (made when ``create``, with the journal's owner
-        and its mode less the others' rights: a reader's lock on it would stop every writer);
-        None where kernel locks cannot be had."""
+        """The lock file, opened for writing (made when ``create``: :meth:`_made`); None where
+        kernel locks cannot be had."""
         if self._fd is not None or not self._usable:
             return self._fd
         fd: int | None
@@ -116,6 +115,8 @@ class KernelLocks:
             self._open(create=True)
 
     def _made(self) -> int | None:
+        """The lock file made and opened: rights for the classes that may write the journal,
+        its group, and its owner when root makes it."""
         try:
             journal = os.stat(self.journal)
         except OSError:
