@@ -29,7 +29,14 @@ from typing import Any
 from pydantic import BaseModel
 from returns.result import Failure, Success
 
-__all__ = ["NotSerializable", "canonical_json", "dump_jsonable", "lone_surrogate", "to_jsonable"]
+__all__ = [
+    "NotSerializable",
+    "canonical_json",
+    "dump_jsonable",
+    "lone_path",
+    "lone_surrogate",
+    "to_jsonable",
+]
 
 
 class NotSerializable(TypeError):
@@ -58,7 +65,7 @@ def lone_surrogate(text: str) -> int | None:
     return None if found is None else found.start()
 
 
-def _lone_path(data: Any, path: str) -> str | None:
+def lone_path(data: Any, path: str) -> str | None:
     """The path of the first text in ``data`` (plain JSON data) holding a lone surrogate."""
     if isinstance(data, str):
         return path if lone_surrogate(data) is not None else None
@@ -66,12 +73,12 @@ def _lone_path(data: Any, path: str) -> str | None:
         for key, item in data.items():
             if lone_surrogate(key) is not None:
                 return f"{path} (a key)"
-            found = _lone_path(item, f"{path}.{key}")
+            found = lone_path(item, f"{path}.{key}")
             if found is not None:
                 return found
     elif isinstance(data, list):
         for i, item in enumerate(data):
-            found = _lone_path(item, f"{path}[{i}]")
+            found = lone_path(item, f"{path}[{i}]")
             if found is not None:
                 return found
     return None
@@ -84,7 +91,7 @@ def _whole(text: str, data: Callable[[], Any]) -> str:
     at = lone_surrogate(text)
     if at is None:
         return text
-    path = _lone_path(data(), "$") or "$"
+    path = lone_path(data(), "$") or "$"
     char = text[at]
     raise NotSerializable(
         f"{path}: the text holds a lone surrogate ({char!r}), which is no character and cannot "

@@ -104,7 +104,7 @@ from op._marker import Marker
 from op.effects import EFFECT_TYPES, AnyEffect, NotAnEffect, NotAProgram, NotSerializable
 from op.events import RunFinished, RunStarted
 from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsonable
-from state._canonical import lone_surrogate
+from state._canonical import lone_path, lone_surrogate
 
 __all__ = [
     "Driver",
@@ -537,22 +537,26 @@ class Driver:
                 path=exc.path,
             ) from None
 
-    def checked(self, text: str, what: str, address: str) -> str:
+    def checked(self, text: str, what: str, address: str, value: Any = None) -> str:
         """``text``, to be journaled for ``what``, refused when it or a new piece of content
         it needs holds a lone surrogate (written straight, not by ``canonical_json``, which
         refuses one itself): no UTF-8 holds it, and a journal that kept it would break every
         reader after. A piece the record holds already (a journal written before opdsl
-        refused them) is not new: its run goes on."""
+        refused them) is not new: its run goes on. ``value``: what ``text`` was written from,
+        to name the path to the text that holds one."""
         if lone_surrogate(text) is None and not any(
             lone_surrogate(body) is not None and not self._piece_recorded(h)
             for h, body in self.packer.made.items()
         ):
             return text
+        path = None if value is None else lone_path(to_jsonable(value), "$")
         raise NotSerializable(
-            f"{self.program}: {what} at address {address} cannot be recorded: a text in it "
-            "holds a lone surrogate, which is no character and cannot be written as UTF-8 (a "
-            "byte that is not UTF-8, read with surrogateescape, becomes one: decode bytes "
-            "with errors='replace', or keep them as base64)"
+            f"{self.program}: {what} at address {address} cannot be recorded: "
+            f"{'a text in it' if path is None else path} holds a lone surrogate, which is no "
+            "character and cannot be written as UTF-8 (a byte that is not UTF-8, read with "
+            "surrogateescape, becomes one: decode bytes with errors='replace', or keep them as "
+            "base64)",
+            path=path or "",
         )
 
     def _piece_recorded(self, h: str) -> bool:
@@ -576,13 +580,13 @@ class Driver:
     def json(self, value: Any, what: str, address: str) -> str:
         if type(value) is ToolResult and value.ok and value.error is None:
             # the commonest result, written without the generic walk (the same bytes)
-            return self.checked(_OK_HEAD + _STRING(value.output) + "}", what, address)
+            return self.checked(_OK_HEAD + _STRING(value.output) + "}", what, address, value)
         if type(value) is Response:
             usage = usage_json(value.usage)
             text = response_json(value, usage)
             if text is not None and usage is not None:
                 self._usage_of, self._usage = value.usage, usage  # the entry's usage too
-                return self.checked(text, what, address)
+                return self.checked(text, what, address, value)
         try:
             return canonical_json(value)
         except NotSerializable as exc:

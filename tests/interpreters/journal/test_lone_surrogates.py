@@ -18,7 +18,7 @@ from interpreters import JsonlSink, ScriptedModel, SqliteJournal, replay, resume
 from interpreters.cli._main import main
 from interpreters.journal import JournalError
 from interpreters.models import OpenAIModel
-from op import Add, Op, OpdslError, emit, infer, update
+from op import Add, Op, OpdslError, emit, infer, tool, update
 from state import CRDTModel, GSet, NotSerializable, canonical_json
 from tests.fixtures.durable_programs import chat, conversed, measured
 from tests.fixtures.scripted_runs import one_call
@@ -141,6 +141,24 @@ def test_an_error_or_a_final_state_holding_one_ends_the_run_failed(tmp_path: Pat
     record = SqliteJournal(db).run("refused")
     assert record.status == "failed"
     assert "HTTP 400: no \\ud800 thanks" in json.loads(record.error_json or "{}")["message"]
+
+
+def listed() -> str:
+    """A tool that answers with a file name as Python reads one that is not UTF-8."""
+    return "files: " + LONE
+
+
+def asks_the_tool() -> Op[str]:
+    result = yield from tool("listed")
+    return result.output
+
+
+def test_a_tools_answer_holding_one_ends_the_run_naming_where(tmp_path: Path) -> None:
+    result = run(asks_the_tool, db=tmp_path / "runs.db", tools=[listed], run_id="t")
+    assert result.status == "failed"
+    message = str(result.error)
+    assert "the result of tool at address 1 cannot be recorded: $.output holds a lone" in message
+    assert SqliteJournal(tmp_path / "runs.db").run("t").status == "failed"
 
 
 def test_tool_call_arguments_are_made_whole_too(tmp_path: Path) -> None:
