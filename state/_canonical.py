@@ -33,6 +33,8 @@ __all__ = [
     "NotSerializable",
     "canonical_json",
     "dump_jsonable",
+    "LONE_HINT",
+    "lone_escaped",
     "lone_path",
     "lone_surrogate",
     "to_jsonable",
@@ -84,20 +86,35 @@ def lone_path(data: Any, path: str) -> str | None:
     return None
 
 
-def _whole(text: str, data: Callable[[], Any]) -> str:
-    """``text`` (a canonical JSON text), refused when it holds a lone surrogate: JSON would
-    keep it, but no UTF-8 does (a journal, a seal, a digest), and a text kept with it breaks
-    every reader after."""
-    at = lone_surrogate(text)
-    if at is None:
+LONE_HINT = (
+    "which is no character and cannot be written as UTF-8 (a byte that is not UTF-8, read "
+    "with surrogateescape, becomes one: decode bytes with errors='replace', or keep them as "
+    "base64)"
+)
+"""Why a text holding a lone surrogate is refused, and what to do instead."""
+
+
+def lone_escaped(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\udcff``): for a text
+    that is shown or kept as a diagnostic (an error's message, a page), not data.
+
+    Example:
+        >>> lone_escaped("ab\\udcff"), lone_escaped("caf\u00e9")
+        ('ab\\\\udcff', 'café')
+    """
+    if lone_surrogate(text) is None:
         return text
-    path = lone_path(data(), "$") or "$"
-    char = text[at]
-    raise NotSerializable(
-        f"{path}: the text holds a lone surrogate ({char!r}), which is no character and cannot "
-        "be written as UTF-8 (a byte that is not UTF-8, read with surrogateescape, becomes one:"
-        " decode bytes with errors='replace', or keep them as base64)",
-        path=path,
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _refused(text: str, data: Any) -> NotSerializable:
+    """The refusal of ``text`` (canonical JSON of ``data``), which holds a lone surrogate: JSON
+    would keep it, but no UTF-8 does (a journal, a seal, a digest), and a text kept with it
+    breaks every reader after."""
+    path = lone_path(data, "$") or "$"
+    at = lone_surrogate(text) or 0
+    return NotSerializable(
+        f"{path}: the text holds a lone surrogate ({text[at]!r}), {LONE_HINT}", path=path
     )
 
 
@@ -287,7 +304,10 @@ _dump = _encoder()
 
 def dump_jsonable(data: Any) -> str:
     """Canonical JSON text of data that is already plain JSON (the output of ``to_jsonable``)."""
-    return _whole(_dump(data), lambda: data)
+    text = _dump(data)
+    if lone_surrogate(text) is not None:
+        raise _refused(text, data)
+    return text
 
 
 def canonical_json(value: Any) -> str:
@@ -301,10 +321,12 @@ def canonical_json(value: Any) -> str:
     if plan is None:
         # a pydantic model is no dataclass, and asking its class costs an AttributeError
         if isinstance(value, BaseModel | type) or not dataclasses.is_dataclass(value):
-            data = to_jsonable(value)
-            return _whole(_dump(data), lambda: data)
+            return dump_jsonable(to_jsonable(value))
         plan = _plan(type(value))
-    return _whole(_by_plan(value, plan), lambda: to_jsonable(value))
+    text = _by_plan(value, plan)
+    if lone_surrogate(text) is not None:
+        raise _refused(text, to_jsonable(value))
+    return text
 
 
 # A dataclass's text written field by field, without the dict ``to_jsonable`` would build (an

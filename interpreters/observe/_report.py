@@ -30,6 +30,7 @@ from interpreters.journal._content import ContentError, Reader
 from interpreters.runtime._totals import Totals
 from op import Agent, Ask, Checkpoint, Infer, Limit, Par, Tool, Usage
 from op.effects import SCOPE_KINDS
+from state._canonical import lone_escaped
 
 __all__ = ["CSP", "RUN_ID", "render_report", "report_data"]
 
@@ -263,9 +264,6 @@ def _link(run_id: str | None) -> str | None:
     return f"{run_id}.html" if run_id is not None and RUN_ID.fullmatch(run_id) else None
 
 
-_LONE = re.compile("[\ud800-\udfff]")
-
-
 def render_report(
     run: RunRecord,
     entries: Sequence[Entry],
@@ -292,7 +290,7 @@ def render_report(
     page = re.sub(r"__([A-Z]+)__", lambda m: parts[m.group(1)], _PAGE)
     # a lone surrogate (no UTF-8 holds one; a journal from before opdsl refused them may) is
     # shown as its escape, which means the same in the page's JSON
-    return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", page)
+    return lone_escaped(page)
 
 
 _PAGE = """<!doctype html>

@@ -104,7 +104,7 @@ from op._marker import Marker
 from op.effects import EFFECT_TYPES, AnyEffect, NotAnEffect, NotAProgram, NotSerializable
 from op.events import RunFinished, RunStarted
 from state import CRDTModel, StateError, canonical_json, dump_jsonable, to_jsonable
-from state._canonical import lone_path, lone_surrogate
+from state._canonical import LONE_HINT, lone_path, lone_surrogate
 
 __all__ = [
     "Driver",
@@ -552,10 +552,7 @@ class Driver:
         path = None if value is None else lone_path(to_jsonable(value), "$")
         raise NotSerializable(
             f"{self.program}: {what} at address {address} cannot be recorded: "
-            f"{'a text in it' if path is None else path} holds a lone surrogate, which is no "
-            "character and cannot be written as UTF-8 (a byte that is not UTF-8, read with "
-            "surrogateescape, becomes one: decode bytes with errors='replace', or keep them as "
-            "base64)",
+            f"{'a text in it' if path is None else path} holds a lone surrogate, {LONE_HINT}",
             path=path or "",
         )
 

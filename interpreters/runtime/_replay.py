@@ -43,7 +43,7 @@ from op import (
 )
 from op.effects import LeafEffect
 from state import canonical_json
-from state._canonical import lone_surrogate
+from state._canonical import lone_escaped
 
 __all__ = [
     "Divergence",
@@ -180,10 +180,8 @@ def error_json(exc: BaseException, address: str | None = None) -> str:
 
     Read back by :func:`decode_error`, which also reads the formats written before 0.4.0
     (an entry's ``builtins:ValueError``; a run's bare class name for every class)."""
-    message = str(exc)
-    if lone_surrogate(message) is not None:  # a diagnostic, not data: its escape is shown
-        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    data: dict[str, Any] = {"type": _type_name(type(exc)), "message": message}
+    # a diagnostic, not data: a lone surrogate in it is kept as its escape
+    data: dict[str, Any] = {"type": _type_name(type(exc)), "message": lone_escaped(str(exc))}
     if address is not None:
         data["address"] = address
     return canonical_json(data)
