@@ -288,6 +288,35 @@ def test_the_lock_file_takes_the_journals_mode_and_is_hidden_from_commands(
         assert argv[argv.index(str(folder / "runs.db-runlocks")) - 1] == "/dev/null"
 
 
+@pytest.mark.parametrize("planted", ["fifo", "link", "folder"])
+def test_a_lock_file_planted_beside_a_handed_journal_is_not_used(
+    tmp_path: Path, planted: str
+) -> None:
+    """A journal someone hands over may come with anything at ``runs.db-runlocks``: a FIFO
+    (an open must not hang), a link (never followed: what it names is not touched), a folder.
+    None is used; the lock rows decide, as where kernel locks cannot be had."""
+    db = tmp_path / "runs.db"
+    SqliteJournal(db).close()
+    locks = Path(str(db) + "-runlocks")
+    locks.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_text("kept")
+    if planted == "fifo":
+        os.mkfifo(locks)
+    elif planted == "link":
+        locks.symlink_to(target)
+    else:
+        locks.mkdir()
+    journal = SqliteJournal(db)
+    journal.acquire("r")
+    holder = str(journal._db.execute("SELECT holder FROM locks").fetchall()[0][0])
+    assert "\x1fkernel" not in holder  # no kernel lock was had: the row alone holds
+    assert "run r is being written by pid " in _acquire_elsewhere(db).stderr
+    journal.release("r")
+    journal.close()
+    assert target.read_text() == "kept"
+
+
 def test_an_old_holders_row_is_judged_by_its_pid_as_before(tmp_path: Path) -> None:
     """A row written by an opdsl before kernel locks: no kernel lock stands for it, so a live
     pid of this machine still holds, and another host name is not taken over."""
