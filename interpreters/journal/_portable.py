@@ -23,6 +23,7 @@ from interpreters.journal._content import digest, is_digest, piece_refs, refs_of
 from interpreters.journal._seal import SEAL, unsealed
 from op import Checkpoint, Emit, Infer, Usage
 from state import canonical_json
+from state._canonical import lone_path
 
 # -- portability and checks -------------------------------------------------------------------
 
@@ -181,12 +182,11 @@ def _json_of(text: str, strict: bool) -> Any:
     and no UTF-8 can write it) in any of its strings."""
     try:
         value = json.loads(text)
-        if strict:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        lone = strict and lone_path(value, "$") is not None  # walked, not written again
     except RecursionError:
         raise ValueError("its JSON is nested too deeply") from None
-    except UnicodeEncodeError:
-        raise ValueError("it holds a lone surrogate (\\ud800-\\udfff), which is no text") from None
+    if lone:
+        raise ValueError("it holds a lone surrogate (\\ud800-\\udfff), which is no text")
     return value
 
 
