@@ -210,9 +210,10 @@ class Attempt:
 class Journal(ABC):
     """Where runs and entries are kept.
 
-    ``grouped``: ``begin`` and ``finish`` are written but not yet committed; the driver awaits
-    :meth:`durable` after each ``begin``, before the effect's handler runs, and every write
-    made so far (by any run sharing the journal) is committed then, in one transaction.
+    ``grouped``: ``begin`` and ``finish`` are written but not yet committed; the journal commits
+    them soon after (one transaction for every run sharing it), and the driver awaits
+    :meth:`durable` after the ``begin`` of an effect that acts on the world, before its
+    handler runs.
     """
 
     @property

@@ -9,6 +9,7 @@ last one and delete the WAL under them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -16,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -205,8 +206,27 @@ class _Rows:
         return self.rows
 
 
+def _call_soon(callback: Callable[[], None]) -> bool:
+    """Have the event loop running in this thread call ``callback`` on its next turn (asyncio
+    or trio); False where none runs here."""
+    try:
+        asyncio.get_running_loop().call_soon(callback)
+        return True
+    except RuntimeError:
+        pass
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_trio_token().run_sync_soon(callback)
+    except RuntimeError:
+        return False
+    return True
+
+
 class _Group:
-    """One commit that the runs waiting in :meth:`SqliteJournal.durable` share."""
+    """One commit of the open transaction, scheduled a turn of the event loop after it opened:
+    the runs waiting in :meth:`SqliteJournal.durable` share it."""
 
     __slots__ = ("done", "error")
 
@@ -288,13 +308,17 @@ class SqliteJournal(Journal):
     """The embedded journal: one SQLite file in WAL mode.
 
     Group commit: the entries' writes of every run sharing this journal are committed
-    together, once per turn of the event loop, instead of one commit each. An effect's begin is
-    still committed before its handler runs (the driver awaits :meth:`durable`); its finish is
-    committed with the next commit, at the latest with the run's next effect's begin or the
-    run's end, so nothing the program does after it reaches the world before it is committed.
-    A crash leaves a prefix of the run, and an effect it cut off is performed again on resume,
-    as always; with grouping, a crash while a program computes between two effects can also
-    cut off the effect before. Runs, locks and run ends are committed at once.
+    together, instead of one commit each: the write that opens a transaction schedules its
+    commit on the event loop's next turn, and every write made meanwhile joins it. The begin
+    of an effect that acts on the world (a tool, an agent, an emit, a checkpoint, a question)
+    is committed before its handler runs (the driver awaits :meth:`durable`), and that wait
+    commits everything the run wrote before it, so nothing the program does after a finish
+    reaches the world before the finish is committed. A model call (and a clock, chance or
+    sleep effect) does not wait: its begin is committed by the scheduled commit while the call
+    is under way. A crash leaves a prefix of the run, and an effect it cut off is performed
+    again on resume, as always. A commit that fails stops every run whose entries it held, at
+    its next write, so none goes on past a gap. Runs, locks and run ends are committed at
+    once.
 
     ``group_commit``: None (the default) groups while more than one run is being written
     through this journal object, and commits each write at once while only one is (a lone
@@ -324,6 +348,10 @@ class SqliteJournal(Journal):
         self._writing: set[str] = set()
         self._in_tx = False
         self._group: _Group | None = None
+        #: the runs with entries in the open transaction
+        self._tx_runs: set[str] = set()
+        #: runs whose entries a failed commit lost, and its error: told at their next write
+        self._lost: dict[str, JournalError] = {}
         self.read_only = read_only
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a directory, not a journal file")
@@ -612,6 +640,8 @@ class SqliteJournal(Journal):
         if commit:
             self._in_tx = False
             self._db.execute("COMMIT")
+        elif opened:
+            self._commit_soon()
         return changed
 
     def _into_tx(self, grouped: bool) -> None:
@@ -621,6 +651,7 @@ class SqliteJournal(Journal):
             if not self._in_tx:
                 self._db.execute("BEGIN")
                 self._in_tx = True
+                self._commit_soon()
         elif self._in_tx:
             self._write_pieces()  # none committed without the pieces it needs
             self._db.execute("COMMIT")
@@ -654,13 +685,32 @@ class SqliteJournal(Journal):
             f"journal {self.path}: {what} failed: {exc}" if what else f"journal {self.path}: {exc}"
         )
 
+    def _commit_soon(self) -> None:
+        """The transaction just opened is committed on the event loop's next turn (with every
+        write the runs sharing this journal make meanwhile), whether or not a run waits for it
+        in :meth:`durable`. With no loop running in this thread, the next :meth:`durable` or
+        :meth:`close` commits it."""
+        if self._group is None and _call_soon(self._flush):
+            self._group = _Group()
+
+    def _flush(self) -> None:
+        """The scheduled commit (:meth:`_commit_soon`)."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        try:
+            self._commit()
+        except JournalError as exc:
+            group.error = exc
+        group.done.set()
+
     async def durable(self) -> None:
         if not self._in_tx:
             return
         group = self._group
         if group is not None:  # a commit is on its way: it takes this write too
             await group.done.wait()
-        else:
+        else:  # written while no event loop ran: committed now, after one turn of this one
             group = self._group = _Group()
             try:
                 # one turn of the loop, for the other runs' writes to join this commit
@@ -679,16 +729,24 @@ class SqliteJournal(Journal):
         try:
             with self._mutex:
                 if self._pieces:  # none is left behind uncommitted, whatever follows
-                    self._into_tx(True)
+                    if not self._in_tx:
+                        self._db.execute("BEGIN")
+                        self._in_tx = True
                     self._write_pieces()
                 if self._in_tx:
                     self._in_tx = False
                     self._db.execute("COMMIT")
+                self._tx_runs.clear()
         except apsw.Error as exc:
             with contextlib.suppress(apsw.Error):
                 self._db.execute("ROLLBACK")
             self._runs_known.clear()
-            raise self._failed(exc, "the commit") from None
+            failed = self._failed(exc, "the commit")
+            # the runs whose entries it held lost them: each is told at its next write
+            for run_id in self._tx_runs:
+                self._lost[run_id] = failed
+            self._tx_runs.clear()
+            raise failed from None
 
     def close(self) -> None:
         try:
@@ -811,7 +869,24 @@ class SqliteJournal(Journal):
             self._runs_known[run_id] = known
         return known
 
+    def _unlost(self, run_id: str) -> None:
+        """Refuse a write to a run whose entries a failed grouped commit lost: what it goes on
+        with would follow a gap. It stops with that error, and resumes from what was kept."""
+        lost = self._lost.get(run_id)
+        if lost is not None:
+            raise JournalError(
+                f"run {run_id}: a commit of its last entries failed, so they were not kept "
+                f"({lost}); nothing more is written to it until it is resumed"
+            )
+
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
+        if self._lost:
+            self._unlost(run_id)
+        self._begin(run_id, address, kind, effect_json, at)
+        if self._in_tx:
+            self._tx_runs.add(run_id)
+
+    def _begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
         if address in addresses:
             # begun before and left unfinished by a crash or a stop: begin it again (a scope or
@@ -859,6 +934,8 @@ class SqliteJournal(Journal):
         error_json: str | None = None,
         usage_json: str | None = None,
     ) -> None:
+        if self._lost:
+            self._unlost(run_id)
         changed = self._write_entry(
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
             f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
@@ -866,6 +943,8 @@ class SqliteJournal(Journal):
         )
         if changed == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
+        if self._in_tx:
+            self._tx_runs.add(run_id)
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         self._commit()
@@ -1078,6 +1157,7 @@ class SqliteJournal(Journal):
             raise
         _HELD.add((self._key, run_id))
         self._writing.add(run_id)
+        self._lost.pop(run_id, None)  # taken again to be resumed: it goes on from what was kept
 
     def _locked(self, run_id: str, holder: str) -> RunLocked:
         return RunLocked(

@@ -19,7 +19,8 @@
 - ``Announced`` sends ``EffectStarted``/``EffectFinished`` (and ``Emitted``,
   ``CheckpointSaved``) to the event bus; every start is closed by exactly one finish.
 - ``Journaled`` writes the entry ``started`` before the handler runs and finishes it before
-  the program sees the result (write-ahead).
+  the program sees the result (write-ahead). Under group commit, an effect that acts on the
+  world waits for its begin to be committed; a model call does not (:data:`UNWAITED`).
 - ``Handled`` calls the interpreter's handlers.
 
 A layer is in the chain only when its job exists (a budget, a record, a listener, a
@@ -225,7 +226,7 @@ class Journaled(Layer):
         self.begin(effect, address, d.recorded(effect, address), d.clock.now())
         journal = d.journal
         assert journal is not None
-        if journal.grouped:
+        if journal.grouped and effect.kind not in UNWAITED:
             # write-ahead: the begin is committed before the handler runs (with whatever else
             # the runs sharing the journal wrote meanwhile)
             await journal.durable()
@@ -245,6 +246,16 @@ class Journaled(Layer):
         # run's next effect runs (its begin waits for it) or as the run ends; nothing the
         # program does in between reaches the world
         return result
+
+
+UNWAITED = frozenset({"infer", "now", "random", "uuid", "sleep"})
+"""The kinds whose handlers change nothing outside the run: a model's answer, a value of the
+clock or of chance, a wait. Under group commit, the handler of one of these runs
+without waiting for its begin to be committed: that commit comes on the event loop's next
+turn, while the handler works. A crash before it leaves no entry, and the effect is performed
+again on resume, as one left ``started`` is. Every other kind (a tool, an agent, an emit, a
+checkpoint, a question) waits, and its wait commits whatever the run wrote before, so nothing a program does
+after a result reaches the world before that result is committed."""
 
 
 @final

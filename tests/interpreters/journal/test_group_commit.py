@@ -1,6 +1,7 @@
 """Group commit: concurrent runs sharing one SQLite journal commit their entries' writes
-together, and each effect's begin is still committed (seen by another connection, as another
-process would) before its handler runs."""
+together; the begin of an effect that acts on the world is still committed (seen by another
+connection, as another process would) before its handler runs, and a model call's is committed
+a turn of the loop later without the call waiting for it."""
 
 from __future__ import annotations
 
@@ -57,7 +58,12 @@ def _trace(journal: SqliteJournal, statements: list[str], only: str | None = Non
 
 
 def _together(
-    interp: LiveInterpreter, runs: int, program: Any, *args: Any, tagged: bool = False
+    interp: LiveInterpreter,
+    runs: int,
+    program: Any,
+    *args: Any,
+    tagged: bool = False,
+    backend: str = "asyncio",
 ) -> list[RunResult[Any]]:
     """``runs`` runs of ``program(*args)`` at once on ``interp`` (each given its index after
     ``args`` when ``tagged``), in the order they ended."""
@@ -71,7 +77,7 @@ def _together(
             for tag in range(runs):
                 tg.start_soon(one, tag)
 
-    anyio.run(main)
+    anyio.run(main, backend=backend)
     return results
 
 
@@ -251,3 +257,123 @@ def test_grouped_pieces_are_committed_with_their_begins_in_one_statement_a_commi
     assert len(writes) < runs * steps / 2, writes
     journal.close()
     outside.close()
+
+
+class _Watcher:
+    """A model that looks at the journal from another connection (as another process would)
+    while it answers: whether this call's begin is committed yet, and, after a few turns of
+    the loop, whether it is then, and whether the call before it is committed finished."""
+
+    def __init__(self, db: Path) -> None:
+        self.outside = apsw.Connection(str(db))
+        self.seen: list[tuple[str, str, str]] = []
+
+    def _status(self, call: CallInfo, address: str) -> str:
+        row = self.outside.execute(
+            "SELECT status FROM entries WHERE run_id=? AND address=?", (call.run_id, address)
+        ).fetchone()
+        return "none" if row is None else str(row[0])
+
+    async def complete(self, request: Any, call: CallInfo) -> Any:
+        from op import Response
+
+        at_once = self._status(call, call.address)
+        for _ in range(3):  # an answer is never back within a turn of the loop
+            await anyio.sleep(0)
+        later = self._status(call, call.address)
+        n = int(call.address)  # a run of model calls alone: addresses 1, 2, ...
+        before = self._status(call, str(n - 1)) if n > 1 else "-"
+        self.seen.append((at_once, later, before))
+        return Response(text=f"answer {n}", model="watcher")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_model_call_does_not_wait_for_its_begin_and_every_write_is_committed_a_turn_later(
+    tmp_path: Path, backend: str
+) -> None:
+    """A model call changes nothing outside the run: its handler starts at once, and its begin
+    is committed by the commit scheduled when the transaction opened, with no run waiting for
+    it. Runs that only ask models are still committed as they go, not at their ends."""
+    from op import infer
+
+    db = tmp_path / "runs.db"
+    watcher = _Watcher(db)
+    journal = SqliteJournal(db, group_commit=True)
+    commits: list[str] = []
+    _trace(journal, commits, only="COMMIT")
+    interp = LiveInterpreter(model=watcher, journal=journal)
+
+    def asks(n: int) -> Op[list[str]]:
+        out = []
+        for i in range(n):
+            out.append((yield from infer(f"question {i}")).text)
+        return out
+
+    runs, steps = 5, 4
+    results = _together(interp, runs, asks, steps, backend=backend)
+    assert [r.value for r in results] == [[f"answer {i}" for i in range(1, steps + 1)]] * runs
+    addresses = {e.address for r in results for e in journal.entries(r.run_id)}
+    assert addresses == {str(i) for i in range(1, steps + 1)}  # as the watcher counts them
+    # not waited for: the first call of every run began before any commit
+    assert [s[0] for s in watcher.seen[:runs]] == ["none"] * runs
+    # committed within a turn or so, and the call before finished and committed by then
+    assert {s[1] for s in watcher.seen} == {"started"}
+    assert {s[2] for s in watcher.seen} == {"-", "completed"}
+    assert 0 < len(commits) < runs * steps
+    for r in results:
+        assert check_integrity(journal, r.run_id) == []
+    journal.close()
+    watcher.outside.close()
+
+
+def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_whole(
+    tmp_path: Path,
+) -> None:
+    """No run waits for a model call's commit. When that commit fails, the runs whose entries
+    it held are told at their next write, so none goes on past a gap; each resumes from what
+    was kept, and the resumed run is the whole run."""
+    from interpreters import ScriptedModel, resume
+    from op import infer
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    failed: list[set[str]] = []
+    holding: list[int] = []
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        # the third commit that holds entries fails (SQLite is told not to run it): by then
+        # every run has entries committed before it
+        if sql == "COMMIT" and journal._tx_runs and not failed:
+            holding.append(1)
+            if len(holding) == 3:
+                failed.append(set(journal._tx_runs))
+                return False
+        return True
+
+    journal._db.exec_trace = tracer
+    model = ScriptedModel(lambda request: f"to {request.messages[-1].content}", delay=0.001)
+    interp = LiveInterpreter(model=model, journal=journal)
+
+    def asks(n: int) -> Op[list[str]]:
+        out = []
+        for i in range(n):
+            out.append((yield from infer(f"q{i}")).text)
+        return out
+
+    results = _together(interp, 3, asks, 6)
+    assert failed and failed[0], "no commit failed"
+    stopped = [r for r in results if r.run_id in failed[0]]
+    assert stopped and all(r.status == "failed" for r in stopped)
+    for r in stopped:
+        assert "a commit of its last entries failed" in str(r.error), r.error
+        assert "the commit failed: Aborted" in str(r.error)  # what SQLite said
+        assert journal.run(r.run_id).status == "running"  # resumable, not ended
+    assert all(r.status == "completed" for r in results if r.run_id not in failed[0])
+    journal._db.exec_trace = None
+    for r in stopped:
+        again = resume(r.run_id, db=journal, program=asks, model=model, tools=[])
+        assert again.status == "completed", again.error
+        assert again.value == [f"to q{i}" for i in range(6)]
+        assert check_integrity(journal, r.run_id) == []
+        assert [e.status for e in journal.entries(r.run_id)] == ["completed"] * 6
+    journal.close()
