@@ -165,6 +165,11 @@ def _text_of(column: str, kept: Any) -> Any:
     return kept
 
 
+_CACHE_KIB = 32 * 1024
+"""The most page cache a writing connection keeps, in KiB (SQLite's default is 2 MiB). Runs
+written at once each touch pages of their own (a leaf of the entries, of the content index):
+at 1,000 runs the default cache held too few of them, and each statement read its pages back
+from the file (a quarter of the statements' time). Only pages read take memory."""
 _PAGE_SIZE = 8192
 """The page size of a new journal: pieces of content of a few KB waste less of each page (a
 4 KB page holds two 1.3 KB rows and leaves a third of itself empty)."""
@@ -206,33 +211,40 @@ class _Rows:
         return self.rows
 
 
-def _call_soon(callback: Callable[[], None]) -> bool:
-    """Have the event loop running in this thread call ``callback`` on its next turn (asyncio
-    or trio); False where none runs here."""
+def _loop_here() -> object | None:
+    """The event loop running in this thread (asyncio's loop, or the token of a trio run);
+    None where none runs."""
     try:
-        asyncio.get_running_loop().call_soon(callback)
-        return True
+        return asyncio.get_running_loop()
     except RuntimeError:
         pass
     trio = sys.modules.get("trio")
     if trio is None:
-        return False
+        return None
     try:
-        trio.lowlevel.current_trio_token().run_sync_soon(callback)
+        token: object = trio.lowlevel.current_trio_token()
     except RuntimeError:
-        return False
-    return True
+        return None
+    return token
 
 
 class _Group:
-    """One commit of the open transaction, scheduled a turn of the event loop after it opened:
-    the runs waiting in :meth:`SqliteJournal.durable` share it."""
+    """One commit of the open transaction, scheduled on the loop ``loop`` for its next turn
+    (asyncio's ``call_soon``, trio's ``run_sync_soon``): the runs waiting in
+    :meth:`SqliteJournal.durable` share it."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "loop")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: object | None) -> None:
+        self.loop = loop
         self.done = anyio.Event()
         self.error: JournalError | None = None
+
+    def schedule(self, commit: Callable[[_Group], None]) -> None:
+        if isinstance(self.loop, asyncio.AbstractEventLoop):
+            self.loop.call_soon(commit, self)
+        else:
+            self.loop.run_sync_soon(commit, self)  # type: ignore[attr-defined]
 
 
 def _pid_alive(pid: int, started: str | None = None) -> bool:
@@ -531,6 +543,7 @@ class SqliteJournal(Journal):
                 self._db.pragma("page_size", _PAGE_SIZE)
                 self._db.pragma("journal_mode", "wal")
                 self._db.pragma("synchronous", "normal")
+                self._db.pragma("cache_size", -_CACHE_KIB)
                 self._setup()
             except (apsw.BusyError, apsw.LockedError):
                 left = deadline - time.monotonic()
@@ -640,7 +653,7 @@ class SqliteJournal(Journal):
         if commit:
             self._in_tx = False
             self._db.execute("COMMIT")
-        elif opened:
+        else:
             self._commit_soon()
         return changed
 
@@ -651,7 +664,7 @@ class SqliteJournal(Journal):
             if not self._in_tx:
                 self._db.execute("BEGIN")
                 self._in_tx = True
-                self._commit_soon()
+            self._commit_soon()
         elif self._in_tx:
             self._write_pieces()  # none committed without the pieces it needs
             self._db.execute("COMMIT")
@@ -686,18 +699,24 @@ class SqliteJournal(Journal):
         )
 
     def _commit_soon(self) -> None:
-        """The transaction just opened is committed on the event loop's next turn (with every
-        write the runs sharing this journal make meanwhile), whether or not a run waits for it
-        in :meth:`durable`. With no loop running in this thread, the next :meth:`durable` or
-        :meth:`close` commits it."""
-        if self._group is None and _call_soon(self._flush):
-            self._group = _Group()
-
-    def _flush(self) -> None:
-        """The scheduled commit (:meth:`_commit_soon`)."""
-        group, self._group = self._group, None
-        if group is None:
+        """After a grouped write: the open transaction is committed on the event loop's next
+        turn (with every write the runs sharing this journal make meanwhile), whether or not a
+        run waits for it in :meth:`durable`. With no loop running in this thread, the next
+        :meth:`durable` or :meth:`close` commits it."""
+        loop = _loop_here()
+        if loop is None:
             return
+        group = self._group
+        if group is not None and group.loop is loop:
+            return  # one is on its way
+        # none, or one that a loop which has ended since scheduled (its callbacks never ran)
+        group = self._group = _Group(loop)
+        group.schedule(self._flush)
+
+    def _flush(self, group: _Group) -> None:
+        """The commit ``group`` stands for (:meth:`_commit_soon`)."""
+        if self._group is group:
+            self._group = None
         try:
             self._commit()
         except JournalError as exc:
@@ -708,20 +727,16 @@ class SqliteJournal(Journal):
         if not self._in_tx:
             return
         group = self._group
-        if group is not None:  # a commit is on its way: it takes this write too
-            await group.done.wait()
+        here = _loop_here()
+        if group is not None and group.loop is here:
+            await group.done.wait()  # a commit is on its way: it takes this write too
         else:  # written while no event loop ran: committed now, after one turn of this one
-            group = self._group = _Group()
+            group = self._group = _Group(here)
             try:
                 # one turn of the loop, for the other runs' writes to join this commit
                 await anyio.lowlevel.checkpoint()
             finally:
-                self._group = None
-                try:
-                    self._commit()
-                except JournalError as exc:
-                    group.error = exc
-                group.done.set()
+                self._flush(group)
         if group.error is not None:
             raise group.error
 

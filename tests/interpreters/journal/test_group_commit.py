@@ -17,6 +17,7 @@ from interpreters import (
     CallInfo,
     JournalError,
     LiveInterpreter,
+    RunRecord,
     RunResult,
     SqliteJournal,
     check_integrity,
@@ -377,3 +378,49 @@ def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_wh
         assert check_integrity(journal, r.run_id) == []
         assert [e.status for e in journal.entries(r.run_id)] == ["completed"] * 6
     journal.close()
+
+
+def test_a_commit_scheduled_on_a_loop_that_stopped_does_not_hold_back_the_next_loops_writes(
+    tmp_path: Path,
+) -> None:
+    """A loop stopped before its scheduled commit ran (an interrupted program) leaves its
+    transaction open. A journal used again from another loop neither waits for that commit for
+    ever nor leaves the new writes uncommitted: it schedules a commit of its own."""
+    import asyncio
+
+    from op import infer, tool
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    journal.create_run(RunRecord(run_id="cut", program="x"))
+    loop = asyncio.new_event_loop()
+
+    async def write_and_stop() -> None:
+        journal.begin("cut", "1", "tool", '{"kind":"tool"}', 0.0)
+        loop.stop()  # the loop ends this turn: the commit it scheduled never runs
+
+    loop.run_until_complete(write_and_stop())
+    loop.close()
+    assert journal._in_tx and journal._group is not None  # the commit never ran
+
+    watcher = _Watcher(db)
+
+    def asks() -> Op[str]:
+        first = (yield from infer("question")).text
+        out = yield from tool("noop")
+        return f"{first} {out.output}"
+
+    def noop() -> str:
+        return "done"
+
+    interp = LiveInterpreter(model=watcher, tools=[noop], journal=journal)
+    result = anyio.run(interp.arun, asks)
+    assert result.value == "answer 1 done"
+    assert watcher.seen == [("none", "started", "-")]  # committed without a wait, as ever
+    outside = apsw.Connection(str(db))
+    assert outside.execute("SELECT status FROM entries WHERE run_id='cut'").fetchall() == [
+        ("started",)
+    ]
+    journal.close()
+    watcher.outside.close()
+    outside.close()
