@@ -165,11 +165,6 @@ def _text_of(column: str, kept: Any) -> Any:
     return kept
 
 
-_CACHE_KIB = 32 * 1024
-"""The most page cache a writing connection keeps, in KiB (SQLite's default is 2 MiB). Runs
-written at once each touch pages of their own (a leaf of the entries, of the content index):
-at 1,000 runs the default cache held too few of them, and each statement read its pages back
-from the file (a quarter of the statements' time). Only pages read take memory."""
 _PAGE_SIZE = 8192
 """The page size of a new journal: pieces of content of a few KB waste less of each page (a
 4 KB page holds two 1.3 KB rows and leaves a third of itself empty)."""
@@ -273,6 +268,18 @@ def _started(pid: int) -> str | None:
     return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
 
 
+_OWN_START: tuple[int, str | None] = (-1, None)
+
+
+def _own_start() -> str | None:
+    """:func:`_started` of this process, read once (a forked child reads its own)."""
+    global _OWN_START
+    pid = os.getpid()
+    if _OWN_START[0] != pid:
+        _OWN_START = (pid, _started(pid))
+    return _OWN_START[1]
+
+
 _SINCE = "\x1fstarted "
 """What a lock's holder holds after its name: when the process started (:func:`_started`),
 kept apart from what a message shows."""
@@ -308,7 +315,7 @@ def _shown(holder: object) -> str:
 def _lock_holder(kernel: str | None) -> str:
     """This process as a lock names it: ``pid N on HOST``, the lock file it holds the run's
     kernel lock in (``kernel``, when it does), and when it started."""
-    started = _started(os.getpid())
+    started = _own_start()
     return (
         _holder()
         + ("" if kernel is None else _KERNEL + kernel)
@@ -543,7 +550,6 @@ class SqliteJournal(Journal):
                 self._db.pragma("page_size", _PAGE_SIZE)
                 self._db.pragma("journal_mode", "wal")
                 self._db.pragma("synchronous", "normal")
-                self._db.pragma("cache_size", -_CACHE_KIB)
                 self._setup()
             except (apsw.BusyError, apsw.LockedError):
                 left = deadline - time.monotonic()
