@@ -165,6 +165,8 @@ def _text_of(column: str, kept: Any) -> Any:
     return kept
 
 
+_FAILED_KEPT = 1024
+"""How many failed transactions a journal object remembers (a wait for one raises its error)."""
 _PAGE_SIZE = 8192
 """The page size of a new journal: pieces of content of a few KB waste less of each page (a
 4 KB page holds two 1.3 KB rows and leaves a third of itself empty)."""
@@ -367,10 +369,17 @@ class SqliteJournal(Journal):
         self._writing: set[str] = set()
         self._in_tx = False
         self._group: _Group | None = None
+        #: the number of the last transaction opened, and every one up to this one has ended
+        self._tx = 0
+        self._ended = 0
+        #: the transactions that failed (the last few), and why
+        self._tx_failed: dict[int, JournalError] = {}
+        #: the transaction this thread's last grouped write went into (``tx``; 0: none)
+        self._local = threading.local()
         #: the runs with entries in the open transaction
         self._tx_runs: set[str] = set()
-        #: runs whose entries a failed commit lost, and its error: told at their next write
-        self._lost: dict[str, JournalError] = {}
+        #: runs whose entries a failed commit lost, and what it said: told at their next write
+        self._lost: dict[str, str] = {}
         self.read_only = read_only
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a directory, not a journal file")
@@ -601,13 +610,14 @@ class SqliteJournal(Journal):
         """Run one statement, committed at once (an open group of entries' writes first)."""
         try:
             with self._mutex:
-                self._into_tx(False)
-                rows = self._db.execute(sql, params).fetchall()
+                try:
+                    self._into_tx(False)
+                    rows = self._db.execute(sql, params).fetchall()
+                except apsw.ConstraintError:
+                    raise
+                except apsw.Error as exc:
+                    raise self._statement_failed(exc) from None
                 return _Rows(rows, self._db.changes())
-        except apsw.ConstraintError:
-            raise
-        except apsw.Error as exc:
-            raise self._failed(exc) from None
         except UnicodeEncodeError:
             raise self._not_text(params) from None
         except UnicodeDecodeError as exc:  # a text SQLite keeps as it was given: a file's
@@ -617,26 +627,34 @@ class SqliteJournal(Journal):
                 "outside opdsl (nothing was changed)"
             ) from None
 
-    def _write_entry(self, sql: str, params: tuple[Any, ...]) -> int:
-        """An entry's write (a begin, a finish): with group commit on, into the open
-        transaction, committed by :meth:`durable`. Through the cursor kept for these writes
-        (the commonest statements, two per effect); returns how many rows it changed."""
-        try:
-            with self._mutex:
+    def _write_entry(self, run_id: str, sql: str, params: tuple[Any, ...]) -> int:
+        """An entry's write (a begin, a finish) of run ``run_id``: with group commit on, into
+        the open transaction, committed soon after (:meth:`durable` waits for it). Through the
+        cursor kept for these writes (the commonest statements, two per effect); returns how
+        many rows it changed."""
+        with self._mutex:
+            try:
                 grouped = self.grouped
                 if self._pieces and not grouped:  # the pieces and their entry: one commit
-                    return self._with_pieces(sql, params)
-                # grouped, the pieces wait for the group's commit, which writes them first (one
-                # statement for all of them, not one for each entry)
-                self._into_tx(grouped)
-                self._cursor.execute(sql, params)
-                return self._db.changes()
-        except apsw.ConstraintError:
-            raise
-        except apsw.Error as exc:
-            raise self._failed(exc) from None
-        except UnicodeEncodeError:
-            raise self._not_text(params) from None
+                    changed = self._with_pieces(sql, params)
+                else:
+                    # grouped, the pieces wait for the group's commit, which writes them first
+                    # (one statement for all of them, not one for each entry)
+                    self._into_tx(grouped)
+                    self._cursor.execute(sql, params)
+                    changed = self._db.changes()
+            except apsw.ConstraintError:
+                raise
+            except apsw.Error as exc:
+                raise self._statement_failed(exc) from None
+            except UnicodeEncodeError:
+                raise self._not_text(params) from None
+            if self._in_tx:
+                self._tx_runs.add(run_id)
+                self._local.tx = self._tx
+            else:
+                self._local.tx = 0
+            return changed
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
         """An entry's write with the pieces it needs, in one transaction: the open one when
@@ -644,8 +662,7 @@ class SqliteJournal(Journal):
         commit = not self.grouped  # asked before a transaction is opened for them
         opened = not self._in_tx
         if opened:
-            self._db.execute("BEGIN")
-            self._in_tx = True
+            self._open_tx()
         try:
             self._write_pieces()
             cursor = self._cursor
@@ -653,12 +670,12 @@ class SqliteJournal(Journal):
             changed = self._db.changes()
         except BaseException:
             if opened:
-                self._in_tx = False
-                self._db.execute("ROLLBACK")
+                with contextlib.suppress(apsw.Error):
+                    self._db.execute("ROLLBACK")
+                self._end_tx()
             raise
         if commit:
-            self._in_tx = False
-            self._db.execute("COMMIT")
+            self._commit_open()
         else:
             self._commit_soon()
         return changed
@@ -668,13 +685,68 @@ class SqliteJournal(Journal):
         is opened), any other commits the open one first."""
         if grouped:
             if not self._in_tx:
-                self._db.execute("BEGIN")
-                self._in_tx = True
+                self._open_tx()
             self._commit_soon()
         elif self._in_tx:
-            self._write_pieces()  # none committed without the pieces it needs
-            self._db.execute("COMMIT")
-            self._in_tx = False
+            # with the pieces it waits for: none committed without them. One that fails is
+            # the failure of the runs whose writes it held (each is told, :meth:`_end_tx`),
+            # not of this write, which is made on its own after it
+            with contextlib.suppress(JournalError):
+                self._commit_open()
+
+    def _open_tx(self) -> None:
+        """Begin a transaction (the mutex held)."""
+        self._db.execute("BEGIN")
+        self._in_tx = True
+        self._tx += 1
+
+    def _end_tx(self, failed: JournalError | None = None) -> None:
+        """The open transaction has ended (the mutex held): committed, or rolled back because
+        of ``failed``. The runs with entries in a failed one lost them: each is stopped at its
+        next write, and a wait for it (:meth:`durable`) raises ``failed``."""
+        if failed is not None:
+            if not self._db.getautocommit():
+                with contextlib.suppress(apsw.Error):
+                    self._db.execute("ROLLBACK")
+            self._runs_known.clear()
+            self._pieces.clear()  # those of its entries, lost with them
+            for run_id in self._tx_runs:
+                self._lost[run_id] = str(failed)
+            self._tx_failed[self._tx] = failed
+            if len(self._tx_failed) > _FAILED_KEPT:
+                del self._tx_failed[next(iter(self._tx_failed))]
+        self._in_tx = False
+        self._ended = self._tx
+        self._tx_runs.clear()
+
+    def _commit_open(self) -> None:
+        """Commit the open transaction, the pieces waiting for it first (the mutex held). One
+        that fails is rolled back and ended failed (:meth:`_end_tx`), and its error raised."""
+        try:
+            if self._pieces:
+                if not self._in_tx:
+                    self._open_tx()
+                self._write_pieces()
+            if self._in_tx:
+                self._db.execute("COMMIT")
+                self._end_tx()
+        except Exception as exc:
+            failed = (
+                self._failed(exc, "the commit")
+                if isinstance(exc, apsw.Error)
+                else JournalError(f"journal {self.path}: the commit failed: {exc!r}")
+            )
+            if self._in_tx:
+                self._end_tx(failed)
+            raise failed from None
+
+    def _statement_failed(self, exc: apsw.Error) -> JournalError:
+        """What a statement's failure says (the mutex held); where SQLite rolled the open
+        transaction back with it (a full disk, an I/O error), that transaction has failed."""
+        failed = self._failed(exc)
+        if self._in_tx and self._db.getautocommit():
+            self._end_tx(failed)
+        return failed
 
     def _not_text(self, params: tuple[Any, ...]) -> JournalError:
         """A text given to be written or looked up that no UTF-8 holds (a lone surrogate:
@@ -727,10 +799,24 @@ class SqliteJournal(Journal):
             self._commit()
         except JournalError as exc:
             group.error = exc
-        group.done.set()
+        finally:
+            group.done.set()
+
+    def _settled(self, tx: int) -> bool:
+        """Whether transaction ``tx`` has ended; one that failed raises its error."""
+        with self._mutex:
+            if tx > self._ended:
+                return False
+            failed = self._tx_failed.get(tx)
+        if failed is not None:
+            raise failed
+        return True
 
     async def durable(self) -> None:
-        if not self._in_tx:
+        # the transaction this task's last write went into (a task's begin and its wait run
+        # in one thread with no await between: no other write of this thread comes between)
+        tx = getattr(self._local, "tx", 0)
+        if not tx or self._settled(tx):
             return
         group = self._group
         here = _loop_here()
@@ -743,31 +829,14 @@ class SqliteJournal(Journal):
                 await anyio.lowlevel.checkpoint()
             finally:
                 self._flush(group)
-        if group.error is not None:
-            raise group.error
+        if not self._settled(tx):  # the commit waited for came before this write's
+            self._commit()
+            if not self._settled(tx):
+                raise JournalError(f"journal {self.path}: a write could not be committed")
 
     def _commit(self) -> None:
-        try:
-            with self._mutex:
-                if self._pieces:  # none is left behind uncommitted, whatever follows
-                    if not self._in_tx:
-                        self._db.execute("BEGIN")
-                        self._in_tx = True
-                    self._write_pieces()
-                if self._in_tx:
-                    self._in_tx = False
-                    self._db.execute("COMMIT")
-                self._tx_runs.clear()
-        except apsw.Error as exc:
-            with contextlib.suppress(apsw.Error):
-                self._db.execute("ROLLBACK")
-            self._runs_known.clear()
-            failed = self._failed(exc, "the commit")
-            # the runs whose entries it held lost them: each is told at its next write
-            for run_id in self._tx_runs:
-                self._lost[run_id] = failed
-            self._tx_runs.clear()
-            raise failed from None
+        with self._mutex:
+            self._commit_open()
 
     def close(self) -> None:
         try:
@@ -850,6 +919,10 @@ class SqliteJournal(Journal):
         error_json: str | None = None,
         final_state_json: str | None = None,
     ) -> None:
+        with self._mutex:
+            self._into_tx(False)  # the run's last entries are committed before its end
+        if self._lost:  # they were not: its end would be written over a gap
+            self._unlost(run_id)
         self._exec(
             "UPDATE runs SET status=?, finished_at=?, result_json=?, error_json=?, final_state_json=? "
             "WHERE run_id=?",
@@ -891,8 +964,9 @@ class SqliteJournal(Journal):
         return known
 
     def _unlost(self, run_id: str) -> None:
-        """Refuse a write to a run whose entries a failed grouped commit lost: what it goes on
-        with would follow a gap. It stops with that error, and resumes from what was kept."""
+        """Refuse a write to a run whose entries a failed grouped commit lost (its end
+        included): what it goes on with would follow a gap. It stops with that error, and
+        resumes from what was kept."""
         lost = self._lost.get(run_id)
         if lost is not None:
             raise JournalError(
@@ -904,8 +978,6 @@ class SqliteJournal(Journal):
         if self._lost:
             self._unlost(run_id)
         self._begin(run_id, address, kind, effect_json, at)
-        if self._in_tx:
-            self._tx_runs.add(run_id)
 
     def _begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
@@ -915,6 +987,7 @@ class SqliteJournal(Journal):
             goes_on = kind in GOES_ON
             if not goes_on:
                 self._write_entry(
+                    run_id,
                     "INSERT INTO attempts (run_id, address, kind, started_at, status, "
                     "finished_at, again_at) SELECT run_id, address, kind, started_at, status, "
                     f"finished_at, ? FROM entries WHERE run_id=? AND address=? AND status IN "
@@ -922,6 +995,7 @@ class SqliteJournal(Journal):
                     (at, run_id, address),
                 )
             changed = self._write_entry(
+                run_id,
                 "UPDATE entries SET effect_json=?, started_at=CASE WHEN ? THEN started_at "
                 "ELSE ? END, status='started', finished_at=NULL, error_json=NULL "
                 f"WHERE run_id=? AND address=? AND status IN ({_BEGIN_FROM_SQL})",
@@ -934,6 +1008,7 @@ class SqliteJournal(Journal):
             return
         try:
             self._write_entry(
+                run_id,
                 "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
                 "VALUES (?, ?, ?, ?, ?, 'started', ?)",
                 (run_id, next_seq[0], address, kind, effect_json, at),
@@ -958,14 +1033,13 @@ class SqliteJournal(Journal):
         if self._lost:
             self._unlost(run_id)
         changed = self._write_entry(
+            run_id,
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
             f"WHERE run_id=? AND address=? AND status IN ({_FINISH_FROM_SQL})",
             (status, _kept(result_json), _kept(error_json), _kept(usage_json), at, run_id, address),
         )
         if changed == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
-        if self._in_tx:
-            self._tx_runs.add(run_id)
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         self._commit()
@@ -1246,6 +1320,7 @@ class SqliteJournal(Journal):
     def release(self, run_id: str) -> None:
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
+        self._lost.pop(run_id, None)  # written no more until taken again
         try:
             self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
         finally:  # a row left behind is this process's own, taken over at the next acquire
