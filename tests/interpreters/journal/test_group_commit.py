@@ -23,7 +23,7 @@ from interpreters import (
     check_integrity,
 )
 from interpreters.journal._content import refs_of
-from op import Op, tool
+from op import Op, infer, tool
 
 
 def _outside(
@@ -80,6 +80,14 @@ def _together(
 
     anyio.run(main, backend=backend)
     return results
+
+
+def _asks(n: int) -> Op[list[str]]:
+    """``n`` model calls, their answers' texts."""
+    out = []
+    for i in range(n):
+        out.append((yield from infer(f"q{i}")).text)
+    return out
 
 
 def _program(n: int) -> Op[list[str]]:
@@ -297,7 +305,6 @@ def test_a_model_call_does_not_wait_for_its_begin_and_every_write_is_committed_a
     """A model call changes nothing outside the run: its handler starts at once, and its begin
     is committed by the commit scheduled when the transaction opened, with no run waiting for
     it. Runs that only ask models are still committed as they go, not at their ends."""
-    from op import infer
 
     db = tmp_path / "runs.db"
     watcher = _Watcher(db)
@@ -306,14 +313,8 @@ def test_a_model_call_does_not_wait_for_its_begin_and_every_write_is_committed_a
     _trace(journal, commits, only="COMMIT")
     interp = LiveInterpreter(model=watcher, journal=journal)
 
-    def asks(n: int) -> Op[list[str]]:
-        out = []
-        for i in range(n):
-            out.append((yield from infer(f"question {i}")).text)
-        return out
-
     runs, steps = 5, 4
-    results = _together(interp, runs, asks, steps, backend=backend)
+    results = _together(interp, runs, _asks, steps, backend=backend)
     assert [r.value for r in results] == [[f"answer {i}" for i in range(1, steps + 1)]] * runs
     addresses = {e.address for r in results for e in journal.entries(r.run_id)}
     assert addresses == {str(i) for i in range(1, steps + 1)}  # as the watcher counts them
@@ -336,7 +337,6 @@ def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_wh
     it held are told at their next write, so none goes on past a gap; each resumes from what
     was kept, and the resumed run is the whole run."""
     from interpreters import ScriptedModel, resume
-    from op import infer
 
     db = tmp_path / "runs.db"
     journal = SqliteJournal(db, group_commit=True)
@@ -357,13 +357,7 @@ def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_wh
     model = ScriptedModel(lambda request: f"to {request.messages[-1].content}", delay=0.001)
     interp = LiveInterpreter(model=model, journal=journal)
 
-    def asks(n: int) -> Op[list[str]]:
-        out = []
-        for i in range(n):
-            out.append((yield from infer(f"q{i}")).text)
-        return out
-
-    results = _together(interp, 3, asks, 6)
+    results = _together(interp, 3, _asks, 6)
     assert failed and failed[0], "no commit failed"
     stopped = [r for r in results if r.run_id in failed[0]]
     assert stopped and all(r.status == "failed" for r in stopped)
@@ -374,7 +368,7 @@ def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_wh
     assert all(r.status == "completed" for r in results if r.run_id not in failed[0])
     journal._db.exec_trace = None
     for r in stopped:
-        again = resume(r.run_id, db=journal, program=asks, model=model, tools=[])
+        again = resume(r.run_id, db=journal, program=_asks, model=model, tools=[])
         assert again.status == "completed", again.error
         assert again.value == [f"to q{i}" for i in range(6)]
         assert check_integrity(journal, r.run_id) == []
@@ -389,8 +383,6 @@ def test_a_commit_scheduled_on_a_loop_that_stopped_does_not_hold_back_the_next_l
     transaction open. A journal used again from another loop neither waits for that commit for
     ever nor leaves the new writes uncommitted: it schedules a commit of its own."""
     import asyncio
-
-    from op import infer, tool
 
     db = tmp_path / "runs.db"
     journal = SqliteJournal(db, group_commit=True)
