@@ -502,17 +502,17 @@ def test_a_wait_for_a_commit_that_another_thread_is_making_and_that_fails_raises
         async def main() -> None:
             journal.begin("B", "1", "infer", '{"kind":"infer"}', 1.0)  # opens the transaction
             b_wrote.set()
-            a_wrote.wait(5)
+            a_wrote.wait(30)
             await asyncio.sleep(0.01)  # B's scheduled commit runs
 
         asyncio.run(main())
 
     def thread_a() -> None:
         async def main() -> None:
-            b_wrote.wait(5)
+            b_wrote.wait(30)
             journal.begin("A", "1", "tool", '{"kind":"tool"}', 1.0)  # joins B's transaction
             a_wrote.set()
-            b_committing.wait(5)
+            b_committing.wait(30)
             try:
                 await asyncio.wait_for(journal.durable(), 10)
                 seen["durable"] = "returned"
