@@ -318,6 +318,12 @@ class HttpModel(RemoteModel):
         self.spec = f"{self.provider}:{model}"
         #: the most tokens one answer may have, unless a call says otherwise (``max_tokens``)
         self.max_tokens = _max_tokens_from_env() if max_tokens is None else max_tokens
+        if lone_surrogate(base_url) is not None:  # a byte that is not UTF-8, read from the env
+            raise ValueError(
+                f"{self.provider}: the base URL {ascii(redact_spec(base_url))} is not text: it "
+                "holds a byte that is not UTF-8 (where it comes from the environment, such as "
+                "OPENAI_BASE_URL, ANTHROPIC_BASE_URL or OLLAMA_HOST, set it as UTF-8)"
+            )
         # credentials in the URL (http://user:pw@host/v1) travel as a Basic authorization
         # header, never in the URL itself (nor in errors, nor in what is journaled)
         try:

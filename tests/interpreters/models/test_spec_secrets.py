@@ -159,6 +159,34 @@ def test_a_spec_whose_url_cannot_be_parsed_is_one_line_naming_it(tmp_path: Path)
     ), ran.stderr
 
 
+def test_a_base_url_in_the_environment_that_is_not_utf8_is_one_line_naming_it(
+    tmp_path: Path,
+) -> None:
+    """``OPENAI_BASE_URL`` holding a byte that is not UTF-8 (Python reads it as a lone
+    surrogate): one line that says so, its password redacted, not an encoder's error."""
+    (tmp_path / "writer.py").write_text(PROGRAM)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPDSL_", "OTEL_")) or k == "OPDSL_SEAL_KEY"
+    }
+    env["OPENAI_API_KEY"] = "sk-test"
+    env_bytes = {k.encode(): v.encode() for k, v in env.items()}
+    env_bytes[b"OPENAI_BASE_URL"] = b"http://me:" + SECRET.encode() + b"@127.0.0.1:9/v\xff1"
+    ran = subprocess.run(
+        [OPDSL, "run", "writer:write", "--arg", "topic=x", "--model", "openai:gpt-4.1-mini"],
+        cwd=tmp_path,
+        env=env_bytes,
+        capture_output=True,
+        timeout=120,
+    )
+    said = ran.stderr.decode("utf-8", "backslashreplace").strip()
+    assert ran.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "the base URL 'http://[redacted]@127.0.0.1:9/v\\udcff1' is not text" in said, said
+    assert "OPENAI_BASE_URL" in said and SECRET not in said
+    assert not (tmp_path / ".opdsl" / "runs.db").exists()  # refused before any run began
+
+
 def test_import_names_a_files_model_again_with_its_credentials_redacted(tmp_path: Path) -> None:
     """The hint ``opdsl import`` prints: what the file names, shell-quoted, and a model URL's
     password never shown (a file someone hands us may hold one)."""
