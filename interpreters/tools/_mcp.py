@@ -68,6 +68,7 @@ from interpreters._shown import visible
 from interpreters.tools._bound import PREFIX_HINT, BoundTool
 from interpreters.tools._sandbox import bwrap_argv, sandbox_problem
 from op import Agent, Infer, OpdslError, Tool, ToolResult, ToolSpec
+from state._canonical import lone_path
 
 __all__ = [
     "MAX_MESSAGE",
@@ -564,13 +565,16 @@ def _unreadable(line: bytes, redact: Redactor) -> str:
     """What is wrong with ``line`` (a stdio server's, not a JSON-RPC message), and the start
     of it, escaped and with its secrets replaced: ``not JSON: this is not json``."""
     try:
-        json.loads(line.decode())
+        parsed = json.loads(line.decode())
     except UnicodeDecodeError as exc:
         why = f"not UTF-8 (byte {exc.start})"
     except ValueError:
         why = "not JSON"
     else:
-        why = "not a JSON-RPC message"
+        # a text written as half of a UTF-16 pair ("\\ud800"): JSON's escape allows it, no
+        # character is it, and the SDK's parser refuses the line
+        lone = lone_path(parsed, "$")
+        why = "not a JSON-RPC message" if lone is None else f"not text (a lone surrogate at {lone})"
     shown = visible(redact(line[:200].decode("utf-8", "backslashreplace")), lines=False)
     more = len(line) > 200 or len(shown) > 120
     return f"{why}: {shown[:120]}" + ("..." if more else "")

@@ -78,6 +78,12 @@ for line in sys.stdin:
                 % mid
             )
             sys.stdout.buffer.flush()
+        elif name == "lone":  # a text written as half of a UTF-16 pair
+            sys.stdout.buffer.write(
+                b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"a\\ud800"}]}}\n'
+                % mid
+            )
+            sys.stdout.buffer.flush()
         elif name == "garbage":
             sys.stdout.buffer.write(b"this is not json\n")
             sys.stdout.buffer.flush()
@@ -296,7 +302,7 @@ def test_an_unreadable_answer_fails_the_call_at_once_saying_what_it_was(
         return line in err
 
     async def main() -> tuple[list[ToolResult], float]:
-        names = "badutf8,garbage,after,ping,hang"
+        names = "badutf8,lone,garbage,after,ping,hang"
         servers = {
             "s": server(wire, names=names, timeout=30.0),
             "t": server(wire, names=names, timeout=0.5),
@@ -304,7 +310,7 @@ def test_an_unreadable_answer_fails_the_call_at_once_saying_what_it_was(
         async with open_mcp(servers, root=tmp_path) as s:
             by = {t.name: t for t in s.tools}
             started = time.monotonic()
-            out = [await by[f"s_{n}"].call({}) for n in ("badutf8", "garbage", "after")]
+            out = [await by[f"s_{n}"].call({}) for n in ("badutf8", "lone", "garbage", "after")]
             took = time.monotonic() - started
             # a stray line no call waits on is said, and the server goes on
             assert await warned(
@@ -318,11 +324,16 @@ def test_an_unreadable_answer_fails_the_call_at_once_saying_what_it_was(
             )
             return out, took
 
-    (bad, garbage, after, ping, hang, t_after), took = anyio.run(main)
+    (bad, lone, garbage, after, ping, hang, t_after), took = anyio.run(main)
     assert took < 10  # none waits out its 30 s
     assert bad.error == (
         "MCP server 's' sent a message that is not UTF-8 (byte 68) during the call to "
         '\'s_badutf8\': {"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"\\xff"}]}}'
+    )
+    assert lone.error == (
+        "MCP server 's' sent a message that is not text (a lone surrogate at "
+        "$.result.content[0].text) during the call to 's_lone': "
+        '{"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"a\\ud800"}]}}'
     )
     assert garbage.error == (
         "MCP server 's' sent a message that is not JSON during the call to 's_garbage': "
