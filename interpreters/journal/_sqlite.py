@@ -718,6 +718,12 @@ class SqliteJournal(Journal):
         self._in_tx = False
         self._ended = self._tx
         self._tx_runs.clear()
+        group = self._group
+        if group is not None and group.loop is _loop_here():
+            # its commit is made: its waiters go on now, and the journal keeps no hold on the
+            # loop (one stopped before the scheduled commit ran would be kept to the end)
+            self._group = None
+            group.done.set()
 
     def _commit_open(self) -> None:
         """Commit the open transaction, the pieces waiting for it first (the mutex held). One

@@ -559,3 +559,32 @@ def test_a_commit_that_fails_with_no_error_of_sqlites_still_wakes_its_waiters(
     assert "the commit failed" in said and "fromhex" in said, said
     assert not journal._in_tx and _entries_outside(journal.path, "a") == []
     journal.close()
+
+
+def test_a_journal_keeps_no_hold_on_a_loop_once_its_transaction_is_committed(
+    tmp_path: Path,
+) -> None:
+    """A run stopped by Ctrl-C commits what it wrote as it ends, and its loop may stop before
+    the commit it scheduled runs. The journal then holds nothing of that loop, which is freed
+    (and closed) when its program lets go of it, not at the interpreter's exit."""
+    import asyncio
+    import gc
+    import weakref
+
+    journal = _grouped_with(tmp_path, "a")
+    loop = asyncio.new_event_loop()
+
+    async def write_end_and_stop() -> None:
+        journal.begin("a", "1", "tool", '{"kind":"tool"}', 1.0)  # schedules a commit
+        journal.finish_run("a", "cancelled", at=2.0)  # commits first, as a run's end does
+        asyncio.get_running_loop().stop()  # the scheduled commit never runs
+
+    loop.run_until_complete(write_end_and_stop())
+    assert journal._group is None and not journal._in_tx
+    held = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert held() is None
+    assert _entries_outside(journal.path, "a") == [("1", "started")]
+    journal.close()
