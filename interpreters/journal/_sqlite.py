@@ -230,12 +230,11 @@ class _Group:
     (asyncio's ``call_soon``, trio's ``run_sync_soon``): the runs waiting in
     :meth:`SqliteJournal.durable` share it."""
 
-    __slots__ = ("done", "error", "loop")
+    __slots__ = ("done", "loop")
 
     def __init__(self, loop: object | None) -> None:
         self.loop = loop
         self.done = anyio.Event()
-        self.error: JournalError | None = None
 
     def schedule(self, commit: Callable[[_Group], None]) -> None:
         if isinstance(self.loop, asyncio.AbstractEventLoop):
@@ -657,27 +656,19 @@ class SqliteJournal(Journal):
             return changed
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
-        """An entry's write with the pieces it needs, in one transaction: the open one when
-        grouped, else one of its own, committed here."""
-        commit = not self.grouped  # asked before a transaction is opened for them
-        opened = not self._in_tx
-        if opened:
-            self._open_tx()
+        """An entry's write with the pieces it needs, in one transaction of its own, committed
+        here (writes that are not grouped: no transaction is open)."""
+        self._open_tx()
         try:
             self._write_pieces()
-            cursor = self._cursor
-            cursor.execute(sql, params)
+            self._cursor.execute(sql, params)
             changed = self._db.changes()
         except BaseException:
-            if opened:
-                with contextlib.suppress(apsw.Error):
-                    self._db.execute("ROLLBACK")
-                self._end_tx()
+            with contextlib.suppress(apsw.Error):
+                self._db.execute("ROLLBACK")
+            self._end_tx()
             raise
-        if commit:
-            self._commit_open()
-        else:
-            self._commit_soon()
+        self._commit_open()
         return changed
 
     def _into_tx(self, grouped: bool) -> None:
@@ -803,8 +794,8 @@ class SqliteJournal(Journal):
             self._group = None
         try:
             self._commit()
-        except JournalError as exc:
-            group.error = exc
+        except JournalError:
+            pass  # its waiters and its runs are told (_end_tx): a wait raises it, a write too
         finally:
             group.done.set()
 
