@@ -52,10 +52,12 @@ from interpreters.journal._runlock import KernelLocks
 from interpreters.journal._status import BEGIN_FROM, FINISH_FROM, GOES_ON, EntryEnd
 from state._canonical import lone_surrogate
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: entries hold their whole text; 2: the ``content`` table, each piece of content once, and
-entries that refer to it (``journal._content``). A version 1 file is read as it is, and
-becomes version 2 when it is opened for writing."""
+entries that refer to it (``journal._content``); 3: entries kept in the order they were
+written, found by run through an index (they were kept in the order of their run, so a commit
+of many runs' writes rewrote a page of entries for each run). An older file is read as it is,
+and becomes version 3 when it is opened for writing (:meth:`SqliteJournal._setup`)."""
 _BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
 _FINISH_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(FINISH_FROM))
 _SCHEMA = """
@@ -86,9 +88,9 @@ CREATE TABLE IF NOT EXISTS entries (
     error_json TEXT,
     usage_json TEXT,
     started_at REAL NOT NULL,
-    finished_at REAL,
-    PRIMARY KEY (run_id, address)
-) WITHOUT ROWID;
+    finished_at REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_at ON entries (run_id, address);
 CREATE TABLE IF NOT EXISTS content (
     hash BLOB PRIMARY KEY,
     body TEXT NOT NULL
@@ -117,7 +119,7 @@ CREATE TABLE IF NOT EXISTS locks (
 """
 _RUN_COLS = list(RunRecord.model_fields)
 _TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _SCHEMA))
-_INDEXES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", _SCHEMA))
+_INDEXES = frozenset(re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", _SCHEMA))
 """The indexes of a whole journal: a file made before one was added gains it when it is next
 opened for writing, as it gains a table."""
 _TEXT_COLS = frozenset({"result_json", "error_json", "usage_json"})
@@ -579,7 +581,13 @@ class SqliteJournal(Journal):
         self._db.execute("BEGIN IMMEDIATE")
         try:
             if not self._whole():  # made by another process while this one waited
+                tables = self._tables()
+                older = "entries" in tables and (self._version(tables) or 0) < SCHEMA_VERSION
+                if older:
+                    self._db.execute("ALTER TABLE entries RENAME TO entries_by_run")
                 self._db.execute(_SCHEMA)
+                if older:
+                    self._entries_in_written_order()
                 # a version 1 file: its entries read as they are; new ones may refer to content
                 self._db.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
@@ -592,6 +600,23 @@ class SqliteJournal(Journal):
             with contextlib.suppress(apsw.Error):
                 self._db.execute("ROLLBACK")
             raise
+
+    def _entries_in_written_order(self) -> None:
+        """An older file's entries (kept in the order of their runs, renamed
+        ``entries_by_run``) moved into this version's table, inside :meth:`_setup`'s
+        transaction: all of them, or none and the file as it was."""
+        cols = ", ".join(_ENTRY_COLS)
+        try:
+            self._db.execute(
+                f"INSERT INTO entries ({cols}) SELECT {cols} FROM entries_by_run "
+                "ORDER BY run_id, seq"
+            )
+            self._db.execute("DROP TABLE entries_by_run")
+        except apsw.Error as exc:
+            raise JournalError(
+                f"journal {self.path}: its entries could not be moved to schema "
+                f"{SCHEMA_VERSION} ({exc}); nothing was changed"
+            ) from None
 
     def _whole(self) -> bool:
         """Whether the file is a whole journal of this version (a newer one, or one missing

@@ -12,9 +12,21 @@ from pathlib import Path
 import pytest
 
 from interpreters import ScriptedModel, SqliteJournal, replay, resume
+from interpreters.journal import Entry, JournalError, RunRecord
+from interpreters.journal._portable import check_integrity
 from interpreters.journal._seal import foreign, vouch_for
 from op import OpdslError
-from tests.fixtures.durable_programs import TOOLS, appender, budgeted
+from tests.fixtures.durable_programs import (
+    TOOLS,
+    appender,
+    budgeted,
+    chat,
+    conversed,
+    lines_of,
+    long_output,
+    measured,
+)
+from tests.helpers import RawJournal
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
 
@@ -69,3 +81,110 @@ def test_a_v0_1_journal_resumes_forks_and_answers(old_db: str, tmp_path: Path) -
     assert journal.run("chat").status == "completed"
     assert [e.kind for e in journal.entries("chat")][:2] == ["checkpoint", "ask"]
     assert journal.entries("chat")[1].status == "completed"
+
+
+# -- schema 2: entries kept in the order of their runs ----------------------------------------
+
+
+@pytest.fixture
+def schema_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``schema-2.db``, written by the version before entries were kept in the order they
+    were written: ``appender``, ``budgeted``, ``conversed``, ``long`` and ``measured``
+    completed, ``chat`` waiting for its answer, and ``cut``, whose process died inside its
+    third tool call (that entry left ``started``). Its runs append to ``lines.txt``, here in
+    the test's folder."""
+    db = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "schema-2.db", db)
+    monkeypatch.chdir(tmp_path)
+    return db
+
+
+def _layout(db: Path) -> tuple[str, str, set[str]]:
+    """The file's schema version, its ``entries`` table as SQLite keeps it, and its tables."""
+    raw = RawJournal(db, read_only=True)
+    try:
+        version = raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        sql = raw.execute("SELECT sql FROM sqlite_master WHERE name='entries'").fetchone()[0]
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        raw.close()
+    return version, sql, tables
+
+
+def _everything(journal: SqliteJournal) -> dict[str, tuple[RunRecord, list[Entry]]]:
+    return {r.run_id: (r, journal.entries(r.run_id)) for r in journal.runs()}
+
+
+def test_a_schema_2_journal_is_read_as_it_is_and_moved_whole_when_opened_for_writing(
+    schema_2: Path,
+) -> None:
+    version, sql, _ = _layout(schema_2)
+    assert version == "2" and "WITHOUT ROWID" in sql
+    reader = SqliteJournal(schema_2, read_only=True)
+    before = _everything(reader)
+    reader.close()
+    assert _layout(schema_2)[0] == "2"  # reading changes nothing
+    assert sorted(before) == [
+        "appender",
+        "budgeted",
+        "chat",
+        "conversed",
+        "cut",
+        "long",
+        "measured",
+    ]
+    assert sum(len(entries) for _, entries in before.values()) == 29
+
+    journal = SqliteJournal(schema_2)
+    version, sql, tables = _layout(schema_2)
+    assert version == "3" and "WITHOUT ROWID" not in sql and "entries_by_run" not in tables
+    assert _everything(journal) == before  # every run and entry as it was, byte for byte
+    assert journal._db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    for run_id in before:
+        assert check_integrity(journal, run_id) == []
+    # an address is still one entry of its run
+    with pytest.raises(
+        JournalError, match="UNIQUE constraint failed: entries.run_id, entries.address"
+    ):
+        journal.add_entries([before["appender"][1][2]])
+    journal.close()
+    SqliteJournal(schema_2).close()  # opened again: nothing more to move
+    assert _layout(schema_2)[0] == "3"
+
+
+def test_a_schema_2_journal_replays_resumes_forks_and_answers(schema_2: Path) -> None:
+    db = str(schema_2)
+    # another key sealed it: the program is named, as for any run handed over
+    assert replay("appender", db=db, program=appender).value["n"] == 4
+    assert replay("budgeted", db=db, program=budgeted).value == "ran out after 2"
+    assert replay("conversed", db=db, program=conversed).value == len("first answer " * 40) + 9
+    assert replay("long", db=db, program=long_output).value == "x" * 3000
+    assert replay("measured", db=db, program=measured).value == len("hello there")
+
+    # the run cut off inside a tool goes on from there: the tool is called again
+    cut = resume("cut", db=db, program=appender, tools=TOOLS)
+    assert cut.status == "completed" and cut.value["n"] == 5, cut.error
+    kept = lines_of("lines.txt")
+    assert [line.split(" ", 1)[1] for line in kept if line.startswith("cut:")] == [
+        "line 2",
+        "line 3",
+        "line 4",
+    ]
+    assert replay("cut", db=db, program=appender).value == cut.value
+
+    fork = resume("appender", from_checkpoint="line-3", db=db, program=appender, tools=TOOLS)
+    assert fork.status == "completed" and fork.value["n"] == 4
+    answered = resume(
+        "chat", db=db, program=chat, answer="friends", model=ScriptedModel(["a poem"])
+    )
+    assert answered.value == "friends: a poem"
+    journal = SqliteJournal(db)
+    assert [(e.kind, e.status) for e in journal.entries("chat")][:3] == [
+        ("checkpoint", "completed"),
+        ("ask", "completed"),
+        ("checkpoint", "completed"),
+    ]
+    # new entries follow the moved ones in the file, in the order they were written
+    rows = journal._db.execute("SELECT run_id, address FROM entries ORDER BY rowid").fetchall()
+    assert rows[-2:] == [("chat", "3"), ("chat", "4")]
+    assert {r for r, _ in rows[-2 - len(journal.entries(fork.run_id)) : -2]} == {fork.run_id}

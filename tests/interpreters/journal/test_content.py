@@ -288,7 +288,7 @@ def test_a_0_3_0_journal_of_a_conversation_answers_forks_and_replays(tmp_path: P
     assert any('"$chain"' in e.effect_json for e in after[len(before) :])  # new ones packed
     assert replay("conversation", db=str(db)).value == answered.value
     version = journal._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchall()
-    assert version == [("2",)]
+    assert version == [("3",)]
 
     fork = resume("conversation", from_checkpoint="half", db=str(fork_db), tools=TOOLS)
     assert fork.status == "waiting"

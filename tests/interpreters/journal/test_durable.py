@@ -72,7 +72,7 @@ def test_journal_is_plain_sqlite_in_wal_mode_with_canonical_json(tmp_path: Path)
     assert rows[0][:3] == ("1", "checkpoint", "completed")
     tool_row = next(r for r in rows if r[1] == "tool")
     assert json.loads(tool_row[3])["name"] == "append_line"
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
     program, status = con.execute("SELECT program, status FROM runs").fetchone()
     assert (program, status) == ("tests.fixtures.durable_programs:appender", "completed")
     assert check_integrity(SqliteJournal(db), result.run_id) == []

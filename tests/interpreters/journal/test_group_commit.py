@@ -125,6 +125,33 @@ def test_concurrent_runs_share_commits_and_begins_stay_write_ahead(
     outside.close()
 
 
+def test_entries_are_kept_in_the_order_they_were_written_not_by_run(tmp_path: Path) -> None:
+    """A commit of many runs' writes adds to the end of the file, instead of rewriting a page
+    of entries for each run (schema 2 kept them in the order of their runs); a run's entries
+    are still read in its order, each address once."""
+    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
+
+    async def seen_from_outside(i: int) -> str:
+        await anyio.sleep(0)  # each run's call yields to the loop: the runs keep in step
+        return str(i)
+
+    results = _together(LiveInterpreter(tools=[seen_from_outside], journal=journal), 3, _program, 4)
+    assert [r.status for r in results] == ["completed"] * 3
+    written = journal._db.execute("SELECT run_id, seq FROM entries ORDER BY rowid").fetchall()
+    # the runs took turns: each wrote its first call before any wrote its second
+    assert [seq for _, seq in written] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert len({run for run, _ in written[:3]}) == 3
+    for r in results:
+        assert [e.seq for e in journal.entries(r.run_id)] == [0, 1, 2, 3]
+    with pytest.raises(apsw.ConstraintError, match="entries.run_id, entries.address"):
+        journal._db.execute(
+            "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+            "VALUES (?, 9, '1', 'infer', '{}', 'started', 0)",
+            (results[0].run_id,),
+        )
+    journal.close()
+
+
 def test_a_commit_that_fails_fails_every_run_that_waits_on_it(tmp_path: Path) -> None:
     journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
     failed: list[set[str]] = []

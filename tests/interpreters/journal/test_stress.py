@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+import apsw
 import pytest
 
 from interpreters import JournalError, SqliteJournal, run
@@ -161,6 +162,98 @@ def test_a_new_journal_killed_at_any_statement_of_its_set_up_is_finished_later(
             except JournalError as exc:
                 assert any(words in str(exc) for words in CUT_OFF), (at, str(exc))
         _finishes(db, tmp_path)
+
+
+# a process moving copies of an older journal to this version's schema: "count" says how many
+# SQL statements opening one takes; "kill" opens a fresh copy for each N of them in a forked
+# copy of itself that kills itself (SIGKILL) before its N-th statement
+MOVE = textwrap.dedent(
+    """
+    import os, shutil, signal, sys
+    import apsw
+    from interpreters.journal._sqlite import SqliteJournal
+
+    folder, older, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    seen = []
+    at = 0
+
+    def trace(cursor, sql, bindings):
+        seen.append(sql)
+        if len(seen) == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return True
+
+    apsw.connection_hooks.append(lambda c: setattr(c, "exec_trace", trace))
+    if mode == "count":
+        shutil.copy(older, os.path.join(folder, "whole.db"))
+        SqliteJournal(os.path.join(folder, "whole.db"))
+        print(len(seen), flush=True)
+        sys.exit()
+    for n in range(1, count + 1):
+        db = os.path.join(folder, f"cut{n}.db")
+        shutil.copy(older, db)
+        pid = os.fork()
+        if pid == 0:
+            at = n
+            SqliteJournal(db)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (n, status)
+    print("killed", count, flush=True)
+    """
+)
+
+
+def _move(folder: Path, mode: str, count: int = 0) -> str:
+    older = ROOT / "tests" / "fixtures" / "journals" / "schema-2.db"
+    return subprocess.run(
+        [sys.executable, "-c", MOVE, str(folder), str(older), mode, str(count)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+
+
+def _version(db: Path) -> str:
+    con = apsw.Connection(f"{db.resolve().as_uri()}?mode=ro", flags=_READ_ONLY)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        assert row is not None
+        return str(row[0])
+    finally:
+        con.close()
+
+
+_READ_ONLY = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+
+
+def test_an_older_journal_killed_at_any_statement_of_its_move_keeps_every_entry(
+    tmp_path: Path,
+) -> None:
+    """Schema 2 kept entries in the order of their runs; opened for writing, the file is
+    moved to this version's table in one transaction. A kill before any of its statements
+    leaves the file as it was (read as it is) or moved whole, and the next writer finishes it."""
+    statements = int(_move(tmp_path, "count"))
+    assert statements >= 8  # the pragmas, the looks, BEGIN, the rename, the tables, the copy...
+    whole = SqliteJournal(tmp_path / "whole.db", read_only=True)
+    every = {r.run_id: whole.entries(r.run_id) for r in whole.runs()}
+    assert sum(map(len, every.values())) == 29
+    assert _move(tmp_path, "kill", statements).split() == ["killed", str(statements)]
+    versions = set()
+    for at in range(1, statements + 1):
+        db = tmp_path / f"cut{at}.db"
+        versions.add(_version(db))
+        kept = SqliteJournal(db, read_only=True)
+        assert {r.run_id: kept.entries(r.run_id) for r in kept.runs()} == every, at
+        kept.close()
+        moved = SqliteJournal(db)
+        assert {r.run_id: moved.entries(r.run_id) for r in moved.runs()} == every, at
+        assert moved._db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        moved.close()
+        assert _version(db) == "3"
+    assert versions == {"2"}  # killed before its COMMIT, each copy was left as it was
 
 
 def test_a_process_opening_a_journal_while_another_makes_it_waits_for_the_whole(
