@@ -268,11 +268,13 @@ class _Conversation:
     """One conversation's chain as far as it has been packed: the messages (the very objects
     the program passed) and the hash after each."""
 
-    __slots__ = ("heads", "messages")
+    __slots__ = ("extended", "heads", "messages")
 
     def __init__(self) -> None:
         self.messages: tuple[Message, ...] = ()
         self.heads: list[str | None] = [None]
+        #: whether a later call went on from it (one that never did is a one-off's)
+        self.extended = False
 
 
 @final
@@ -299,6 +301,10 @@ class Packer:
     SHORT: Final = PIECE_MIN
 
     _RECENT: Final = 8  # conversations kept: a program may interleave a few (roles, branches)
+    # of them, those no call has gone on from yet: a program asking one-off questions (a map
+    # over items) would otherwise keep its last eight prompts, a few objects each, alive in
+    # every run at once, for Python's collector to walk again and again
+    _ONE_OFFS: Final = 2
 
     def __init__(self, clean: Callable[[str], str] | None = None, *, keep: bool = True) -> None:
         self._clean: Callable[[str], str] = clean if clean is not None else _same
@@ -419,7 +425,10 @@ class Packer:
             best = _Conversation()
         else:
             convs.remove(best)
+            best.extended = True
         convs.insert(0, best)
+        for stale in [c for c in convs if not c.extended][self._ONE_OFFS :]:  # newest first
+            convs.remove(stale)
         del convs[self._RECENT :]
         return best, best_n
 

@@ -148,6 +148,34 @@ def test_interleaved_conversations_each_extend_their_own_chain() -> None:
         assert packer.earlier == len(b) - 1 if k else True
 
 
+def test_one_off_calls_keep_two_conversations_and_never_push_out_those_that_go_on() -> None:
+    """A conversation no call has gone on from yet (a one-off question, as in a map over
+    items) is one of at most two kept, so a run asking many keeps few alive; conversations
+    that go on are still found however many one-offs come between (eight were kept in all,
+    and ten one-offs pushed every one out)."""
+    packer = Packer(keep=True)
+    talks = [[Message.user(f"talk {t}")] for t in range(6)]
+    for talk in talks:  # each begun and gone on from once
+        packer.effect(Infer(messages=tuple(talk)))
+        talk.append(Message(role="assistant", content="ok"))
+        packer.effect(Infer(messages=tuple(talk)))
+        assert packer.earlier == 1
+    items = [Message.user(f"item {i}") for i in range(10)]
+    for item in items:
+        packer.effect(Infer(messages=(item,)))
+        assert packer.earlier == 0
+    for talk in talks:  # each found: only its new message is packed
+        talk.append(Message.user("again"))
+        packer.effect(Infer(messages=tuple(talk)))
+        assert packer.earlier == len(talk) - 1
+    packer.take()
+    # the last two one-offs are known still, the one before them is not (packed whole again)
+    packer.effect(Infer(messages=(items[-1], Message.user("then"))))
+    assert packer.earlier == 1 and len(packer.take()) == 1
+    packer.effect(Infer(messages=(items[-3], Message.user("then"))))
+    assert packer.earlier == 0 and len(packer.take()) == 2
+
+
 def test_a_secret_is_replaced_before_its_piece_is_hashed() -> None:
     secret = "hunter2-very-secret"
     packer = Packer(lambda t: t.replace(secret, "[redacted]"), keep=True)
