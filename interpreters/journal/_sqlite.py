@@ -584,7 +584,14 @@ class SqliteJournal(Journal):
                 tables = self._tables()
                 older = "entries" in tables and (self._version(tables) or 0) < SCHEMA_VERSION
                 if older:
-                    self._db.execute("ALTER TABLE entries RENAME TO entries_by_run")
+                    self._check_movable()
+                    # views and other tables' triggers that name ``entries`` keep naming it
+                    # (SQLite would make them name the old table, dropped below)
+                    self._db.execute("PRAGMA legacy_alter_table=ON")
+                    try:
+                        self._db.execute("ALTER TABLE entries RENAME TO entries_by_run")
+                    finally:
+                        self._db.execute("PRAGMA legacy_alter_table=OFF")
                 self._db.execute(_SCHEMA)
                 if older:
                     self._entries_in_written_order()
@@ -600,6 +607,47 @@ class SqliteJournal(Journal):
             with contextlib.suppress(apsw.Error):
                 self._db.execute("ROLLBACK")
             raise
+
+    def _check_movable(self) -> None:
+        """Before an older file's entries are moved (:meth:`_setup`): refused, the file left as
+        it was, when the move would lose something that is not opdsl's (a column, an index or
+        a trigger of its entries table, which go with the old table) or when the name of the
+        index this version finds entries by is taken."""
+        cols = [r[1] for r in self._db.execute("PRAGMA table_info(entries)")]
+        extra = [c for c in cols if c not in _ENTRY_COLS]
+        missing = [c for c in _ENTRY_COLS if c not in cols]
+        others = [
+            f"{kind} {name}"
+            for kind, name in self._db.execute(
+                "SELECT type, name FROM sqlite_master WHERE tbl_name='entries' AND "
+                "type IN ('index', 'trigger') AND name NOT LIKE 'sqlite_autoindex_entries_%'"
+            )
+        ]
+        taken = self._db.execute(
+            "SELECT type, tbl_name FROM sqlite_master WHERE name='entries_at'"
+        ).fetchone()
+        problems = []
+        if missing:
+            problems.append(f"its entries table lacks the column(s) {', '.join(missing)}")
+        if extra:
+            problems.append(
+                f"its entries table has column(s) opdsl does not keep ({', '.join(extra)}), "
+                "which the move would drop"
+            )
+        if others:
+            problems.append(
+                f"its entries table has {', '.join(others)}, not opdsl's, which the move would drop"
+            )
+        if taken is not None and not others:
+            problems.append(
+                f"the name entries_at, which opdsl keeps for its index, is a {taken[0]} on {taken[1]}"
+            )
+        if problems:
+            raise JournalError(
+                f"journal {self.path}: its entries could not be moved to schema "
+                f"{SCHEMA_VERSION}: {'; '.join(problems)}. Drop or rename what is named "
+                "(with a copy kept) and open it again; nothing was changed"
+            )
 
     def _entries_in_written_order(self) -> None:
         """An older file's entries (kept in the order of their runs, renamed
@@ -628,7 +676,32 @@ class SqliteJournal(Journal):
             self._check_unfinished(tables)
             return False
         self._check_schema(tables, version)
-        return version == SCHEMA_VERSION and tables >= _TABLES and self._tables("index") >= _INDEXES
+        if version != SCHEMA_VERSION or not tables >= _TABLES:
+            return False
+        return self._tables("index") >= _INDEXES and self._keyed()
+
+    def _keyed(self) -> bool:
+        """Whether the index that finds an entry by run and address is there (False: it is
+        made); one of that name that is not it (not unique, on other columns or another
+        table) is refused, never dropped."""
+        found = self._db.execute(
+            "SELECT type, tbl_name FROM sqlite_master WHERE name='entries_at'"
+        ).fetchone()
+        if found is None:
+            return False
+        cols = [r[2] for r in self._db.execute("PRAGMA index_info(entries_at)")]
+        # (seq, name, unique, origin, partial): unique, and over every row
+        flags = [
+            r[2:5:2] for r in self._db.execute("PRAGMA index_list(entries)") if r[1] == "entries_at"
+        ]
+        if found == ("index", "entries") and cols == ["run_id", "address"] and flags == [(1, 0)]:
+            return True
+        raise JournalError(
+            f"journal {self.path}: the name entries_at, which opdsl keeps for the unique index "
+            f"of its entries by run and address, is a {found[0]} on {found[1]}"
+            f"{'' if not cols else ' (' + ', '.join(map(str, cols)) + ')'} that is not it; "
+            "drop or rename it (with a copy kept) and open the file again; nothing was changed"
+        )
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> _Rows:
         """Run one statement, committed at once (an open group of entries' writes first)."""

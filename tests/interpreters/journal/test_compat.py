@@ -188,3 +188,90 @@ def test_a_schema_2_journal_replays_resumes_forks_and_answers(schema_2: Path) ->
     rows = journal._db.execute("SELECT run_id, address FROM entries ORDER BY rowid").fetchall()
     assert rows[-2:] == [("chat", "3"), ("chat", "4")]
     assert {r for r, _ in rows[-2 - len(journal.entries(fork.run_id)) : -2]} == {fork.run_id}
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("ALTER TABLE entries DROP COLUMN usage_json", "lacks the column\\(s\\) usage_json"),
+        (
+            "ALTER TABLE entries ADD COLUMN note TEXT",
+            "has column\\(s\\) opdsl does not keep \\(note\\), which the move would drop",
+        ),
+        (
+            "CREATE INDEX by_kind ON entries (kind)",
+            "has index by_kind, not opdsl's, which the move would drop",
+        ),
+        (
+            "CREATE TRIGGER stamp AFTER INSERT ON entries BEGIN SELECT 1; END",
+            "has trigger stamp, not opdsl's",
+        ),
+        (
+            "CREATE INDEX entries_at ON runs (program)",
+            "the name entries_at, which opdsl keeps for its index, is a index on runs",
+        ),
+    ],
+)
+def test_an_older_journal_whose_move_would_lose_something_is_refused_as_it_was(
+    schema_2: Path, change: str, said: str
+) -> None:
+    """What the move of an older file's entries would drop or cannot make (a column, an
+    index or a trigger of the old table that is not opdsl's, the name of opdsl's index
+    taken) is named, and the file is left as it was: it is still read."""
+    raw = RawJournal(schema_2)
+    raw.execute(change)
+    raw.close()
+    schema = _layout(schema_2)
+    with pytest.raises(
+        JournalError, match=f"could not be moved to schema 3: .*{said}.*nothing was changed"
+    ):
+        SqliteJournal(schema_2)
+    assert _layout(schema_2) == schema
+    reader = SqliteJournal(schema_2, read_only=True)
+    assert reader.run("appender").status == "completed"
+    if "DROP COLUMN" not in change:  # (a file without the column cannot be read either)
+        assert len(reader.entries("appender")) == 8
+    reader.close()
+
+
+def test_views_and_triggers_that_name_the_entries_still_do_after_the_move(schema_2: Path) -> None:
+    raw = RawJournal(schema_2)
+    raw.execute("CREATE VIEW per_run AS SELECT run_id, count(*) AS n FROM entries GROUP BY run_id")
+    raw.execute("CREATE TABLE notes (run_id TEXT, address TEXT)")
+    raw.execute(
+        "CREATE TRIGGER noted AFTER INSERT ON notes BEGIN UPDATE entries SET finished_at = 1 "
+        "WHERE run_id = new.run_id AND address = new.address; END"
+    )
+    raw.close()
+    journal = SqliteJournal(schema_2)
+    assert _layout(schema_2)[0] == "3"
+    counts: dict[str, int] = {
+        str(r): int(n)  # type: ignore[arg-type]
+        for r, n in journal._db.execute("SELECT run_id, n FROM per_run").fetchall()
+    }
+    assert counts["appender"] == 8 and sum(counts.values()) == 29
+    journal._db.execute("INSERT INTO notes VALUES ('appender', '1')")
+    assert journal.entries("appender")[0].finished_at == 1
+    journal.close()
+
+
+def test_an_index_under_opdsls_name_that_is_not_its_own_is_refused(tmp_path: Path) -> None:
+    """A schema 3 file whose index of entries by run and address was replaced by another of
+    that name (not unique, other columns) would let an address be written twice: refused,
+    never dropped; one missing is made again."""
+    db = tmp_path / "runs.db"
+    SqliteJournal(db).close()
+    raw = RawJournal(db)
+    raw.execute("DROP INDEX entries_at")
+    raw.close()
+    SqliteJournal(db).close()  # made again
+    raw = RawJournal(db)
+    raw.execute("DROP INDEX entries_at")
+    raw.execute("CREATE INDEX entries_at ON entries (kind)")
+    raw.close()
+    with pytest.raises(
+        JournalError,
+        match="entries_at, which opdsl keeps .* is a index on entries \\(kind\\) that is not it.*nothing was changed",
+    ):
+        SqliteJournal(db)
+    assert SqliteJournal(db, read_only=True).runs() == []
