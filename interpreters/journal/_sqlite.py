@@ -1416,6 +1416,7 @@ class SqliteJournal(Journal):
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
         self._lost.pop(run_id, None)  # written no more until taken again
+        self._runs_known.pop(run_id, None)  # (a long-lived journal would keep every run's)
         try:
             self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
         finally:  # a row left behind is this process's own, taken over at the next acquire

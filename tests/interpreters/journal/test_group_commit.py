@@ -19,6 +19,7 @@ from interpreters import (
     LiveInterpreter,
     RunRecord,
     RunResult,
+    ScriptedModel,
     SqliteJournal,
     check_integrity,
 )
@@ -149,6 +150,20 @@ def test_entries_are_kept_in_the_order_they_were_written_not_by_run(tmp_path: Pa
             "VALUES (?, 9, '1', 'infer', '{}', 'started', 0)",
             (results[0].run_id,),
         )
+    journal.close()
+
+
+def test_a_journal_keeps_nothing_of_the_runs_it_has_released(tmp_path: Path) -> None:
+    """A long-lived journal object (a server's) writing run after run holds no more for a
+    thousand runs than for one: what it knew of each run (its next seq, its addresses) goes
+    with the run's lock."""
+    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
+    interp = LiveInterpreter(model=ScriptedModel(lambda _request: "ok"), journal=journal)
+    for _ in range(3):
+        results = _together(interp, 20, _asks, 3)
+        assert [r.status for r in results] == ["completed"] * 20
+        assert journal._runs_known == {} and journal._writing == set()
+        assert journal._lost == {} and journal._tx_runs == set()
     journal.close()
 
 
@@ -363,7 +378,7 @@ def test_a_scheduled_commit_that_fails_stops_each_run_it_held_and_they_resume_wh
     """No run waits for a model call's commit. When that commit fails, the runs whose entries
     it held are told at their next write, so none goes on past a gap; each resumes from what
     was kept, and the resumed run is the whole run."""
-    from interpreters import ScriptedModel, resume
+    from interpreters import resume
 
     db = tmp_path / "runs.db"
     journal = SqliteJournal(db, group_commit=True)
