@@ -89,16 +89,24 @@ def test_opening_a_journal_keeps_the_locks_this_process_holds_on_the_file(
 # a process making new journals: "count" says how many SQL statements making one takes; "kill"
 # makes one for each N of them in a forked copy of itself that kills itself (SIGKILL) before
 # its N-th statement (one import for all); "pause" waits before the statement writing the
-# schema version
+# schema version. Given an older journal, each file is a fresh copy of it, opened (and so
+# moved to this version's schema) instead of made
 CUT = textwrap.dedent(
     """
-    import os, signal, sys, time
+    import os, shutil, signal, sys, time
     import apsw
     from interpreters.journal._sqlite import SqliteJournal
 
     folder, mode, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    older = sys.argv[4] if len(sys.argv) > 4 else None
     seen = []
     at = 0
+
+    def fresh(name):
+        db = os.path.join(folder, name)
+        if older:
+            shutil.copy(older, db)
+        return db
 
     def trace(cursor, sql, bindings):
         seen.append(sql)
@@ -111,14 +119,15 @@ CUT = textwrap.dedent(
 
     apsw.connection_hooks.append(lambda c: setattr(c, "exec_trace", trace))
     if mode != "kill":
-        SqliteJournal(os.path.join(folder, "runs.db"))
+        SqliteJournal(fresh("runs.db"))
         print(len(seen), flush=True)
         sys.exit()
     for n in range(1, count + 1):
+        db = fresh(f"cut{n}.db")
         pid = os.fork()
         if pid == 0:
             at = n
-            SqliteJournal(os.path.join(folder, f"cut{n}.db"))
+            SqliteJournal(db)
             os._exit(0)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (n, status)
@@ -127,9 +136,19 @@ CUT = textwrap.dedent(
 )
 
 
-def _cut(folder: Path, mode: str, count: int = 0) -> subprocess.Popen[str]:
+def _cut(
+    folder: Path, mode: str, count: int = 0, older: Path | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", CUT, str(folder), mode, str(count)],
+        [
+            sys.executable,
+            "-c",
+            CUT,
+            str(folder),
+            mode,
+            str(count),
+            *([str(older)] if older else []),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -164,56 +183,7 @@ def test_a_new_journal_killed_at_any_statement_of_its_set_up_is_finished_later(
         _finishes(db, tmp_path)
 
 
-# a process moving copies of an older journal to this version's schema: "count" says how many
-# SQL statements opening one takes; "kill" opens a fresh copy for each N of them in a forked
-# copy of itself that kills itself (SIGKILL) before its N-th statement
-MOVE = textwrap.dedent(
-    """
-    import os, shutil, signal, sys
-    import apsw
-    from interpreters.journal._sqlite import SqliteJournal
-
-    folder, older, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    seen = []
-    at = 0
-
-    def trace(cursor, sql, bindings):
-        seen.append(sql)
-        if len(seen) == at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return True
-
-    apsw.connection_hooks.append(lambda c: setattr(c, "exec_trace", trace))
-    if mode == "count":
-        shutil.copy(older, os.path.join(folder, "whole.db"))
-        SqliteJournal(os.path.join(folder, "whole.db"))
-        print(len(seen), flush=True)
-        sys.exit()
-    for n in range(1, count + 1):
-        db = os.path.join(folder, f"cut{n}.db")
-        shutil.copy(older, db)
-        pid = os.fork()
-        if pid == 0:
-            at = n
-            SqliteJournal(db)
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (n, status)
-    print("killed", count, flush=True)
-    """
-)
-
-
-def _move(folder: Path, mode: str, count: int = 0) -> str:
-    older = ROOT / "tests" / "fixtures" / "journals" / "schema-2.db"
-    return subprocess.run(
-        [sys.executable, "-c", MOVE, str(folder), str(older), mode, str(count)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+SCHEMA_2 = ROOT / "tests" / "fixtures" / "journals" / "schema-2.db"
 
 
 def _version(db: Path) -> str:
@@ -235,12 +205,13 @@ def test_an_older_journal_killed_at_any_statement_of_its_move_keeps_every_entry(
     """Schema 2 kept entries in the order of their runs; opened for writing, the file is
     moved to this version's table in one transaction. A kill before any of its statements
     leaves the file as it was (read as it is) or moved whole, and the next writer finishes it."""
-    statements = int(_move(tmp_path, "count"))
+    statements = int(_cut(tmp_path, "count", older=SCHEMA_2).communicate(timeout=60)[0])
     assert statements >= 8  # the pragmas, the looks, BEGIN, the rename, the tables, the copy...
-    whole = SqliteJournal(tmp_path / "whole.db", read_only=True)
+    whole = SqliteJournal(tmp_path / "runs.db", read_only=True)
     every = {r.run_id: whole.entries(r.run_id) for r in whole.runs()}
     assert sum(map(len, every.values())) == 29
-    assert _move(tmp_path, "kill", statements).split() == ["killed", str(statements)]
+    killer = _cut(tmp_path, "kill", statements, older=SCHEMA_2)
+    assert killer.communicate(timeout=120)[0].split() == ["killed", str(statements)]
     versions = set()
     for at in range(1, statements + 1):
         db = tmp_path / f"cut{at}.db"
