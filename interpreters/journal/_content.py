@@ -36,6 +36,7 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import is_
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, final
 
@@ -412,8 +413,12 @@ class Packer:
             n = len(known)
             if n <= best_n:
                 continue
-            if len(messages) >= n and messages[n - 1] is known[n - 1] and messages[:n] == known:
-                best, best_n = conv, n  # the common case: the same history, grown
+            if (
+                len(messages) >= n
+                and messages[n - 1] is known[n - 1]
+                and all(map(is_, messages, known))
+            ):
+                best, best_n = conv, n  # the common case: the very same history, grown
                 continue
             if known[0].content != first:
                 continue  # not even its first message is this one's (a new conversation)
@@ -459,10 +464,22 @@ def _common(a: Sequence[Message], b: Sequence[Message]) -> int:
     ``infer`` that starts a conversation is compared with every one kept)."""
     n = 0
     for x, y in zip(a, b, strict=False):
-        if x is not y and (x.content != y.content or x != y):
+        if x is not y and (x.content != y.content or not _alike(x, y)):
             break
         n += 1
     return n
+
+
+def _alike(x: Message, y: Message) -> bool:
+    """Whether two messages are journaled alike: ``==``, and their tool calls' arguments
+    written the same (``==`` takes ``1``, ``1.0`` and ``True`` for one value, which the
+    journal writes apart: a chain node of one would stand for the other)."""
+    if x != y:
+        return False
+    return all(
+        canonical_json(c.arguments) == canonical_json(d.arguments)
+        for c, d in zip(x.tool_calls, y.tool_calls, strict=True)
+    )
 
 
 _MESSAGE_FIELDS = tuple(Message.model_fields) == (

@@ -176,6 +176,29 @@ def test_one_off_calls_keep_two_conversations_and_never_push_out_those_that_go_o
     assert packer.earlier == 0 and len(packer.take()) == 2
 
 
+@pytest.mark.parametrize("other", [True, 1.0])
+def test_a_conversation_is_not_taken_for_one_whose_arguments_are_only_equal(other: Any) -> None:
+    """``1 == 1.0 == True``, and so are two messages whose tool calls' arguments differ only
+    so; the journal writes them apart. A call whose history holds the one must not be packed
+    on the chain of the other (it journaled arguments the program never sent)."""
+    packer = Packer(keep=True)
+    store: dict[str, str] = {}
+
+    def asked(x: Any) -> Message:
+        return Message(
+            role="assistant", tool_calls=(ToolCall(id="c", name="t", arguments={"x": x}),)
+        )
+
+    first = (Message.user("q"), asked(1))
+    packer.effect(Infer(messages=first))
+    store.update(packer.take())
+    second = Infer(messages=(Message.user("q"), asked(other), Message.user("go")))
+    packed = packer.effect(second)
+    store.update(packer.take())
+    assert unpack_effect(packed.text, lookup(store)) == canonical_json(second)
+    assert packer.earlier == 1  # the first message is still shared
+
+
 def test_a_secret_is_replaced_before_its_piece_is_hashed() -> None:
     secret = "hunter2-very-secret"
     packer = Packer(lambda t: t.replace(secret, "[redacted]"), keep=True)
