@@ -210,6 +210,11 @@ class _Rows:
         return self.rows
 
 
+def _a(kind: object) -> str:
+    """``an index``, ``a table``: a kind of SQLite object as a sentence names one."""
+    return f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def _loop_here() -> object | None:
     """The event loop running in this thread (asyncio's loop, or the token of a trio run);
     None where none runs."""
@@ -640,7 +645,8 @@ class SqliteJournal(Journal):
             )
         if taken is not None and not others:
             problems.append(
-                f"the name entries_at, which opdsl keeps for its index, is a {taken[0]} on {taken[1]}"
+                f"the name entries_at, which opdsl keeps for its index, is taken by "
+                f"{_a(taken[0])} on {taken[1]}"
             )
         if problems:
             raise JournalError(
@@ -698,7 +704,7 @@ class SqliteJournal(Journal):
             return True
         raise JournalError(
             f"journal {self.path}: the name entries_at, which opdsl keeps for the unique index "
-            f"of its entries by run and address, is a {found[0]} on {found[1]}"
+            f"of its entries by run and address, is taken by {_a(found[0])} on {found[1]}"
             f"{'' if not cols else ' (' + ', '.join(map(str, cols)) + ')'} that is not it; "
             "drop or rename it (with a copy kept) and open the file again; nothing was changed"
         )

@@ -208,7 +208,7 @@ def test_a_schema_2_journal_replays_resumes_forks_and_answers(schema_2: Path) ->
         ),
         (
             "CREATE INDEX entries_at ON runs (program)",
-            "the name entries_at, which opdsl keeps for its index, is a index on runs",
+            "the name entries_at, which opdsl keeps for its index, is taken by an index on runs",
         ),
     ],
 )
@@ -271,7 +271,7 @@ def test_an_index_under_opdsls_name_that_is_not_its_own_is_refused(tmp_path: Pat
     raw.close()
     with pytest.raises(
         JournalError,
-        match="entries_at, which opdsl keeps .* is a index on entries \\(kind\\) that is not it.*nothing was changed",
+        match="entries_at, which opdsl keeps .* is taken by an index on entries \\(kind\\) that is not it.*nothing was changed",
     ):
         SqliteJournal(db)
     assert SqliteJournal(db, read_only=True).runs() == []
