@@ -616,8 +616,8 @@ class SqliteJournal(Journal):
     def _check_movable(self) -> None:
         """Before an older file's entries are moved (:meth:`_setup`): refused, the file left as
         it was, when the move would lose something that is not opdsl's (a column, an index or
-        a trigger of its entries table, which go with the old table) or when the name of the
-        index this version finds entries by is taken."""
+        a trigger of its entries table, which go with the old table) or when a name the move
+        makes (the old table's, the new index's) is taken."""
         cols = [r[1] for r in self._db.execute("PRAGMA table_info(entries)")]
         extra = [c for c in cols if c not in _ENTRY_COLS]
         missing = [c for c in _ENTRY_COLS if c not in cols]
@@ -628,9 +628,6 @@ class SqliteJournal(Journal):
                 "type IN ('index', 'trigger') AND name NOT LIKE 'sqlite_autoindex_entries_%'"
             )
         ]
-        taken = self._db.execute(
-            "SELECT type, tbl_name FROM sqlite_master WHERE name='entries_at'"
-        ).fetchone()
         problems = []
         if missing:
             problems.append(f"its entries table lacks the column(s) {', '.join(missing)}")
@@ -643,11 +640,13 @@ class SqliteJournal(Journal):
             problems.append(
                 f"its entries table has {', '.join(others)}, not opdsl's, which the move would drop"
             )
-        if taken is not None and not others:
-            problems.append(
-                f"the name entries_at, which opdsl keeps for its index, is taken by "
-                f"{_a(taken[0])} on {taken[1]}"
-            )
+        for name, kept_for in (("entries_at", "its index"), ("entries_by_run", "the move")):
+            found = self._named(name)
+            if found is not None and f"index {name}" not in others:
+                problems.append(
+                    f"the name {name}, which opdsl keeps for {kept_for}, is taken by "
+                    f"{_a(found[0])} on {found[1]}"
+                )
         if problems:
             raise JournalError(
                 f"journal {self.path}: its entries could not be moved to schema "
@@ -690,9 +689,7 @@ class SqliteJournal(Journal):
         """Whether the index that finds an entry by run and address is there (False: it is
         made); one of that name that is not it (not unique, on other columns or another
         table) is refused, never dropped."""
-        found = self._db.execute(
-            "SELECT type, tbl_name FROM sqlite_master WHERE name='entries_at'"
-        ).fetchone()
+        found = self._named("entries_at")
         if found is None:
             return False
         cols = [r[2] for r in self._db.execute("PRAGMA index_info(entries_at)")]
@@ -708,6 +705,14 @@ class SqliteJournal(Journal):
             f"{'' if not cols else ' (' + ', '.join(map(str, cols)) + ')'} that is not it; "
             "drop or rename it (with a copy kept) and open the file again; nothing was changed"
         )
+
+    def _named(self, name: str) -> tuple[str, str] | None:
+        """The kind of the object named ``name`` in the file and the table it is on
+        (``("index", "runs")``), None when there is none."""
+        found = self._db.execute(
+            "SELECT type, tbl_name FROM sqlite_master WHERE name=?", (name,)
+        ).fetchone()
+        return None if found is None else (str(found[0]), str(found[1]))
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> _Rows:
         """Run one statement, committed at once (an open group of entries' writes first)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from interpreters import ScriptedModel, SqliteJournal, replay, resume
+from interpreters.cli._main import main
 from interpreters.journal import Entry, JournalError, RunRecord
 from interpreters.journal._portable import check_integrity
 from interpreters.journal._seal import foreign, vouch_for
@@ -152,6 +153,30 @@ def test_a_schema_2_journal_is_read_as_it_is_and_moved_whole_when_opened_for_wri
     assert _layout(schema_2)[0] == "3"
 
 
+def test_the_space_a_move_leaves_is_given_back_by_the_next_gc(
+    schema_2: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the README says: the old table's pages stay free in the file until ``opdsl gc RUN``
+    removes a run and vacuums it."""
+    before = schema_2.stat().st_size
+    SqliteJournal(schema_2).close()
+    moved = schema_2.stat().st_size
+    assert moved > before
+    assert main(["gc", "measured", "--db", str(schema_2)]) == 0
+    assert "removed run measured" in capsys.readouterr().out
+    assert schema_2.stat().st_size < before
+    kept = SqliteJournal(schema_2, read_only=True)
+    assert [r.run_id for r in kept.runs()] == [
+        "appender",
+        "budgeted",
+        "chat",
+        "conversed",
+        "long",
+        "cut",
+    ]
+    kept.close()
+
+
 def test_a_schema_2_journal_replays_resumes_forks_and_answers(schema_2: Path) -> None:
     db = str(schema_2)
     # another key sealed it: the program is named, as for any run handed over
@@ -205,6 +230,11 @@ def test_a_schema_2_journal_replays_resumes_forks_and_answers(schema_2: Path) ->
         (
             "CREATE TRIGGER stamp AFTER INSERT ON entries BEGIN SELECT 1; END",
             "has trigger stamp, not opdsl's",
+        ),
+        (
+            "CREATE TABLE entries_by_run (x)",
+            "the name entries_by_run, which opdsl keeps for the move, is taken by a table on "
+            "entries_by_run",
         ),
         (
             "CREATE INDEX entries_at ON runs (program)",

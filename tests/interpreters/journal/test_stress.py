@@ -14,13 +14,13 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
-import apsw
 import pytest
 
 from interpreters import JournalError, SqliteJournal, run
 from interpreters.cli._main import main
 from interpreters.journal import _sqlite
 from tests.fixtures.durable_programs import TOOLS, Counted, appender
+from tests.helpers import RawJournal
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -187,16 +187,11 @@ SCHEMA_2 = ROOT / "tests" / "fixtures" / "journals" / "schema-2.db"
 
 
 def _version(db: Path) -> str:
-    con = apsw.Connection(f"{db.resolve().as_uri()}?mode=ro", flags=_READ_ONLY)
+    raw = RawJournal(db, read_only=True)
     try:
-        row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        assert row is not None
-        return str(row[0])
+        return str(raw.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
     finally:
-        con.close()
-
-
-_READ_ONLY = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        raw.close()
 
 
 def test_an_older_journal_killed_at_any_statement_of_its_move_keeps_every_entry(
