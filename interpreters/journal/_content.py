@@ -86,9 +86,12 @@ COMPRESS_MIN: Final = 512
 """A text this long or longer is kept compressed with zlib's whole window (as git keeps its
 objects) when that makes it smaller: tool results, files and long answers."""
 
-SHORT_MIN: Final = 64
+SHORT_MIN: Final = 160
 """A text this long or longer (and shorter than :data:`COMPRESS_MIN`) is kept compressed with
-:data:`DICTIONARY` when that makes it smaller: an entry's effect and result, a chain node."""
+:data:`DICTIONARY` when that makes it smaller: an entry's result, a chain node. A shorter one
+(a usage, a short message's node) is kept as it is: compressing it costs more time, a few
+microseconds on every model call, than the tens of bytes it saves are worth. A reader takes
+either (bytes always mean compressed), so the threshold is not part of the format."""
 
 DICTIONARY: Final = (
     b'{"error":{"message":"","type":""},"ok":false,"output":null}'

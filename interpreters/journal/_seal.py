@@ -83,13 +83,22 @@ def key_path() -> Path:
 
 
 _KEYS: dict[Path, bytes] = {}
+# the path each setting of the variables key_path reads gave (a run's start asks for the key
+# more than once)
+_PATHS: dict[tuple[str | None, ...], Path] = {}
 
 
 def seal_key() -> bytes:
     """The user's seal key, made on first use (32 random bytes, mode 0600 in a folder of mode
     0700). A key file that others may read or write is refused: anyone who can read it can
     seal a run as the user's."""
-    path = key_path()
+    env = os.environ
+    setting = (env.get("OPDSL_SEAL_KEY"), env.get("XDG_CONFIG_HOME"), env.get("HOME"))
+    path = _PATHS.get(setting)
+    if path is None:
+        path = key_path()
+        if len(_PATHS) < 16:
+            _PATHS[setting] = path
     key = _KEYS.get(path)
     if key is None:
         key = _KEYS[path] = _read_or_make(path)
@@ -155,15 +164,35 @@ def _read_or_make(path: Path) -> bytes:
     return key
 
 
-def _digest(record: RunRecord, config: Mapping[str, Any]) -> str:
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+"""Seals made lately, by what they were made of (a run's start seals the caller's record,
+checks that seal, then seals the run: the first two are the same for every run)."""
+_KEPT_TEXT = 4096  # a record holding more (a large state) is not kept alive for its seal
+
+
+def _digest(record: RunRecord, config: Mapping[str, Any], read_from: str | None = None) -> str:
     """The seal of ``record`` with ``config``: what it is (its id, program, arguments, the
-    state it started with, the run and checkpoint it was forked from) and its config."""
+    state it started with, the run and checkpoint it was forked from) and its config.
+    ``read_from``: the text ``config`` was read from, unchanged (the seal is then kept)."""
     state = None if record.state_json is None else json.loads(record.state_json)
     fixed = [record.run_id, record.program, json.loads(record.args_json), state]
     fixed += [record.parent_run, record.fork_checkpoint]
+    key: tuple[Any, ...] | None = None
+    texts = (record.args_json, record.state_json or "", read_from or "")
+    if read_from is not None and sum(map(len, texts)) <= _KEPT_TEXT:
+        key = (seal_key(), record.run_id, record.program, record.args_json, record.state_json)
+        key += (record.parent_run, record.fork_checkpoint, read_from)
+        found = _DIGESTS.get(key)
+        if found is not None:
+            return found
     rest = {k: v for k, v in config.items() if k != SEAL}
     message = canonical_json([*fixed, rest]).encode()
-    return hmac.new(seal_key(), _DOMAIN + message, hashlib.sha256).hexdigest()
+    made = hmac.new(seal_key(), _DOMAIN + message, hashlib.sha256).hexdigest()
+    if key is not None:
+        if len(_DIGESTS) >= 256:
+            _DIGESTS.clear()
+        _DIGESTS[key] = made
+    return made
 
 
 def _parsed(record: RunRecord) -> dict[str, Any]:
@@ -186,7 +215,7 @@ def _reason(record: RunRecord, config: Mapping[str, Any]) -> str | None:
     seal = config.get(SEAL)
     if isinstance(seal, str):
         try:
-            want = _digest(record, config)
+            want = _digest(record, config, record.config_json)
         except (ValueError, RecursionError):
             want = ""  # its arguments or state are not JSON: never sealed
         if want and hmac.compare_digest(seal.encode("utf-8", "replace"), want.encode()):
@@ -233,9 +262,10 @@ def unsealed(config_json: str) -> str:
 def seal_record(record: RunRecord) -> RunRecord:
     """``record`` with its config sealed as this user's (a run they start, or vouch for)."""
     config = json.loads(record.config_json or "{}")
+    as_read = FOREIGN not in config and "imported_from" not in config
     config.pop(FOREIGN, None)
     config.pop("imported_from", None)  # a run the user vouches for is theirs, not imported
-    config[SEAL] = _digest(record, config)
+    config[SEAL] = _digest(record, config, record.config_json if as_read else None)
     return record.model_copy(update={"config_json": canonical_json(config)})
 
 

@@ -962,6 +962,9 @@ class SqliteJournal(Journal):
             )
         except apsw.ConstraintError:
             raise JournalError(f"run {run.run_id} already exists") from None
+        if run.run_id in self._writing:
+            # its writer's own new run: no entries yet, none asked for at its first write
+            self._runs_known[run.run_id] = ([0], set())
 
     def reopen_run(self, run_id: str, at: float | None = None) -> None:
         self.run(run_id)

@@ -309,3 +309,39 @@ def test_a_foreign_runs_model_is_not_opened_before_the_run_is_refused(
         # refused for what it names, the model among it; the file never opened
         assert err.startswith("opdsl: error: run chat is not sealed as yours"), err
         assert "cannot read" not in err and "Expecting value" not in err, err
+
+
+def test_a_seal_checked_before_is_checked_again_against_what_the_record_holds_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the seals a process made and checked are kept by what they were made of: a record
+    # changed since, or a key changed since, is judged afresh
+    from interpreters.journal import RunRecord
+    from interpreters.journal._seal import seal_record
+
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(tmp_path / "one.key"))
+    sealed = seal_record(RunRecord(run_id="r1", program="p", args_json='{"n": 1}'))
+    assert foreign(sealed) is None and foreign(sealed) is None  # made, then kept
+    for changed in (
+        {"args_json": '{"n": 2}'},
+        {"run_id": "r2"},
+        {"program": "q"},
+        {"state_json": "{}"},
+        {"parent_run": "r0"},
+        {"config_json": sealed.config_json.replace("}", ',"model":"x"}', 1)},
+    ):
+        assert "not sealed as yours" in str(foreign(sealed.model_copy(update=changed)))
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(tmp_path / "two.key"))  # another user's key
+    assert "not sealed as yours" in str(foreign(sealed))
+    monkeypatch.setenv("OPDSL_SEAL_KEY", str(tmp_path / "one.key"))
+    assert foreign(sealed) is None
+    # one vouched for (its FOREIGN and imported_from dropped) is sealed over what is left
+    imported = sealed.model_copy(
+        update={"config_json": json.dumps({"imported_from": "x.jsonl", "foreign": "why"})}
+    )
+    assert foreign(imported) is not None
+    assert foreign(seal_record(imported)) is None
+    # with the seal of the vouched-for record pasted in, the record as it was stays foreign
+    pasted = json.loads(seal_record(imported).config_json)
+    pasted.update({"imported_from": "x.jsonl"})
+    assert foreign(imported.model_copy(update={"config_json": json.dumps(pasted)})) is not None

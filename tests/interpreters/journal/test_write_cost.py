@@ -72,15 +72,35 @@ def _as_before(text: str) -> bytes:
 
 def test_short_texts_are_the_bytes_a_new_compressor_writes() -> None:
     texts = [
-        '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1}',
-        '[null,{"content":"run 7 call 3","role":"user","tool_call_id":null,"tool_calls":[]}]',
-        *(f'{{"error":null,"ok":true,"output":"{"line " * k}"}}' for k in range(10, 90, 7)),
+        '{"model":"gpt-4.1-mini","stop_reason":"end_turn","text":"ok","tool_calls":[],"usage":'
+        '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1,'
+        '"price_source":"genai-prices 0.2.3: openai gpt-4.1-mini"}}',
+        '[null,{"content":"' + "run 7 call 3 " * 10 + '","role":"user","tool_call_id":null,'
+        '"tool_calls":[]}]',
+        *(f'{{"error":null,"ok":true,"output":"{"line " * k}"}}' for k in range(27, 90, 7)),
     ]
     for text in texts * 3:  # the same text again gives the same bytes: nothing is carried over
         assert SHORT_MIN <= len(text) < COMPRESS_MIN
         kept = stored_body(text)
         assert kept == _as_before(text)
         assert kept_body(kept, "a text") == text
+
+
+def test_a_shorter_text_is_kept_as_it_is_and_one_kept_compressed_before_still_reads() -> None:
+    # a usage and a short message's chain node: compressing them cost more than they saved
+    texts = [
+        '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1}',
+        '[null,{"content":"run 7 call 3","role":"user","tool_call_id":null,"tool_calls":[]}]',
+        '{"cached_tokens":0,"cost_usd":5.6e-06,"input_tokens":10,"output_tokens":1,'
+        '"price_source":"genai-prices 0.2.3: openai gpt-4.1-mini"}',
+    ]
+    for text in texts:
+        assert len(text) < SHORT_MIN
+        assert stored_body(text) is text
+        # an earlier opdsl compressed every text of 64 characters or more: still read
+        older = _as_before(text)
+        assert isinstance(older, bytes) and len(older) < len(text)
+        assert kept_body(older, "a text") == text
 
 
 def test_a_result_is_journaled_as_the_bytes_it_always_was() -> None:
