@@ -203,8 +203,9 @@ class LiveHandlers(RunHandlers):
             case _:
                 assert_never(effect)
 
-    async def _infer(self, effect: Infer, call: Call) -> Response:
-        """Ask the model, offering the tools the effect names."""
+    def _infer(self, effect: Infer, call: Call) -> Awaitable[Response]:
+        """Ask the model, offering the tools the effect names (the model's own awaitable: no
+        frame of this method's is held while the model works)."""
         try:
             specs = self.tools.specs(effect.tools)
         except KeyError as exc:
@@ -220,8 +221,8 @@ class LiveHandlers(RunHandlers):
             output=output,
         )
         if self.model is None:
-            return await self._default_model(request, call)
-        return await self.model.complete(request, call)
+            return self._default_model(request, call)
+        return self.model.complete(request, call)
 
     async def _agent(self, effect: Agent, call: Call) -> Any:
         """A turn of the bound agent backend (in the workspace, when there is one)."""

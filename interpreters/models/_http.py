@@ -428,6 +428,15 @@ class HttpModel(RemoteModel):
         shard = hash(key) % len(pool.clients)
         return pool.clients[shard], pool.transports[shard]
 
+    def _pooled(self, key: str) -> httpx.AsyncBaseTransport | None:
+        """:meth:`_carrier` of a loop whose clients the last call already found, with no
+        await (None: ask :meth:`_carrier`)."""
+        last = self._clients
+        if last is None or last[0] is not _loop_token()[0]:
+            return None
+        transports = last[1].transports
+        return transports[hash(key) % len(transports)]
+
     def _routes_here(self) -> ProxyRoutes | None:
         """The proxies of the pool of the loop this runs in (None: it has none, as with the
         user's own client)."""
@@ -580,6 +589,12 @@ class HttpModel(RemoteModel):
     async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""
 
+    def answered(self, request: ModelRequest, response: Response, call: CallInfo) -> Response:
+        """What a provider makes of a whole, priced answer before the program sees it, once a
+        call after its tries (default: the answer itself). A provider says it here rather than
+        around :meth:`complete`, which would hold one more frame for each call under way."""
+        return response
+
     async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
         await self.preflight(request, call)
         stream = bool(request.params.get("stream", self.stream))
@@ -588,27 +603,38 @@ class HttpModel(RemoteModel):
         attempt = 0
         ends = time.monotonic() + self.deadline
         while True:
-            seen = Stream()
+            seen = None  # what a stream delivered (a whole answer over aiohttp has none)
             try:
                 left = ends - time.monotonic()
                 if left <= 0:
                     raise self.error(f"no answer within the call's deadline of {self.deadline:g}s")
-                carrier = await self._carrier(call.run_id)
+                carrier = (
+                    self.http_client
+                    or self._pooled(call.run_id)
+                    or await self._carrier(call.run_id)
+                )
                 if not stream and isinstance(carrier, AiohttpTransport):
                     # aiohttp keeps the deadline itself (a cancel scope costs a tenth of a call)
-                    return self._priced(await self._exchange(carrier, url, body, call, left))
-                with anyio.fail_after(left):
-                    return self._priced(await self._send(carrier, url, body, stream, call, seen))
+                    answer = self._priced(await self._exchange(carrier, url, body, call, left))
+                else:
+                    seen = Stream()
+                    with anyio.fail_after(left):
+                        answer = self._priced(
+                            await self._send(carrier, url, body, stream, call, seen)
+                        )
             except TimeoutError:
                 raise self.error(
                     f"no whole answer within the call's deadline of {self.deadline:g}s"
                 ) from None
             except ProviderError as exc:
-                if not exc.retryable or seen.delivered or attempt >= self.retry.max_retries:
+                delivered = seen is not None and seen.delivered
+                if not exc.retryable or delivered or attempt >= self.retry.max_retries:
                     raise
                 delay = self.retry.delay(attempt, getattr(exc, "headers", None))
                 if time.monotonic() + delay >= ends:
                     raise  # no time left for another try
+            else:
+                return self.answered(request, answer, call)
             attempt += 1
             await call.clock.sleep(delay)
 

@@ -64,8 +64,7 @@ class AnthropicModel(HttpModel):
             self.prompt_cache = raw == "true"
         super().configure(rest)
 
-    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
-        response = await super().complete(request, call)
+    def answered(self, request: ModelRequest, response: Response, call: CallInfo) -> Response:
         output = request.output
         if output is None or output.calls:
             return response

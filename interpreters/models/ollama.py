@@ -33,8 +33,7 @@ class OllamaModel(HttpModel):
     #: notices a model whose template makes no tool calls Ollama can return
     _watch: TextCallWatch | None = None
 
-    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
-        response = await super().complete(request, call)
+    def answered(self, request: ModelRequest, response: Response, call: CallInfo) -> Response:
         if request.tools:
             if self._watch is None:
                 self._watch = TextCallWatch(

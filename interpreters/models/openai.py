@@ -52,8 +52,7 @@ class OpenAIModel(HttpModel):
     #: notices a server whose chat template makes no tool calls it can return
     _watch: TextCallWatch | None = None
 
-    async def complete(self, request: ModelRequest, call: CallInfo) -> Response:
-        response = await super().complete(request, call)
+    def answered(self, request: ModelRequest, response: Response, call: CallInfo) -> Response:
         if request.tools and self.provider == "openai-compatible":
             if self._watch is None:
                 self._watch = TextCallWatch(

@@ -101,12 +101,21 @@ class Handled:
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
 
-    async def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Any:
+    def perform(self, effect: LeafEffect, address: str, frame: Frame) -> Awaitable[Any]:
         d = self.driver
         call = Call(d.run_id, address, d.clock, d.bus, frame.deadline, model_calls=frame.model_call)
         frame.model_call = None
         if not frame.scopes and not frame.deadline:
-            return await d.handlers.perform(effect, call)
+            # nothing to charge or cut: the handler's own awaitable, with no frame of this
+            # layer's around it (each frame a call is awaited through is one more object the
+            # collector walks again and again while the call is under way)
+            return d.handlers.perform(effect, call)
+        return self._bounded(effect, address, frame, call)
+
+    async def _bounded(self, effect: LeafEffect, address: str, frame: Frame, call: Call) -> Any:
+        """The handler's work inside a ``limit`` or a ``timeout``: what it streamed before a
+        token limit or a cut is charged, and the work a cut left is noted."""
+        d = self.driver
         tightest = _tokens_left(frame)
         if tightest is not None:
             call.token_limit = tightest[1]
