@@ -250,6 +250,10 @@ class Stream:
             call.token(text, thinking=True)
 
 
+_CARRIED = (AnswerTooLarge, UnreadableAnswer, httpx.TransportError)
+"""The failures of a transport that :meth:`HttpModel._carried_error` says as the model's
+(:class:`~interpreters.models._transport.ProxyRefused` is an ``httpx.TransportError``)."""
+
 _EOL = re.compile(rb"\r\n|\r|\n")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """What a header's name may be made of (RFC 9110's token)."""
@@ -677,7 +681,7 @@ class HttpModel(RemoteModel):
     ) -> Response:
         """A whole answer over aiohttp, without httpx's request and response objects."""
         headers = self._request_headers(call)
-        with self._carried():
+        try:  # not _carried: a frame of its own held for as long as the call takes
             status, answered, raw = await transport.exchange(
                 self._target(url),
                 headers,
@@ -686,6 +690,8 @@ class HttpModel(RemoteModel):
                 self.max_answer_bytes,
                 seconds,
             )
+        except _CARRIED as exc:
+            raise self._carried_error(exc, None) from None
         if status >= 400:
             raise self._refusal(status, answered, raw, url)
         return self._whole(status, raw)  # decoded by the transport, within the cap
@@ -743,28 +749,33 @@ class HttpModel(RemoteModel):
 
     @contextlib.contextmanager
     def _carried(self, seen: Stream | None = None) -> Iterator[None]:
-        """The transport's failures as errors that name the model: a lost connection or a
-        timeout may be tried again, a request that cannot be sent may not."""
+        """The transport's failures as errors that name the model (:meth:`_carried_error`)."""
         try:
             yield
-        except AnswerTooLarge:
-            raise self._too_large(None) from None
-        except UnreadableAnswer as exc:
-            raise self.error(f"{exc}; refused") from None
-        except httpx.LocalProtocolError:
+        except _CARRIED as exc:
+            raise self._carried_error(exc, seen) from None
+
+    def _carried_error(self, exc: Exception, seen: Stream | None) -> ProviderError:
+        """What a failure of the transport (one of :data:`_CARRIED`) says, naming the model: a
+        lost connection or a timeout may be tried again, a request that cannot be sent may
+        not."""
+        if isinstance(exc, AnswerTooLarge):
+            return self._too_large(None)
+        if isinstance(exc, UnreadableAnswer):
+            return self.error(f"{exc}; refused")
+        if isinstance(exc, httpx.LocalProtocolError):
             # h11's message quotes the header's value (an API key, maybe): never repeated
-            raise self.error(
+            return self.error(
                 "a request header has a line break, a NUL or a character a header cannot "
                 "have (look at the API key); refused"
-            ) from None
-        except httpx.TimeoutException as exc:
-            raise self.error(f"timed out ({type(exc).__name__})", retryable=True) from None
-        except ProxyRefused as exc:  # asking again gets the same answer
-            raise self.error(f"cannot reach {self.base_url}: {exc}") from None
-        except httpx.TransportError as exc:
-            cut = seen is not None and seen.delivered
-            what = "the stream was cut" if cut else f"cannot reach {self.base_url}"
-            raise self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True) from None
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return self.error(f"timed out ({type(exc).__name__})", retryable=True)
+        if isinstance(exc, ProxyRefused):  # asking again gets the same answer
+            return self.error(f"cannot reach {self.base_url}: {exc}")
+        cut = seen is not None and seen.delivered
+        what = "the stream was cut" if cut else f"cannot reach {self.base_url}"
+        return self.error(f"{what}: {type(exc).__name__}: {exc}", retryable=True)
 
     def _refusal(
         self, status: int, headers: Mapping[str, str], body: bytes, url: str

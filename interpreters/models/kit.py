@@ -18,7 +18,11 @@ errors that name the model; the subclass gives only its wire format:
   lines, or :func:`sse_events` over them; :func:`stream_json` for each line's JSON), each piece
   of text handed to ``Stream.token`` as it comes;
 - optionally :meth:`HttpModel.preflight` (checks before the first request) and
-  :meth:`HttpModel.complete` (wrapping the answer, as Anthropic's forced tool does).
+  :meth:`HttpModel.answered` (what it makes of a whole, priced answer, once a call after its
+  tries: Anthropic's forced tool reads the answer there; an error it raises is the call's,
+  never tried again; a subclass with a method of that name for something else must rename
+  it, as ``complete`` calls it). Overriding :meth:`HttpModel.complete` works too, at the cost
+  of one more frame held for each call under way.
 
 Tool-call arguments go through :func:`parse_arguments`; an error is made with
 :meth:`HttpModel.error` (it names the provider, the model and the status, never a key).

@@ -222,6 +222,49 @@ def test_quota_429_is_not_retried() -> None:
     assert "HTTP 429: You exceeded your current quota" in result.value
 
 
+class _Looking(OpenAIModel):  # type: ignore[misc]  # OpenAI's wire format, a hook of the kit's
+    """A provider that looks at each whole answer (``answered``), as Anthropic's forced tool
+    does, and refuses one that says ``no``."""
+
+    seen: list[tuple[str, float | None]]
+
+    def answered(self, request: Any, response: Response, call: Any) -> Response:
+        self.seen.append((response.text, response.usage.cost_usd))
+        if response.text == "no":
+            raise self.error("the answer said no", retryable=True)
+        return response.model_copy(update={"text": response.text.upper()})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_looks_at_the_whole_priced_answer_once_after_its_tries(stream: bool) -> None:
+    clock = VirtualClock()
+    with ScriptedServer([status(503, "busy"), openai("ok"), openai("no"), openai("later")]) as srv:
+        model = _Looking("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key=KEY, stream=stream)
+        model.seen = []
+        first = run(ask, model=model, clock=clock, db=MemoryJournal())
+        assert first.value.text == "OK" and len(srv.requests) == 2
+        # priced before it is looked at; a failed try is never looked at
+        assert [text for text, _ in model.seen] == ["ok"] and model.seen[0][1] is not None
+        # what it raises is the call's error, never tried again, however retryable it says
+        refused = run(ask_catching, model=model, clock=clock, db=MemoryJournal())
+        assert len(srv.requests) == 3
+    assert refused.value == "error: model openai:gpt-4.1-mini: the answer said no"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_that_wraps_complete_still_gets_the_answer_looked_at(stream: bool) -> None:
+    class Wrapping(_Looking):  # type: ignore[misc]
+        async def complete(self, request: Any, call: Any) -> Response:
+            response = await super().complete(request, call)
+            return response.model_copy(update={"text": response.text + "!"})
+
+    with ScriptedServer([openai("hello")]) as srv:
+        model = Wrapping("gpt-4.1-mini", base_url=f"{srv.url}/v1", api_key=KEY, stream=stream)
+        model.seen = []
+        assert run(ask, model=model, db=MemoryJournal()).value.text == "HELLO!"
+    assert [text for text, _ in model.seen] == ["hello"]
+
+
 def test_a_stream_cut_before_any_output_is_retried_after_output_it_is_an_error() -> None:
     clock = VirtualClock()
     with ScriptedServer([openai("abcdefgh", cut=0), openai("abcdefgh")]) as srv:
