@@ -682,7 +682,7 @@ class HttpModel(RemoteModel):
         """A whole answer over aiohttp, without httpx's request and response objects."""
         headers = self._request_headers(call)
         try:  # not _carried: a frame of its own held for as long as the call takes
-            status, answered, raw = await transport.exchange(
+            status, heads, raw = await transport.exchange(
                 self._target(url),
                 headers,
                 _json_body(body),
@@ -693,7 +693,7 @@ class HttpModel(RemoteModel):
         except _CARRIED as exc:
             raise self._carried_error(exc, None) from None
         if status >= 400:
-            raise self._refusal(status, answered, raw, url)
+            raise self._refusal(status, heads, raw, url)
         return self._whole(status, raw)  # decoded by the transport, within the cap
 
     async def _send(
