@@ -955,6 +955,21 @@ class SqliteJournal(Journal):
 
     def create_run(self, run: RunRecord) -> None:
         data = run.model_dump()
+        found = self._exec(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE run_id=?), "
+            "EXISTS (SELECT 1 FROM entries WHERE run_id=?)",
+            (run.run_id, run.run_id),
+        ).fetchone()
+        if found is not None and found[0]:
+            raise JournalError(f"run {run.run_id} already exists")
+        if found is not None and found[1]:
+            # a file changed outside opdsl (a run's row deleted by hand, or entries put in): a
+            # run of that id would take them for its own record
+            raise JournalError(
+                f"journal {self.path} holds entries of a run {run.run_id} but no such run (the "
+                "file was changed outside opdsl); a run is not created over them: give it "
+                "another id, or delete those entries (with a copy kept); nothing was changed"
+            )
         try:
             self._exec(
                 f"INSERT INTO runs ({', '.join(_RUN_COLS)}) VALUES ({', '.join('?' * len(_RUN_COLS))})",
@@ -963,7 +978,7 @@ class SqliteJournal(Journal):
         except apsw.ConstraintError:
             raise JournalError(f"run {run.run_id} already exists") from None
         if run.run_id in self._writing:
-            # its writer's own new run: no entries yet, none asked for at its first write
+            # its writer's own new run, with no entries (above): none asked for at its first write
             self._runs_known[run.run_id] = ([0], set())
 
     def reopen_run(self, run_id: str, at: float | None = None) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from interpreters import ScriptedModel, SqliteJournal, replay, resume
+from interpreters import ScriptedModel, SqliteJournal, replay, resume, run
 from interpreters.cli._main import main
 from interpreters.journal import Entry, JournalError, RunRecord
 from interpreters.journal._portable import check_integrity
@@ -19,6 +19,7 @@ from interpreters.journal._seal import foreign, vouch_for
 from op import OpdslError
 from tests.fixtures.durable_programs import (
     TOOLS,
+    Counted,
     appender,
     budgeted,
     chat,
@@ -305,3 +306,35 @@ def test_an_index_under_opdsls_name_that_is_not_its_own_is_refused(tmp_path: Pat
     ):
         SqliteJournal(db)
     assert SqliteJournal(db, read_only=True).runs() == []
+
+
+def test_a_run_is_not_created_over_entries_a_file_holds_without_their_run(tmp_path: Path) -> None:
+    """A file changed by hand (a run's row deleted, or entries put in) holds entries of a run
+    id with no run: a new run given that id would take them for its own record. Refused,
+    naming the run, with the file as it was."""
+    db = tmp_path / "runs.db"
+    done = run(appender, str(tmp_path / "lines.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
+    assert done.status == "completed"
+    raw = RawJournal(db)
+    raw.execute("DELETE FROM runs WHERE run_id=?", (done.run_id,))
+    stray = raw.execute("SELECT count(*) FROM entries WHERE run_id=?", (done.run_id,)).fetchone()
+    raw.close()
+    assert stray[0] > 0
+    with pytest.raises(JournalError, match=f"holds entries of a run {done.run_id} but no such"):
+        run(
+            appender,
+            str(tmp_path / "lines.txt"),
+            2,
+            tools=TOOLS,
+            state=Counted(),
+            db=str(db),
+            run_id=done.run_id,
+        )
+    raw = RawJournal(db, read_only=True)
+    assert raw.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    assert raw.execute("SELECT count(*) FROM locks").fetchone()[0] == 0  # its lock let go
+    left = raw.execute("SELECT count(*) FROM entries WHERE run_id=?", (done.run_id,)).fetchone()
+    assert left[0] == stray[0]
+    raw.close()
+    other = run(appender, str(tmp_path / "lines.txt"), 2, tools=TOOLS, state=Counted(), db=str(db))
+    assert other.status == "completed"  # any other id: as ever
