@@ -138,6 +138,11 @@ class _Pool:
         self.routes = routes
         self.closers: list[AsyncGenerator[None, None]] = []
 
+    def of(self, key: str) -> tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]:
+        """The client and transport that carry run ``key``'s calls (spread by run)."""
+        shard = hash(key) % len(self.clients)
+        return self.clients[shard], self.transports[shard]
+
 
 def _loop_token() -> tuple[object, bool]:
     """What names the event loop this runs in, and whether it is asyncio's: the loop itself,
@@ -421,25 +426,19 @@ class HttpModel(RemoteModel):
         # loops. On asyncio the bytes go over aiohttp's pool; elsewhere (trio) over httpx's,
         # with requests spread over a few clients by run, since httpx's pool looks at every
         # connection it holds for every request.
-        token, on_asyncio = _loop_token()
-        last = self._clients
-        if last is not None and last[0] is token:
-            pool = last[1]
-        else:
+        pool = self._pool_here()
+        if pool is None:
+            token, on_asyncio = _loop_token()
             found = self._pools.get(token)
             pool = found if found is not None else await self._new_pool(token, on_asyncio)
             self._clients = (token, pool)
-        shard = hash(key) % len(pool.clients)
-        return pool.clients[shard], pool.transports[shard]
+        return pool.of(key)
 
-    def _pooled(self, key: str) -> httpx.AsyncBaseTransport | None:
-        """:meth:`_carrier` of a loop whose clients the last call already found, with no
-        await (None: ask :meth:`_carrier`)."""
+    def _pool_here(self) -> _Pool | None:
+        """The pool the last call found, when it is this loop's (no await: the commonest
+        case of :meth:`_pool`); None: ask :meth:`_pool`."""
         last = self._clients
-        if last is None or last[0] is not _loop_token()[0]:
-            return None
-        transports = last[1].transports
-        return transports[hash(key) % len(transports)]
+        return last[1] if last is not None and last[0] is _loop_token()[0] else None
 
     def _routes_here(self) -> ProxyRoutes | None:
         """The proxies of the pool of the loop this runs in (None: it has none, as with the
@@ -612,9 +611,10 @@ class HttpModel(RemoteModel):
                 left = ends - time.monotonic()
                 if left <= 0:
                     raise self.error(f"no answer within the call's deadline of {self.deadline:g}s")
+                here = self._pool_here()
                 carrier = (
                     self.http_client
-                    or self._pooled(call.run_id)
+                    or (here.of(call.run_id)[1] if here is not None else None)
                     or await self._carrier(call.run_id)
                 )
                 if not stream and isinstance(carrier, AiohttpTransport):
