@@ -82,11 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         import signal
         import warnings
 
-        # a Ctrl-C that lands while asyncio.run ends its loop leaves asyncio's own shutdown
-        # coroutine unawaited; Python would print a warning about it after the one line
+        # a Ctrl-C that lands while asyncio.run ends its loop leaves one of asyncio's own
+        # shutdown coroutines unawaited; Python would print a warning about it after the line
         warnings.filterwarnings(
             "ignore",
-            message="coroutine 'BaseEventLoop.shutdown_default_executor' was never awaited",
+            message=(
+                "coroutine 'BaseEventLoop.shutdown_(asyncgens|default_executor)' was never awaited"
+            ),
             category=RuntimeWarning,
         )
 
