@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -311,3 +311,26 @@ def usage_of(value: object) -> Usage | None:
     if isinstance(value, Response | TurnRecord):
         return value.usage
     return None
+
+
+_V = TypeVar("_V", bound=_Value)
+
+
+def replaced(value: _V, changes: dict[str, Any]) -> _V:
+    """``value.model_copy(update=changes)``, the values in ``changes`` taken as they are (not
+    validated, as ``model_copy`` does not), made without ``model_copy``'s copies of the
+    extra and private fields a value never has (every model call's usage and answer is
+    copied once it is priced)."""
+    cls = type(value)
+    if cls.__private_attributes__ or value.__pydantic_extra__ is not None:  # a subclass's
+        return value.model_copy(update=changes)
+    copied = cls.__new__(cls)
+    fields = value.__dict__.copy()
+    fields.update(changes)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(
+        copied, "__pydantic_fields_set__", value.__pydantic_fields_set__ | changes.keys()
+    )
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied

@@ -63,7 +63,7 @@ from interpreters.models._transport import (
     ssl_environment,
 )
 from op import Response
-from op._values import RAW_ARGUMENTS
+from op._values import RAW_ARGUMENTS, replaced
 from op.effects import ModelRequest
 from state._canonical import lone_surrogate
 
@@ -587,7 +587,7 @@ class HttpModel(RemoteModel):
             provider=self.provider,
             base_url=self.base_url,
         )
-        return response if usage is response.usage else response.model_copy(update={"usage": usage})
+        return response if usage is response.usage else replaced(response, {"usage": usage})
 
     async def preflight(self, request: ModelRequest, call: CallInfo) -> None:
         """Checks a provider makes before the first request of a kind (default: none)."""

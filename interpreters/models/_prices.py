@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 from op import Usage
+from op._values import replaced
 
 __all__ = ["LOCAL_PROVIDERS", "Price", "Prices", "Tier", "price_advice"]
 
@@ -60,6 +61,11 @@ class Tier:
     cache_write: float
 
 
+_Rates = tuple[float, float, float, float, bool, bool]
+"""A kept price's input, output, cache-read and cache-write rates, and whether the table
+prices cache reads and cache writes at all (:func:`_rates_of`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
     """One model's price: USD per million tokens of prompt (``input``), answer (``output``),
@@ -76,9 +82,7 @@ class Price:
     tiers: tuple[Tier, ...] = ()
     since: date | None = None
     _kept: Any = field(default=None, repr=False, compare=False)
-    _rates: tuple[float, float, float, float] | None = field(
-        default=None, repr=False, compare=False
-    )
+    _rates: _Rates | None = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -104,24 +108,24 @@ class Price:
         ) / 1_000_000
 
 
-def _kept_cost(
-    model_price: Any, usage: Usage, rates: tuple[float, float, float, float] | None = None
-) -> float:
+def _kept_cost(model_price: Any, usage: Usage, rates: _Rates | None = None) -> float:
     """What the kept table charges for ``usage``: by ``rates`` (:func:`_rates_of`) where
     they are all its price is, else by its own calculation."""
     # a part of the prompt the table has no cache price for is priced as the rest of it
+    if rates is not None:
+        given, output, cache_read, cache_write, reads, writes = rates
+        read = min(usage.cached_tokens, usage.input_tokens) if reads else 0
+        written = min(usage.cache_write_tokens, usage.input_tokens - read) if writes else 0
+        fresh = usage.input_tokens - read - written
+        return (
+            fresh * given + read * cache_read + written * cache_write + usage.output_tokens * output
+        ) / 1_000_000
     read = min(usage.cached_tokens, usage.input_tokens)
     if getattr(model_price, "cache_read_mtok", None) is None:
         read = 0
     written = min(usage.cache_write_tokens, usage.input_tokens - read)
     if getattr(model_price, "cache_write_mtok", None) is None:
         written = 0
-    if rates is not None:
-        fresh = usage.input_tokens - read - written
-        given, output, cache_read, cache_write = rates
-        return (
-            fresh * given + read * cache_read + written * cache_write + usage.output_tokens * output
-        ) / 1_000_000
     from genai_prices import Usage as KeptUsage
 
     priced = model_price.calc_price(
@@ -365,7 +369,7 @@ class Prices:
             self._prices_of[key] = price
         if price is None:
             return usage
-        return usage.model_copy(update={"cost_usd": price.cost(usage), "price_source": price.label})
+        return replaced(usage, {"cost_usd": price.cost(usage), "price_source": price.label})
 
 
 def _kept_model(model: str, provider: str | None, base_url: str | None) -> Any:
@@ -490,11 +494,13 @@ _UNCOUNTED = frozenset(
 checks every entry of the table against its own calculation)."""
 
 
-def _rates_of(model_price: Any) -> tuple[float, float, float, float] | None:
+def _rates_of(model_price: Any) -> _Rates | None:
     """The kept price's input, output, cache-read and cache-write rates where the table
     charges a call by these four alone (none tiered, nothing else priced that opdsl counts or
     the table would count for it: requests, pages, hours), so that it is charged by them
-    here; None where the table's own calculation must do it (half a millisecond a call)."""
+    here, and whether it has a cache-read and a cache-write price (asked once: the table's
+    objects answer a missing one through Python code of their own); None where the table's
+    own calculation must do it (half a millisecond a call)."""
     from genai_prices.types import TieredPrices
 
     given = {k: v for k, v in vars(model_price).items() if not k.startswith("_") and v is not None}
@@ -508,4 +514,6 @@ def _rates_of(model_price: Any) -> tuple[float, float, float, float] | None:
         rate["output_mtok"],
         rate["cache_read_mtok"],
         rate["cache_write_mtok"],
+        given.get("cache_read_mtok") is not None,
+        given.get("cache_write_mtok") is not None,
     )
