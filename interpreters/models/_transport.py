@@ -28,12 +28,13 @@ import base64
 import contextlib
 import functools
 import ipaddress
+import math
 import os
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 import aiohttp
 import httpx
@@ -238,6 +239,84 @@ def _proxy(variable: str, raw: str) -> Proxy:
 # -- asyncio: aiohttp's pool --------------------------------------------------------------------
 
 
+@final
+class _Due:
+    """One exchange's deadline: the task it cancels when ``when`` comes, and how many
+    cancels that task had been asked for before (to tell its own from the deadline's)."""
+
+    __slots__ = ("cancelling", "ended", "fired", "task", "when")
+
+    def __init__(self, task: asyncio.Task[Any], when: float) -> None:
+        self.task = task
+        self.when = when
+        self.cancelling = task.cancelling()
+        self.fired = False
+        self.ended = False
+
+
+@final
+class _Deadlines:
+    """The whole-call deadlines of one event loop's exchanges, on one timer of the loop's
+    for all of them: set for the earliest, and on firing cancels the tasks whose deadline
+    has come, then is set for the next. What ``asyncio.timeout`` does for each call, which
+    makes a timer (a Python object pushed on the loop's heap) and a context manager's two
+    coroutines for every call, a tenth of the transport's time for a call that takes 50 ms.
+
+    A deadline is kept until its exchange ends (:meth:`end`); the timer is not moved back
+    when the earliest one ends first, and fires for nothing then (once a deadline's length,
+    at most), looking through the deadlines under way."""
+
+    __slots__ = ("_due", "_loop", "_timer", "_timer_at")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        #: the deadlines under way (a dict as an ordered set)
+        self._due: dict[_Due, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def start(self, task: asyncio.Task[Any], seconds: float) -> _Due:
+        """``task`` is cancelled ``seconds`` from now unless :meth:`end` comes first."""
+        due = _Due(task, self._loop.time() + seconds)
+        self._due[due] = None
+        if due.when < self._timer_at:
+            self._set(due.when)
+        return due
+
+    def end(self, due: _Due) -> bool:
+        """The exchange of ``due`` has ended: whether its deadline had come (its task's cancel
+        was asked for, and is taken back here once, as ``asyncio.timeout`` does)."""
+        if not due.ended:
+            due.ended = True
+            if due.fired:
+                due.task.uncancel()
+            else:
+                self._due.pop(due, None)
+        return due.fired
+
+    def _set(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._fire)
+        self._timer_at = when
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = self._loop.time()
+        come = [due for due in self._due if due.when <= now]
+        for due in come:
+            del self._due[due]
+            due.fired = True
+            due.task.cancel()
+        if self._due:
+            self._set(min(due.when for due in self._due))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """httpx's transport interface over aiohttp's connection pool (its ``TCPConnector``): at
     most ``max_connections`` connections at once, kept alive between calls, through the
@@ -261,6 +340,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
         self._urls: dict[str, URL] = {}
         self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._deadlines = _Deadlines(self._loop)
 
     def _url(self, url: httpx.URL) -> URL:
         text = str(url)
@@ -386,29 +466,52 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         :data:`ERROR_BODY` bytes. What a call that does not stream needs, without httpx's
         request and response objects."""
         headers.setdefault(*_NO_ENCODING)
-        async with asyncio.timeout(seconds):
-            answer = await self._open("POST", url, headers, body, timeouts)
-            whole = False
+        task = asyncio.current_task()
+        if task is None:  # not in a task: asyncio's own timeout says so
+            async with asyncio.timeout(seconds):
+                return await self._exchange(url, headers, body, timeouts, limit)
+        # asyncio.timeout(seconds), on the loop's one timer for every call's deadline
+        due = self._deadlines.start(task, seconds)
+        try:
+            return await self._exchange(url, headers, body, timeouts, limit)
+        except asyncio.CancelledError as cancelled:
+            if self._deadlines.end(due) and task.cancelling() <= due.cancelling:
+                raise TimeoutError from cancelled  # the deadline's cancel, no other
+            raise
+        finally:
+            self._deadlines.end(due)
+
+    async def _exchange(
+        self,
+        url: httpx.URL,
+        headers: dict[str, str],
+        body: bytes,
+        timeouts: dict[str, float | None],
+        limit: int,
+    ) -> tuple[int, Any, bytes]:
+        answer = await self._open("POST", url, headers, body, timeouts)
+        whole = False
+        try:
+            encoding = answer.headers.get("content-encoding", "").encode("latin-1")
             try:
-                encoding = answer.headers.get("content-encoding", "").encode("latin-1")
-                try:
-                    if answer.status >= 400:
-                        data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
-                    else:
-                        data = await _read(answer, encoding, limit)
-                        whole = True
-                except aiohttp.ClientError as exc:
-                    failed = _translated(exc, url, self._routes(url), answered=True)
+                if answer.status >= 400:
+                    data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
                 else:
-                    return answer.status, answer.headers, data
-                raise failed  # out of the except block: see _translated
-            finally:
-                if whole:
-                    answer.release()
-                else:
-                    answer.close()
+                    data = await _read(answer, encoding, limit)
+                    whole = True
+            except aiohttp.ClientError as exc:
+                failed = _translated(exc, url, self._routes(url), answered=True)
+            else:
+                return answer.status, answer.headers, data
+            raise failed  # out of the except block: see _translated
+        finally:
+            if whole:
+                answer.release()
+            else:
+                answer.close()
 
     async def aclose(self) -> None:
+        self._deadlines.close()
         await self._session.close()
 
 

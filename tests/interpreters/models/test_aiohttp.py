@@ -7,6 +7,7 @@ with a test CA."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import threading
 import time
@@ -378,6 +379,89 @@ def test_a_trickling_answer_is_stopped_at_the_deadline(server: Make) -> None:
     with pytest.raises(TimeoutError):
         go(lambda t: _exchange(t, srv.url(), 0.5))
     assert time.monotonic() - t0 < 2
+
+
+def _silent(conn: Conn, n: int) -> None:
+    """Reads the request and answers nothing for 1.5 s, then closes."""
+    conn.request()
+    time.sleep(1.5)
+
+
+def test_calls_at_once_each_time_out_at_their_own_deadline(server: Make) -> None:
+    """Every call's deadline is on one timer of the loop's: set for the earliest, moved
+    earlier by a call that starts later with a shorter one, and on to the next as each
+    comes. A call whose answer comes in time is not touched by the others' deadlines."""
+    srv = server(_silent)
+    answers = server(answering(ok()))
+
+    async def calls(t: AiohttpTransport) -> tuple[list[tuple[float, float]], Any, int]:
+        t0 = time.monotonic()
+        came: list[tuple[float, float]] = []
+
+        async def one(seconds: float) -> None:
+            with pytest.raises(TimeoutError):
+                await _exchange(t, srv.url(), seconds)
+            came.append((seconds, time.monotonic() - t0))
+
+        async def answered() -> Any:
+            await asyncio.sleep(0.1)
+            return await _exchange(t, answers.url(), 0.15)  # its own, shorter than two
+
+        *_, status = await asyncio.gather(
+            one(0.9), one(0.3), one(0.6), answered(), return_exceptions=False
+        )
+        return came, status, len(t._deadlines._due)
+
+    came, (status, _, body), left = go(calls)
+    assert [s for s, _ in came] == [0.3, 0.6, 0.9]
+    for seconds, at in came:
+        assert seconds <= at < seconds + 0.3, came
+    assert (status, body, left) == (200, b'{"a":1}', 0)
+
+
+def test_a_cancel_from_elsewhere_stays_a_cancel_and_an_outer_timeout_stays_its_own(
+    server: Make,
+) -> None:
+    """The deadline's TimeoutError is said only for its own cancel: a task cancelled by
+    another, or an ``asyncio.timeout`` around the call that comes first, is as it would be
+    without the call's deadline, and leaves no deadline behind."""
+    srv = server(_silent)
+
+    async def cancelled(t: AiohttpTransport) -> tuple[int, int, int]:
+        task = asyncio.ensure_future(_exchange(t, srv.url(), 5))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1) as outer:
+                await _exchange(t, srv.url(), 5)
+        assert outer.expired()
+        here = asyncio.current_task()
+        assert here is not None
+        return task.cancelling(), here.cancelling(), len(t._deadlines._due)
+
+    assert go(cancelled) == (1, 0, 0)
+
+
+def test_a_deadline_that_fires_as_its_call_ends_takes_its_cancel_back(server: Make) -> None:
+    """A deadline that comes while its call is ending asks for the task's cancel; the end
+    takes it back once, as ``asyncio.timeout`` does, whichever way the call ended."""
+    srv = server(answering(ok()))
+
+    async def ended(t: AiohttpTransport) -> tuple[int, int]:
+        here = asyncio.current_task()
+        assert here is not None
+        due = t._deadlines.start(here, 0)
+        t._deadlines._fire()  # it came: the task's cancel is asked for
+        assert due.fired and here.cancelling() == 1
+        assert t._deadlines.end(due) and t._deadlines.end(due)  # taken back once
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # the cancel asked for reaches the task here (3.11)
+        status, _, _ = await _exchange(t, srv.url(), 5)
+        return here.cancelling(), status
+
+    assert go(ended) == (0, 200)
 
 
 def test_a_waiter_for_a_connection_that_gives_up_passes_its_turn_on(server: Make) -> None:
