@@ -467,48 +467,37 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         request and response objects."""
         headers.setdefault(*_NO_ENCODING)
         task = asyncio.current_task()
-        if task is None:  # not in a task: asyncio's own timeout says so
-            async with asyncio.timeout(seconds):
-                return await self._exchange(url, headers, body, timeouts, limit)
+        if task is None:
+            raise RuntimeError("a model call over aiohttp is made inside an asyncio task")
         # asyncio.timeout(seconds), on the loop's one timer for every call's deadline
         due = self._deadlines.start(task, seconds)
         try:
-            return await self._exchange(url, headers, body, timeouts, limit)
+            answer = await self._open("POST", url, headers, body, timeouts)
+            whole = False
+            try:
+                encoding = answer.headers.get("content-encoding", "").encode("latin-1")
+                try:
+                    if answer.status >= 400:
+                        data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
+                    else:
+                        data = await _read(answer, encoding, limit)
+                        whole = True
+                except aiohttp.ClientError as exc:
+                    failed = _translated(exc, url, self._routes(url), answered=True)
+                else:
+                    return answer.status, answer.headers, data
+                raise failed  # out of the except block: see _translated
+            finally:
+                if whole:
+                    answer.release()
+                else:
+                    answer.close()
         except asyncio.CancelledError as cancelled:
             if self._deadlines.end(due) and task.cancelling() <= due.cancelling:
                 raise TimeoutError from cancelled  # the deadline's cancel, no other
             raise
         finally:
             self._deadlines.end(due)
-
-    async def _exchange(
-        self,
-        url: httpx.URL,
-        headers: dict[str, str],
-        body: bytes,
-        timeouts: dict[str, float | None],
-        limit: int,
-    ) -> tuple[int, Any, bytes]:
-        answer = await self._open("POST", url, headers, body, timeouts)
-        whole = False
-        try:
-            encoding = answer.headers.get("content-encoding", "").encode("latin-1")
-            try:
-                if answer.status >= 400:
-                    data = await _read(answer, encoding, min(limit, ERROR_BODY), cut=True)
-                else:
-                    data = await _read(answer, encoding, limit)
-                    whole = True
-            except aiohttp.ClientError as exc:
-                failed = _translated(exc, url, self._routes(url), answered=True)
-            else:
-                return answer.status, answer.headers, data
-            raise failed  # out of the except block: see _translated
-        finally:
-            if whole:
-                answer.release()
-            else:
-                answer.close()
 
     async def aclose(self) -> None:
         self._deadlines.close()
