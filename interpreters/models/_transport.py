@@ -312,7 +312,9 @@ class _Deadlines:
             self._set(min(due.when for due in self._due))
 
     def close(self) -> None:
-        if self._timer is not None:
+        """The transport is closed: its timer goes, unless a call is still under way (a
+        connect aiohttp does not stop), whose deadline still holds."""
+        if self._timer is not None and not self._due:
             self._timer.cancel()
             self._timer, self._timer_at = None, math.inf
 
@@ -468,7 +470,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         headers.setdefault(*_NO_ENCODING)
         task = asyncio.current_task()
         if task is None:
-            raise RuntimeError("a model call over aiohttp is made inside an asyncio task")
+            raise RuntimeError("a model call over aiohttp must be made inside an asyncio task")
         # asyncio.timeout(seconds), on the loop's one timer for every call's deadline
         due = self._deadlines.start(task, seconds)
         try:

@@ -444,6 +444,25 @@ def test_a_cancel_from_elsewhere_stays_a_cancel_and_an_outer_timeout_stays_its_o
     assert go(cancelled) == (1, 0, 0)
 
 
+def test_a_call_under_way_as_its_transport_closes_keeps_its_deadline(server: Make) -> None:
+    """Closing the transport leaves the deadlines' timer while a call is under way (a
+    connect aiohttp does not stop would otherwise run on with no limit); with none, it goes."""
+    srv = server(_silent)
+
+    async def closing(t: AiohttpTransport) -> tuple[float, bool]:
+        call = asyncio.ensure_future(_exchange(t, srv.url(), 0.4))
+        await asyncio.sleep(0.1)
+        t._deadlines.close()  # what aclose does first
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await call
+        t._deadlines.close()
+        return time.monotonic() - t0, t._deadlines._timer is None
+
+    waited, gone = go(closing)
+    assert waited < 0.6 and gone
+
+
 def test_a_deadline_that_fires_as_its_call_ends_takes_its_cancel_back(server: Make) -> None:
     """A deadline that comes while its call is ending asks for the task's cancel; the end
     takes it back once, as ``asyncio.timeout`` does, whichever way the call ended."""
