@@ -231,9 +231,7 @@ class _Writer:
             return cleaned
         parts = cleaned.split(_MARK)
         if len(parts) != len(self.refs) + 1:
-            raise ContentError(
-                f"a value holds the text {_MARK_VALUE!r}, which the journal keeps for itself"
-            )
+            raise _mark_held()
         out = [parts[0]]
         for ref, part in zip(self.refs, parts[1:], strict=True):
             out += (ref, part)
@@ -241,6 +239,21 @@ class _Writer:
 
 
 _MARK_JSON = json.dumps(_MARK_VALUE)  # how dump_jsonable writes a mark's value
+
+
+def _mark_held() -> ContentError:
+    return ContentError(
+        f"a value holds the text {_MARK_VALUE!r}, which the journal keeps for itself"
+    )
+
+
+def _with_ref(clean: Callable[[str], str], dumped: str, ref: str) -> str:
+    """``_Writer.written(dumped)`` of a text that holds one mark, for ``ref``, without the
+    writer (the commonest ``infer`` and a short message's chain node: one of each a call)."""
+    parts = clean(dumped.replace(_MARK_JSON, _MARK)).split(_MARK)
+    if len(parts) != 2:
+        raise _mark_held()
+    return parts[0] + ref + parts[1]
 
 
 def _text_value(w: _Writer, text: str) -> Any:
@@ -368,11 +381,11 @@ class Packer:
         ):
             # the commonest infer (no tools, params or output), written as text: the bytes
             # the dict below is written as
-            w = _Writer(self._clean, pieces)
-            w.refs.append('{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}')
+            ref = '{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}'
             shown = "null" if model is None else _STR(model)
             dumped = '{"kind":"infer","messages":' + _MARK_JSON + ',"model":' + shown
-            return Packed(w.written(dumped + ',"params":{},"tools":[]}'), self._made(pieces))
+            text = _with_ref(self._clean, dumped + ',"params":{},"tools":[]}', ref)
+            return Packed(text, self._made(pieces))
         data = to_jsonable(
             {"kind": "infer", "model": effect.model, "params": effect.params, "tools": effect.tools}
         )
@@ -393,13 +406,17 @@ class Packer:
         heads = conv.heads
         del heads[start + 1 :]
         head = heads[start]
+        clean = self._clean
         for message in messages[start:]:
-            w = _Writer(self._clean, pieces)
-            prev = w.ref("null" if head is None else f'"{head}"')
+            ref = "null" if head is None else f'"{head}"'
             short = _short_message(message)
             if short is not None:  # written as text: the bytes the node below is written as
-                head = w.piece(w.written("[" + _MARK_JSON + "," + short + "]"))
+                body = clean(_with_ref(clean, "[" + _MARK_JSON + "," + short + "]", ref))
+                head = digest(body)
+                pieces[head] = body  # what _Writer.piece does
             else:
+                w = _Writer(clean, pieces)
+                prev = w.ref(ref)
                 head = w.piece(w.text([prev, _packed_message(w, message)]))
             heads.append(head)
         conv.messages = messages
@@ -431,12 +448,20 @@ class Packer:
         convs = self._conversations
         if best is None:
             best = _Conversation()
+            convs.insert(0, best)
+            # one more one-off: the oldest past the cap goes (newest first; there was none
+            # past it before, as each new one is followed by this)
+            kept = 0
+            for i, conv in enumerate(convs):
+                if not conv.extended:
+                    kept += 1
+                    if kept > self._ONE_OFFS:
+                        del convs[i]
+                        break
         else:
             convs.remove(best)
             best.extended = True
-        convs.insert(0, best)
-        for stale in [c for c in convs if not c.extended][self._ONE_OFFS :]:  # newest first
-            convs.remove(stale)
+            convs.insert(0, best)
         del convs[self._RECENT :]
         return best, best_n
 
