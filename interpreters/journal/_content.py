@@ -226,34 +226,30 @@ class _Writer:
 
     def written(self, dumped: str) -> str:
         """:meth:`text` of data already written as canonical JSON (``dumped``)."""
-        cleaned = self.clean(dumped.replace(_MARK_JSON, _MARK))
-        if not self.refs:
-            return cleaned
-        parts = cleaned.split(_MARK)
-        if len(parts) != len(self.refs) + 1:
-            raise _mark_held()
-        out = [parts[0]]
-        for ref, part in zip(self.refs, parts[1:], strict=True):
-            out += (ref, part)
-        return "".join(out)
+        return _filled(self.clean, dumped, self.refs)
 
 
 _MARK_JSON = json.dumps(_MARK_VALUE)  # how dump_jsonable writes a mark's value
 
 
-def _mark_held() -> ContentError:
-    return ContentError(
-        f"a value holds the text {_MARK_VALUE!r}, which the journal keeps for itself"
-    )
-
-
-def _with_ref(clean: Callable[[str], str], dumped: str, ref: str) -> str:
-    """``_Writer.written(dumped)`` of a text that holds one mark, for ``ref``, without the
-    writer (the commonest ``infer`` and a short message's chain node: one of each a call)."""
-    parts = clean(dumped.replace(_MARK_JSON, _MARK)).split(_MARK)
-    if len(parts) != 2:
-        raise _mark_held()
-    return parts[0] + ref + parts[1]
+def _filled(clean: Callable[[str], str], dumped: str, refs: Sequence[str]) -> str:
+    """``dumped`` (canonical JSON holding a mark for each of ``refs``) cleaned, then the
+    references put in; the commonest ``infer`` and a short message's chain node (one of each
+    a call) are filled without a :class:`_Writer`."""
+    cleaned = clean(dumped.replace(_MARK_JSON, _MARK))
+    if not refs:
+        return cleaned
+    parts = cleaned.split(_MARK)
+    if len(parts) != len(refs) + 1:
+        raise ContentError(
+            f"a value holds the text {_MARK_VALUE!r}, which the journal keeps for itself"
+        )
+    if len(refs) == 1:
+        return parts[0] + refs[0] + parts[1]
+    out = [parts[0]]
+    for ref, part in zip(refs, parts[1:], strict=True):
+        out += (ref, part)
+    return "".join(out)
 
 
 def _text_value(w: _Writer, text: str) -> Any:
@@ -384,7 +380,7 @@ class Packer:
             ref = '{"$chain":' + ("null" if head is None else f'"{head}"') + f',"n":{n}}}'
             shown = "null" if model is None else _STR(model)
             dumped = '{"kind":"infer","messages":' + _MARK_JSON + ',"model":' + shown
-            text = _with_ref(self._clean, dumped + ',"params":{},"tools":[]}', ref)
+            text = _filled(self._clean, dumped + ',"params":{},"tools":[]}', (ref,))
             return Packed(text, self._made(pieces))
         data = to_jsonable(
             {"kind": "infer", "model": effect.model, "params": effect.params, "tools": effect.tools}
@@ -411,7 +407,7 @@ class Packer:
             ref = "null" if head is None else f'"{head}"'
             short = _short_message(message)
             if short is not None:  # written as text: the bytes the node below is written as
-                body = clean(_with_ref(clean, "[" + _MARK_JSON + "," + short + "]", ref))
+                body = clean(_filled(clean, "[" + _MARK_JSON + "," + short + "]", (ref,)))
                 head = digest(body)
                 pieces[head] = body  # what _Writer.piece does
             else:

@@ -955,14 +955,14 @@ class SqliteJournal(Journal):
 
     def create_run(self, run: RunRecord) -> None:
         data = run.model_dump()
-        exists = JournalError(f"run {run.run_id} already exists")
+        exists = f"run {run.run_id} already exists"
         held, stray = self._exec(
             "SELECT EXISTS (SELECT 1 FROM runs WHERE run_id=?), "
             "EXISTS (SELECT 1 FROM entries WHERE run_id=?)",
             (run.run_id, run.run_id),
         ).rows[0]
         if held:
-            raise exists
+            raise JournalError(exists)
         if stray:
             # a file changed outside opdsl (a run's row deleted by hand, or entries put in): a
             # run of that id would take them for its own record
@@ -977,7 +977,7 @@ class SqliteJournal(Journal):
                 tuple(data[c] for c in _RUN_COLS),
             )
         except apsw.ConstraintError:  # made since by another process
-            raise exists from None
+            raise JournalError(exists) from None
         if run.run_id in self._writing:
             # its writer's own new run, with no entries (above): none asked for at its first write
             self._runs_known[run.run_id] = ([0], set())

@@ -419,7 +419,15 @@ class HttpModel(RemoteModel):
         """What sends a call of run ``key``: the user's client, else the transport under this
         loop's client (a model call is one POST with no cookies, redirects or auth flow, so
         it is sent to the transport directly)."""
-        return self.http_client or (await self._pool(key))[1]
+        return self._carrier_here(key) or (await self._pool(key))[1]
+
+    def _carrier_here(self, key: str) -> httpx.AsyncBaseTransport | httpx.AsyncClient | None:
+        """:meth:`_carrier` without an await, when the user's client or the pool of this loop
+        is at hand (every call but a loop's first); None: ask :meth:`_carrier`."""
+        if self.http_client:
+            return self.http_client
+        here = self._pool_here()
+        return None if here is None else here.of(key)[1]
 
     async def _pool(self, key: str) -> tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]:
         # Clients belong to one event loop: connections are reused within it, never across
@@ -611,12 +619,7 @@ class HttpModel(RemoteModel):
                 left = ends - time.monotonic()
                 if left <= 0:
                     raise self.error(f"no answer within the call's deadline of {self.deadline:g}s")
-                here = self._pool_here()
-                carrier = (
-                    self.http_client
-                    or (here.of(call.run_id)[1] if here is not None else None)
-                    or await self._carrier(call.run_id)
-                )
+                carrier = self._carrier_here(call.run_id) or await self._carrier(call.run_id)
                 if not stream and isinstance(carrier, AiohttpTransport):
                     # aiohttp keeps the deadline itself (a cancel scope costs a tenth of a call)
                     answer = self._priced(await self._exchange(carrier, url, body, call, left))

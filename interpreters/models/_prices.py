@@ -111,21 +111,20 @@ class Price:
 def _kept_cost(model_price: Any, usage: Usage, rates: _Rates | None = None) -> float:
     """What the kept table charges for ``usage``: by ``rates`` (:func:`_rates_of`) where
     they are all its price is, else by its own calculation."""
-    # a part of the prompt the table has no cache price for is priced as the rest of it
     if rates is not None:
-        given, output, cache_read, cache_write, reads, writes = rates
-        read = min(usage.cached_tokens, usage.input_tokens) if reads else 0
-        written = min(usage.cache_write_tokens, usage.input_tokens - read) if writes else 0
+        reads, writes = rates[4], rates[5]
+    else:
+        reads = getattr(model_price, "cache_read_mtok", None) is not None
+        writes = getattr(model_price, "cache_write_mtok", None) is not None
+    # a part of the prompt the table has no cache price for is priced as the rest of it
+    read = min(usage.cached_tokens, usage.input_tokens) if reads else 0
+    written = min(usage.cache_write_tokens, usage.input_tokens - read) if writes else 0
+    if rates is not None:
+        given, output, cache_read, cache_write = rates[:4]
         fresh = usage.input_tokens - read - written
         return (
             fresh * given + read * cache_read + written * cache_write + usage.output_tokens * output
         ) / 1_000_000
-    read = min(usage.cached_tokens, usage.input_tokens)
-    if getattr(model_price, "cache_read_mtok", None) is None:
-        read = 0
-    written = min(usage.cache_write_tokens, usage.input_tokens - read)
-    if getattr(model_price, "cache_write_mtok", None) is None:
-        written = 0
     from genai_prices import Usage as KeptUsage
 
     priced = model_price.calc_price(
