@@ -5,10 +5,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck pytest bench clean cli sandbox model model-source browser bench-solve
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e '.[test]' -c constraints.txt --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP) sandbox

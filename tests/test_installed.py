@@ -80,6 +80,7 @@ def test_the_distributions_hold_what_they_must(dists: tuple[Path, Path]) -> None
         "LICENSE",
         "CHANGELOG.md",
         "Makefile",
+        "constraints.txt",  # the Makefile installs with it
         "pyproject.toml",
         "tests/test_installed.py",
         "tests/fixtures/journals/v0.1.0.db",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from tests.helpers import RawJournal
 from tests.servers import ScriptedServer, openai
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "journals"
-KEPT = "genai-prices 0.2.3"
+KEPT = f"genai-prices {version('genai-prices')}"  # the table installed
 
 
 def opdsl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from programs.loop import tool_loop
 from tests.servers import Reply, Request, ScriptedServer, _anthropic_events
 
 TURNS = 50
+KEPT = f"genai-prices {version('genai-prices')}"  # the table installed
 SYSTEM = "You are a careful counter. " + " ".join(
     f"Rule {i}: count one step at a time." for i in range(300)
 )
@@ -196,7 +198,7 @@ def test_a_fifty_turn_tool_loop_reads_its_prompt_from_anthropic_s_cache_and_cost
             + bill["cache_read_input_tokens"]
             + bill["cache_creation_input_tokens"]
         )
-        assert usage["price_source"] == "genai-prices 0.2.3: anthropic claude-sonnet-4-5"
+        assert usage["price_source"] == f"{KEPT}: anthropic claude-sonnet-4-5"
 
     # the rates are Anthropic's rules: a cache write 1.25 times the input price, a read a tenth
     price = Prices().price("claude-sonnet-4-5", provider="anthropic")
@@ -212,7 +214,7 @@ def test_a_fifty_turn_tool_loop_reads_its_prompt_from_anthropic_s_cache_and_cost
     shown = capsys.readouterr().out
     assert f"({reads} cached, {writes} written to the cache)" in shown
     assert f"{TURNS} model calls, {TURNS - 1} tool calls; cost ${expected:.4f}" in shown
-    assert "priced by genai-prices 0.2.3: anthropic claude-sonnet-4-5" in shown
+    assert f"priced by {KEPT}: anthropic claude-sonnet-4-5" in shown
     assert main(["show", "cached", "--db", db, "--json"]) == 0
     totals = json.loads(capsys.readouterr().out)["totals"]
     assert totals["cost_usd"] == pytest.approx(expected)
