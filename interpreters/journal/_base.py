@@ -260,6 +260,16 @@ class Journal(ABC):
     @abstractmethod
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None: ...
 
+    def begin_unwaited(
+        self, run_id: str, address: str, kind: str, effect_json: str, at: float
+    ) -> None:
+        """Begin an effect whose handler changes nothing outside the run (a model call, a
+        read of the clock or of chance, a wait): nothing waits for this begin to be committed,
+        and an effect whose begin a crash lost is performed again on resume, as one left
+        ``started`` is. A journal may hold such a begin back and write the entry whole at its
+        :meth:`finish`; this one writes it as any other."""
+        self.begin(run_id, address, kind, effect_json, at)
+
     @abstractmethod
     def finish(
         self,

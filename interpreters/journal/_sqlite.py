@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,29 @@ entries that refer to it (``journal._content``); 3: entries kept in the order th
 written, found by run through an index (they were kept in the order of their run, so a commit
 of many runs' writes rewrote a page of entries for each run). An older file is read as it is,
 and becomes version 3 when it is opened for writing (:meth:`SqliteJournal._setup`)."""
+HOLD = 1.0
+"""Seconds an unwaited effect's begin may be held back under group commit
+(:meth:`SqliteJournal.begin_unwaited`): a call that ends sooner is written once, whole; one
+still under way then is written as begun, for readers elsewhere to see and for a crash to
+leave begun."""
+_INSERT_WHOLE = (
+    "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, result_json, "
+    "error_json, usage_json, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_BEGUN = (
+    "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+    "VALUES (?, ?, ?, ?, ?, 'started', ?)"
+)
+
+
+def _no_loop() -> None:
+    """No loop: what the journal's hold timer is set on when none is."""
+    return None
+
+
+_Held = tuple[float, int, str, str, float]
+"""A begin held back: when it is due to be written (the loop's clock), its seq, kind, effect
+text and start."""
 _BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
 _FINISH_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(FINISH_FROM))
 _SCHEMA = """
@@ -433,6 +457,13 @@ class SqliteJournal(Journal):
         self._content_table: bool | None = None
         #: pieces given by :meth:`put_content`, written with the next entry's write
         self._pieces: dict[str, str] = {}
+        #: begins held back (:meth:`begin_unwaited`), by run and address
+        self._held: dict[str, dict[str, _Held]] = {}
+        #: the loop whose timer writes the held begins whose time has come (weakly: the
+        #: journal keeps no hold on a loop)
+        self._hold_loop: Callable[[], asyncio.AbstractEventLoop | None] = _no_loop
+        #: seconds a begin may be held back (0: never)
+        self.hold = HOLD
 
     @property
     def grouped(self) -> bool:
@@ -741,28 +772,32 @@ class SqliteJournal(Journal):
         cursor kept for these writes (the commonest statements, two per effect); returns how
         many rows it changed."""
         with self._mutex:
-            try:
-                grouped = self.grouped
-                if self._pieces and not grouped:  # the pieces and their entry: one commit
-                    changed = self._with_pieces(sql, params)
-                else:
-                    # grouped, the pieces wait for the group's commit, which writes them first
-                    # (one statement for all of them, not one for each entry)
-                    self._into_tx(grouped)
-                    self._cursor.execute(sql, params)
-                    changed = self._db.changes()
-            except apsw.ConstraintError:
-                raise
-            except apsw.Error as exc:
-                raise self._statement_failed(exc) from None
-            except UnicodeEncodeError:
-                raise self._not_text(params) from None
-            if self._in_tx:
-                self._tx_runs.add(run_id)
-                self._local.tx = self._tx
+            return self._write_locked(run_id, sql, params)
+
+    def _write_locked(self, run_id: str, sql: str, params: tuple[Any, ...]) -> int:
+        """:meth:`_write_entry`, the mutex held."""
+        try:
+            grouped = self.grouped
+            if self._pieces and not grouped:  # the pieces and their entry: one commit
+                changed = self._with_pieces(sql, params)
             else:
-                self._local.tx = 0
-            return changed
+                # grouped, the pieces wait for the group's commit, which writes them first
+                # (one statement for all of them, not one for each entry)
+                self._into_tx(grouped)
+                self._cursor.execute(sql, params)
+                changed = self._db.changes()
+        except apsw.ConstraintError:
+            raise
+        except apsw.Error as exc:
+            raise self._statement_failed(exc) from None
+        except UnicodeEncodeError:
+            raise self._not_text(params) from None
+        if self._in_tx:
+            self._tx_runs.add(run_id)
+            self._local.tx = self._tx
+        else:
+            self._local.tx = 0
+        return changed
 
     def _with_pieces(self, sql: str, params: tuple[Any, ...]) -> int:
         """An entry's write with the pieces it needs, in one transaction of its own, committed
@@ -812,6 +847,7 @@ class SqliteJournal(Journal):
             self._pieces.clear()  # those of its entries, lost with them
             for run_id in self._tx_runs:
                 self._lost[run_id] = str(failed)
+                self._held.pop(run_id, None)  # resumed from what was kept, without them
             self._tx_failed[self._tx] = failed
             if len(self._tx_failed) > _FAILED_KEPT:
                 del self._tx_failed[next(iter(self._tx_failed))]
@@ -946,6 +982,10 @@ class SqliteJournal(Journal):
 
     def close(self) -> None:
         try:
+            if self._held:
+                with self._mutex:
+                    for run_id in list(self._held):
+                        self._write_held(run_id)
             self._commit()
             self._db.close()
         finally:
@@ -1045,6 +1085,8 @@ class SqliteJournal(Journal):
         final_state_json: str | None = None,
     ) -> None:
         with self._mutex:
+            if run_id in self._held:  # begun, never finished: written as begun
+                self._write_held(run_id)
             self._into_tx(False)  # the run's last entries are committed before its end
         if self._lost:  # they were not: its end would be written over a gap
             self._unlost(run_id)
@@ -1085,6 +1127,10 @@ class SqliteJournal(Journal):
                 "SELECT seq, address FROM entries WHERE run_id=?", (run_id,)
             ).fetchall()
             known = ([max((r[0] for r in rows), default=-1) + 1], {r[1] for r in rows})
+            held = self._held.get(run_id)
+            if held:  # asked again (after a failed commit): its held begins are its too
+                known[1].update(held)
+                known[0][0] = max(known[0][0], max(h[1] for h in held.values()) + 1)
             self._runs_known[run_id] = known
         return known
 
@@ -1104,9 +1150,89 @@ class SqliteJournal(Journal):
             self._unlost(run_id)
         self._begin(run_id, address, kind, effect_json, at)
 
+    def begin_unwaited(
+        self, run_id: str, address: str, kind: str, effect_json: str, at: float
+    ) -> None:
+        """Under group commit, in an asyncio loop, the begin is held back: the entry is written
+        once, whole, at its :meth:`finish`, where a begin and its finish wrote its row twice,
+        in two commits. One still under way after :attr:`hold` seconds is written as begun (a
+        reader elsewhere sees a long call under way; a crash after that leaves it begun), and
+        so is one still held when its run ends, when its entries are read here, or when the
+        journal is closed. Otherwise, as :meth:`begin`."""
+        if self.hold > 0 and self.grouped:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                if self._lost:
+                    self._unlost(run_id)
+                next_seq, addresses = self._known(run_id)
+                if address not in addresses:  # (one begun before: its row is begun again)
+                    due = loop.time() + self.hold
+                    with self._mutex:
+                        held = self._held.get(run_id)
+                        if held is None:
+                            held = self._held[run_id] = {}
+                        held[address] = (due, next_seq[0], kind, effect_json, at)
+                        if self._hold_loop() is not loop:  # no timer set on this loop
+                            loop.call_at(due, self._held_due)
+                            self._hold_loop = weakref.ref(loop)
+                    next_seq[0] += 1
+                    addresses.add(address)
+                    return
+        self.begin(run_id, address, kind, effect_json, at)
+
+    def _held_due(self) -> None:
+        """The hold timer: every held begin whose time has come written as begun, and the
+        timer set for the next."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        later: float | None = None
+        with self._mutex:
+            self._hold_loop = _no_loop
+            for run_id, held in list(self._held.items()):
+                for address, entry in list(held.items()):
+                    if entry[0] <= now:
+                        self._write_held(run_id, address)
+                    elif later is None or entry[0] < later:
+                        later = entry[0]
+            if later is not None:
+                loop.call_at(later, self._held_due)
+                self._hold_loop = weakref.ref(loop)
+
+    def _write_held(self, run_id: str, address: str | None = None) -> None:
+        """Write the held begin of ``run_id`` at ``address`` (None: all of the run's) as begun
+        (the mutex held). One that cannot be written stops its run, as a failed commit of its
+        entries does: it is told at its next write."""
+        held = self._held.get(run_id)
+        if held is None:
+            return
+        for at_address in list(held) if address is None else [address]:
+            entry = held.pop(at_address, None)
+            if entry is None:
+                continue
+            _, seq, kind, effect_json, at = entry
+            try:
+                self._write_locked(
+                    run_id, _INSERT_BEGUN, (run_id, seq, at_address, kind, effect_json, at)
+                )
+            except (JournalError, apsw.Error) as exc:
+                self._runs_known.pop(run_id, None)
+                self._held.pop(run_id, None)
+                self._lost[run_id] = f"its begin of {at_address} could not be written: {exc}"
+                return
+        if not held:
+            self._held.pop(run_id, None)
+
     def _begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
         if address in addresses:
+            if run_id in self._held:  # held, never finished: begun again from its written begin
+                with self._mutex:
+                    self._write_held(run_id, address)
+                if self._lost:
+                    self._unlost(run_id)
             # begun before and left unfinished by a crash or a stop: begin it again (a scope or
             # a question goes on from its first start; an effect's earlier attempt is kept)
             goes_on = kind in GOES_ON
@@ -1134,8 +1260,7 @@ class SqliteJournal(Journal):
         try:
             self._write_entry(
                 run_id,
-                "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
-                "VALUES (?, ?, ?, ?, ?, 'started', ?)",
+                _INSERT_BEGUN,
                 (run_id, next_seq[0], address, kind, effect_json, at),
             )
         except apsw.ConstraintError as exc:
@@ -1157,6 +1282,30 @@ class SqliteJournal(Journal):
     ) -> None:
         if self._lost:
             self._unlost(run_id)
+        if run_id in self._held:
+            with self._mutex:
+                held = self._held.get(run_id)
+                entry = None if held is None else held.pop(address, None)
+                if entry is not None:
+                    if not held:
+                        del self._held[run_id]
+                    _, seq, kind, effect_json, started = entry
+                    try:
+                        self._write_locked(
+                            run_id,
+                            _INSERT_WHOLE,
+                            (
+                                run_id, seq, address, kind, effect_json, status,
+                                _kept(result_json), _kept(error_json), _kept(usage_json),
+                                started, at,
+                            ),
+                        )  # fmt: skip
+                    except apsw.ConstraintError as exc:
+                        self._runs_known.pop(run_id, None)
+                        raise JournalError(
+                            f"run {run_id}: cannot finish address {address}: {exc}"
+                        ) from None
+                    return
         changed = self._write_entry(
             run_id,
             "UPDATE entries SET status=?, result_json=?, error_json=?, usage_json=?, finished_at=? "
@@ -1286,6 +1435,9 @@ class SqliteJournal(Journal):
             sweeper.close()
 
     def entries(self, run_id: str) -> list[Entry]:
+        if run_id in self._held:  # read here: its held begins are written first
+            with self._mutex:
+                self._write_held(run_id)
         self.run(run_id)
         rows = self._exec(
             f"SELECT {', '.join(_ENTRY_COLS)} FROM entries WHERE run_id=? ORDER BY seq", (run_id,)
@@ -1310,6 +1462,7 @@ class SqliteJournal(Journal):
         return out
 
     def delete_run(self, run_id: str) -> None:
+        self._held.pop(run_id, None)
         self._commit()
         self.run(run_id)
         self.acquire(run_id)
@@ -1445,6 +1598,9 @@ class SqliteJournal(Journal):
     def release(self, run_id: str) -> None:
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
+        if run_id in self._held:  # begun, never finished: written as begun
+            with self._mutex:
+                self._write_held(run_id)
         self._lost.pop(run_id, None)  # written no more until taken again
         self._runs_known.pop(run_id, None)  # (a long-lived journal would keep every run's)
         try:

@@ -164,16 +164,22 @@ class Journaled(Layer):
 
     __slots__ = ()
 
-    def begin(self, effect: AnyEffect, address: str, text: str, now: float) -> None:
+    def begin(
+        self, effect: AnyEffect, address: str, text: str, now: float, *, unwaited: bool = False
+    ) -> None:
         """Journal the effect (``text``: as journaled, :meth:`Driver.recorded`) as started,
-        after the pieces of content it needs."""
+        after the pieces of content it needs; ``unwaited``: one of :data:`UNWAITED`, whose
+        begin the journal may hold back (:meth:`Journal.begin_unwaited`)."""
         d = self.driver
         assert d.journal is not None
         d.checked(text, f"the {effect.kind} effect", address)
         try:
             if d.packer.made:
                 d.store_pieces()
-            d.journal.begin(d.run_id, address, effect.kind, text, now)
+            if unwaited:
+                d.journal.begin_unwaited(d.run_id, address, effect.kind, text, now)
+            else:
+                d.journal.begin(d.run_id, address, effect.kind, text, now)
         except JournalError:
             raise
         except Exception as exc:
@@ -232,10 +238,11 @@ class Journaled(Layer):
         if type(effect) is Patched:
             return await self.marker(effect, address, frame)
         d = self.driver
-        self.begin(effect, address, d.recorded(effect, address), d.clock.now())
+        unwaited = effect.kind in UNWAITED
+        self.begin(effect, address, d.recorded(effect, address), d.clock.now(), unwaited=unwaited)
         journal = d.journal
         assert journal is not None
-        if journal.grouped and effect.kind not in UNWAITED:
+        if not unwaited and journal.grouped:
             # write-ahead: the begin is committed before the handler runs (with whatever else
             # the runs sharing the journal wrote meanwhile)
             await journal.durable()
@@ -261,8 +268,9 @@ UNWAITED = frozenset({"infer", "now", "random", "uuid", "sleep"})
 """The kinds whose handlers change nothing outside the run: a model's answer, a value of the
 clock or of chance, a wait. Under group commit, the handler of one of these runs
 without waiting for its begin to be committed: that commit comes on the event loop's next
-turn, while the handler works. A crash before it leaves no entry, and the effect is performed
-again on resume, as one left ``started`` is. Every other kind (a tool, an agent, an emit, a
+turn, while the handler works, or the journal holds the begin back and writes the entry whole
+at its finish (:meth:`Journal.begin_unwaited`). A crash before the begin is committed leaves
+no entry, and the effect is performed again on resume, as one left ``started`` is. Every other kind (a tool, an agent, an emit, a
 checkpoint, a question) waits, and its wait commits whatever the run wrote before, so nothing a program does
 after a result reaches the world before that result is committed."""
 

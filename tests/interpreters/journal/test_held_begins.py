@@ -1,0 +1,332 @@
+"""Held begins: under group commit, the begin of an effect that changes nothing outside its
+run (a model call, a read of the clock) is held back, and the entry written once, whole, at its
+finish; one still under way after the journal's ``hold`` is written as begun, where another
+process sees it (and where a crash leaves it). Every reader of this process sees held begins
+as begun, and nothing held is lost when its run ends or the journal closes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import anyio
+import apsw
+import pytest
+
+from interpreters import (
+    CallInfo,
+    JournalError,
+    LiveInterpreter,
+    RunRecord,
+    RunResult,
+    SqliteJournal,
+    check_integrity,
+)
+from interpreters.journal._sqlite import HOLD
+from op import Op, Response, infer, par, tool
+from op.events import EffectStarted, Event
+
+WHOLE = "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, result_json, "
+BEGUN = "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+FINISHED = "UPDATE entries SET status=?"
+
+
+def _statements(journal: SqliteJournal) -> list[str]:
+    """The entry writes the journal's connection makes from now on, by kind."""
+    seen: list[str] = []
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        for name, head in (("whole", WHOLE), ("begun", BEGUN), ("finished", FINISHED)):
+            if sql.startswith(head):
+                seen.append(name)
+        return True
+
+    journal._db.exec_trace = tracer
+    return seen
+
+
+def _outside_status(outside: apsw.Connection, run_id: str, address: str) -> str:
+    row = outside.execute(
+        "SELECT status FROM entries WHERE run_id=? AND address=?", (run_id, address)
+    ).fetchone()
+    return "none" if row is None else str(row[0])
+
+
+class _Slow:
+    """A model whose calls take ``seconds[address]`` (else ``default``), and that looks from
+    another connection (as another process would) at its own entry just before it answers."""
+
+    def __init__(self, db: Path, seconds: dict[str, float], default: float = 0.0) -> None:
+        self.outside = apsw.Connection(str(db))
+        self.seconds = seconds
+        self.default = default
+        self.seen: dict[tuple[str, str], str] = {}
+
+    async def complete(self, request: Any, call: CallInfo) -> Any:
+        await anyio.sleep(self.seconds.get(call.address, self.default))
+        self.seen[call.run_id, call.address] = _outside_status(
+            self.outside, call.run_id, call.address
+        )
+        return Response(text=f"answer {call.address}", model="slow")
+
+
+def _together(
+    journal: SqliteJournal, runs: int, program: Any, *args: Any, **kw: Any
+) -> tuple[list[RunResult[Any]], dict[str, list[str]]]:
+    """``runs`` runs of ``program`` at once on a live interpreter over ``journal`` (``kw``:
+    its model and tools), and the addresses of each run's effects in the order they started
+    (as the event bus told them)."""
+    started: dict[str, list[str]] = {}
+
+    def sink(event: Event) -> None:
+        if isinstance(event, EffectStarted):
+            started.setdefault(event.run_id, []).append(event.address)
+
+    interp = LiveInterpreter(journal=journal, sinks=[sink], **kw)
+    results: list[RunResult[Any]] = []
+
+    async def one() -> None:
+        results.append(await interp.arun(program, *args))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(runs):
+                tg.start_soon(one)
+
+    anyio.run(main)
+    return results, started
+
+
+def _asks(n: int) -> Op[list[str]]:
+    out = []
+    for i in range(n):
+        out.append((yield from infer(f"q{i}")).text)
+    return out
+
+
+def test_a_model_call_that_ends_within_the_hold_is_written_once_whole(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    assert journal.hold == HOLD == 1.0
+    writes = _statements(journal)
+    model = _Slow(db, {})
+    runs, steps = 5, 4
+    results, started = _together(journal, runs, _asks, steps, model=model)
+    assert [r.value for r in results] == [[f"answer {i}" for i in range(1, steps + 1)]] * runs
+    # nothing of a call under way is in the file: its begin was held, and a crash then would
+    # leave no entry (the call is made again on resume, as it always was before its commit)
+    assert set(model.seen.values()) == {"none"}
+    # one statement an entry, where a begin and its finish were two
+    assert writes == ["whole"] * (runs * steps)
+    for r in results:
+        entries = journal.entries(r.run_id)
+        assert [e.address for e in entries] == started[r.run_id]  # in the order begun
+        assert [e.seq for e in entries] == list(range(steps))
+        assert all(e.status == "completed" and e.finished_at is not None for e in entries)
+        assert all(e.started_at <= e.finished_at for e in entries if e.finished_at)
+        assert check_integrity(journal, r.run_id) == []
+    assert journal._held == {}
+    journal.close()
+    model.outside.close()
+
+
+def test_a_call_still_under_way_after_the_hold_is_written_as_begun(tmp_path: Path) -> None:
+    """Another process sees a long call under way (and a crash leaves it begun, made again on
+    resume as an attempt); calls that end sooner are still written once."""
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    journal.hold = 0.05
+    writes = _statements(journal)
+    model = _Slow(db, {"2": 0.4})  # the second call of each run is slow
+    results, _ = _together(journal, 2, _asks, 3, model=model)
+    assert all(r.status == "completed" for r in results)
+    for r in results:
+        assert model.seen[r.run_id, "1"] == "none"
+        assert model.seen[r.run_id, "2"] == "started"  # written by the hold's timer, committed
+        assert model.seen[r.run_id, "3"] == "none"
+        assert [e.status for e in journal.entries(r.run_id)] == ["completed"] * 3
+        assert check_integrity(journal, r.run_id) == []
+    assert sorted(writes) == sorted(["whole"] * 4 + ["begun", "finished"] * 2)
+    journal.close()
+    model.outside.close()
+
+
+def test_a_held_begin_keeps_its_place_among_the_effects_of_parallel_branches(
+    tmp_path: Path,
+) -> None:
+    """A branch's model call begun before another branch's tool is written after it (at its
+    finish) but keeps the place it was begun in."""
+
+    def branch_ask() -> Op[str]:
+        return (yield from infer("slow question")).text
+
+    def branch_tool() -> Op[str]:
+        return (yield from tool("noop")).output
+
+    def program() -> Op[tuple[str, str]]:
+        return (yield from par(branch_ask(), branch_tool()))
+
+    async def noop() -> str:
+        await anyio.sleep(0)
+        return "done"
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    model = _Slow(db, {}, default=0.1)
+    results, started = _together(journal, 2, program, model=model, tools=[noop])
+    for r in results:
+        assert r.value[0].startswith("answer ") and r.value[1] == "done"
+        entries = journal.entries(r.run_id)
+        assert [e.address for e in entries] == started[r.run_id]
+        assert len({e.seq for e in entries}) == len(entries)
+        assert check_integrity(journal, r.run_id) == []
+    journal.close()
+    model.outside.close()
+
+
+async def _begun(journal: SqliteJournal, run_id: str, address: str) -> None:
+    journal.begin_unwaited(run_id, address, "infer", '{"kind":"infer"}', 1.0)
+
+
+def _grouped(tmp_path: Path, *runs: str) -> SqliteJournal:
+    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
+    for run_id in runs:
+        journal.create_run(RunRecord(run_id=run_id, program="x"))
+        journal.acquire(run_id)
+    return journal
+
+
+def _in_file(db: Path, run_id: str) -> list[tuple[str, str]]:
+    outside = apsw.Connection(str(db))
+    try:
+        rows = outside.execute(
+            "SELECT address, status FROM entries WHERE run_id=? ORDER BY seq", (run_id,)
+        ).fetchall()
+        return [(str(a), str(s)) for a, s in rows]
+    finally:
+        outside.close()
+
+
+def test_a_held_begin_is_read_here_as_begun_and_never_lost(tmp_path: Path) -> None:
+    """Read in this process, a held begin is begun; a run that ends with one held (a call
+    that never finished), and a journal closed with one, write it as begun."""
+    journal = _grouped(tmp_path, "a", "b", "c")
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        await _begun(journal, "b", "1")
+        await _begun(journal, "c", "1")
+        assert [(e.address, e.status) for e in journal.entries("a")] == [("1", "started")]
+        journal.finish("a", "1", "completed", at=2.0, result_json='"x"')  # an update now
+        journal.finish_run("b", "cancelled", at=2.0)
+
+    asyncio.run(main())
+    assert _in_file(journal.path, "a") == [("1", "completed")]
+    assert _in_file(journal.path, "b") == [("1", "started")]
+    assert _in_file(journal.path, "c") == []  # held still: the file is as a crash leaves it
+    journal.close()
+    assert _in_file(journal.path, "c") == [("1", "started")]
+
+
+def test_a_held_begin_begun_again_is_an_attempt_of_its_address(tmp_path: Path) -> None:
+    journal = _grouped(tmp_path, "a", "b")
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        await _begun(journal, "a", "1")  # begun again, never finished: one entry, an attempt
+        journal.finish("a", "1", "completed", at=3.0, result_json='"x"')
+        await _begun(journal, "a", "2")
+
+    asyncio.run(main())
+    assert [(e.address, e.status) for e in journal.entries("a")] == [
+        ("1", "completed"),
+        ("2", "started"),
+    ]
+    assert [(t.address, t.status) for t in journal.attempts("a")] == [("1", "started")]
+    with pytest.raises(JournalError, match="address 1 is already finished"):
+        journal.begin("a", "1", "infer", "{}", 4.0)
+    journal.close()
+
+
+def test_a_held_begin_is_written_at_once_where_nothing_is_grouped_or_no_loop_runs(
+    tmp_path: Path,
+) -> None:
+    """A run writing alone commits each write at once, a held begin included; outside an
+    event loop (and with a hold of 0) nothing is held."""
+    alone = SqliteJournal(tmp_path / "alone.db")
+    alone.create_run(RunRecord(run_id="a", program="x"))
+    alone.acquire("a")
+
+    async def main() -> None:
+        await _begun(alone, "a", "1")
+
+    asyncio.run(main())
+    assert not alone.grouped and _in_file(alone.path, "a") == [("1", "started")]
+    alone.close()
+
+    journal = _grouped(tmp_path, "b", "c")
+    journal.begin_unwaited("b", "1", "infer", "{}", 1.0)  # no loop
+    assert journal._held == {}
+    journal.hold = 0
+
+    async def unheld() -> None:
+        await _begun(journal, "c", "1")
+
+    asyncio.run(unheld())
+    assert journal._held == {}
+    journal.close()
+    assert _in_file(journal.path, "b") == [("1", "started")]
+    assert _in_file(journal.path, "c") == [("1", "started")]
+
+
+def test_a_finish_of_a_held_begin_whose_address_the_file_took_meanwhile_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Another writer put a row at the held begin's address (the file changed outside
+    opdsl): the finish is refused by name, and the row found there stays."""
+    journal = _grouped(tmp_path, "a", "b")
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        other = apsw.Connection(str(journal.path))
+        other.execute(
+            "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+            "VALUES ('a', 7, '1', 'tool', '{}', 'started', 0)"
+        )
+        other.close()
+        with pytest.raises(JournalError, match="run a: cannot finish address 1: .*UNIQUE"):
+            journal.finish("a", "1", "completed", at=2.0, result_json='"x"')
+
+    asyncio.run(main())
+    assert _in_file(journal.path, "a") == [("1", "started")]
+    journal.close()
+
+
+def test_a_held_begin_the_timer_cannot_write_stops_its_run_at_its_next_write(
+    tmp_path: Path,
+) -> None:
+    """The hold's timer finds the begin's address taken (the file changed outside opdsl): the
+    run is told at its next write, which is refused; the other runs go on."""
+    journal = _grouped(tmp_path, "a", "b")
+    journal.hold = 0.01
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        await _begun(journal, "b", "1")
+        other = apsw.Connection(str(journal.path))
+        other.execute(
+            "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
+            "VALUES ('a', 7, '1', 'tool', '{}', 'started', 0)"
+        )
+        other.close()
+        await asyncio.sleep(0.1)  # the timer has run
+        with pytest.raises(JournalError, match="run a: .*its begin of 1 could not be written"):
+            journal.finish("a", "1", "completed", at=2.0, result_json='"x"')
+        journal.finish("b", "1", "completed", at=2.0, result_json='"y"')
+
+    asyncio.run(main())
+    assert journal._held == {}
+    assert _in_file(journal.path, "a") == [("1", "started")]  # the row found there, as it was
+    assert _in_file(journal.path, "b") == [("1", "completed")]
+    journal.close()
