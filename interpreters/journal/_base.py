@@ -261,13 +261,22 @@ class Journal(ABC):
     def begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None: ...
 
     def begin_unwaited(
-        self, run_id: str, address: str, kind: str, effect_json: str, at: float
+        self,
+        run_id: str,
+        address: str,
+        kind: str,
+        effect_json: str,
+        at: float,
+        pieces: Mapping[str, str] | None = None,
     ) -> None:
         """Begin an effect whose handler changes nothing outside the run (a model call, a
-        read of the clock or of chance, a wait): nothing waits for this begin to be committed,
-        and an effect whose begin a crash lost is performed again on resume, as one left
-        ``started`` is. A journal may hold such a begin back and write the entry whole at its
+        read of the clock or of chance, a wait), with the ``pieces`` of content its text
+        refers to (:meth:`put_content`): nothing waits for this begin to be committed, and an
+        effect whose begin a crash lost is performed again on resume, as one left ``started``
+        is. A journal may hold such a begin back and write the entry whole at its
         :meth:`finish`; this one writes it as any other."""
+        if pieces:
+            self.put_content(pieces)
         self.begin(run_id, address, kind, effect_json, at)
 
     @abstractmethod

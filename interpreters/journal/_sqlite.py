@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import re
 import socket
@@ -79,9 +80,9 @@ def _no_loop() -> None:
     return None
 
 
-_Held = tuple[float, int, str, str, float]
+_Held = tuple[float, int, str, str, float, Mapping[str, str] | None]
 """A begin held back: when it is due to be written (the loop's clock), its seq, kind, effect
-text and start."""
+text, start, and the pieces of content its text refers to (written with it)."""
 _BEGIN_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(BEGIN_FROM))
 _FINISH_FROM_SQL = ", ".join(f"'{s}'" for s in sorted(FINISH_FROM))
 _SCHEMA = """
@@ -459,8 +460,9 @@ class SqliteJournal(Journal):
         self._pieces: dict[str, str] = {}
         #: begins held back (:meth:`begin_unwaited`), by run and address
         self._held: dict[str, dict[str, _Held]] = {}
-        #: the loop whose timer writes the held begins whose time has come (weakly: the
-        #: journal keeps no hold on a loop)
+        #: the loops whose timer writes the held begins whose time has come (weakly: the
+        #: journal keeps no hold on a loop), and the last one set
+        self._hold_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._hold_loop: Callable[[], asyncio.AbstractEventLoop | None] = _no_loop
         #: seconds a begin may be held back (0: never)
         self.hold = HOLD
@@ -1151,14 +1153,22 @@ class SqliteJournal(Journal):
         self._begin(run_id, address, kind, effect_json, at)
 
     def begin_unwaited(
-        self, run_id: str, address: str, kind: str, effect_json: str, at: float
+        self,
+        run_id: str,
+        address: str,
+        kind: str,
+        effect_json: str,
+        at: float,
+        pieces: Mapping[str, str] | None = None,
     ) -> None:
         """Under group commit, in an asyncio loop, the begin is held back: the entry is written
         once, whole, at its :meth:`finish`, where a begin and its finish wrote its row twice,
         in two commits. One still under way after :attr:`hold` seconds is written as begun (a
         reader elsewhere sees a long call under way; a crash after that leaves it begun), and
-        so is one still held when its run ends, when its entries are read here, or when the
-        journal is closed. Otherwise, as :meth:`begin`."""
+        so is one still held when its run ends, when its entries are read here, when the run
+        writes an entry after it (a run's entries are never committed with a gap), or when
+        the journal is closed. Its ``pieces`` are held with it and written in the transaction
+        that writes it. Otherwise, as :meth:`begin`."""
         if self.hold > 0 and self.grouped:
             try:
                 loop = asyncio.get_running_loop()
@@ -1174,65 +1184,86 @@ class SqliteJournal(Journal):
                         held = self._held.get(run_id)
                         if held is None:
                             held = self._held[run_id] = {}
-                        held[address] = (due, next_seq[0], kind, effect_json, at)
-                        if self._hold_loop() is not loop:  # no timer set on this loop
-                            loop.call_at(due, self._held_due)
-                            self._hold_loop = weakref.ref(loop)
+                        held[address] = (due, next_seq[0], kind, effect_json, at, pieces or None)
+                        if self._hold_loop() is not loop:
+                            self._hold_timer(loop, due)
                     next_seq[0] += 1
                     addresses.add(address)
                     return
+        if pieces:
+            self.put_content(pieces)
         self.begin(run_id, address, kind, effect_json, at)
 
+    def _hold_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """The hold's timer set on ``loop`` for ``when``, unless one is set there already
+        (the mutex held): one a loop, whatever the number of loops writing."""
+        if loop not in self._hold_loops:
+            loop.call_at(when, self._held_due)
+            self._hold_loops.add(loop)
+        self._hold_loop = weakref.ref(loop)
+
     def _held_due(self) -> None:
-        """The hold timer: every held begin whose time has come written as begun, and the
+        """The hold's timer: every held begin whose time has come written as begun, and the
         timer set for the next."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        later: float | None = None
+        later = math.inf
         with self._mutex:
-            self._hold_loop = _no_loop
+            self._hold_loops.discard(loop)
+            if self._hold_loop() is loop:
+                self._hold_loop = _no_loop
             for run_id, held in list(self._held.items()):
-                for address, entry in list(held.items()):
-                    if entry[0] <= now:
-                        self._write_held(run_id, address)
-                    elif later is None or entry[0] < later:
-                        later = entry[0]
-            if later is not None:
-                loop.call_at(later, self._held_due)
-                self._hold_loop = weakref.ref(loop)
+                upto = -1
+                for due, seq, *_ in held.values():
+                    if due <= now:
+                        upto = max(upto, seq)
+                    elif due < later:
+                        later = due
+                if upto >= 0:
+                    self._write_held(run_id, upto)
+            if later < math.inf:
+                self._hold_timer(loop, later)
 
-    def _write_held(self, run_id: str, address: str | None = None) -> None:
-        """Write the held begin of ``run_id`` at ``address`` (None: all of the run's) as begun
-        (the mutex held). One that cannot be written stops its run, as a failed commit of its
-        entries does: it is told at its next write."""
+    def _write_held(self, run_id: str, upto: float = math.inf) -> None:
+        """Write the held begins of ``run_id`` whose seq is ``upto`` or less as begun, with
+        their pieces, in the order of their seqs (the mutex held). One that cannot be written
+        stops its run, as a failed commit of its entries does: it is told at its next write."""
         held = self._held.get(run_id)
         if held is None:
             return
-        for at_address in list(held) if address is None else [address]:
-            entry = held.pop(at_address, None)
-            if entry is None:
-                continue
-            _, seq, kind, effect_json, at = entry
+        if run_id in self._lost:  # resumed from what was kept, without them
+            del self._held[run_id]
+            return
+        for address, entry in sorted(held.items(), key=lambda item: item[1][1]):
+            _, seq, kind, effect_json, at, pieces = entry
+            if seq > upto:
+                break
+            del held[address]
+            if pieces:
+                self._pieces.update(pieces)
             try:
                 self._write_locked(
-                    run_id, _INSERT_BEGUN, (run_id, seq, at_address, kind, effect_json, at)
+                    run_id, _INSERT_BEGUN, (run_id, seq, address, kind, effect_json, at)
                 )
             except (JournalError, apsw.Error) as exc:
                 self._runs_known.pop(run_id, None)
                 self._held.pop(run_id, None)
-                self._lost[run_id] = f"its begin of {at_address} could not be written: {exc}"
+                self._lost[run_id] = f"its begin of {address} could not be written: {exc}"
                 return
         if not held:
             self._held.pop(run_id, None)
 
     def _begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
+        if run_id in self._held:
+            # those before it first (a run's entries are never committed with a gap), and a
+            # held one begun again (never finished) from its written begin
+            with self._mutex:
+                entry = self._held[run_id].get(address) if run_id in self._held else None
+                self._write_held(run_id, math.inf if entry is None else entry[1])
+            if self._lost:
+                self._unlost(run_id)
         if address in addresses:
-            if run_id in self._held:  # held, never finished: begun again from its written begin
-                with self._mutex:
-                    self._write_held(run_id, address)
-                if self._lost:
-                    self._unlost(run_id)
             # begun before and left unfinished by a crash or a stop: begin it again (a scope or
             # a question goes on from its first start; an effect's earlier attempt is kept)
             goes_on = kind in GOES_ON
@@ -1287,24 +1318,8 @@ class SqliteJournal(Journal):
                 held = self._held.get(run_id)
                 entry = None if held is None else held.pop(address, None)
                 if entry is not None:
-                    if not held:
-                        del self._held[run_id]
-                    _, seq, kind, effect_json, started = entry
-                    try:
-                        self._write_locked(
-                            run_id,
-                            _INSERT_WHOLE,
-                            (
-                                run_id, seq, address, kind, effect_json, status,
-                                _kept(result_json), _kept(error_json), _kept(usage_json),
-                                started, at,
-                            ),
-                        )  # fmt: skip
-                    except apsw.ConstraintError as exc:
-                        self._runs_known.pop(run_id, None)
-                        raise JournalError(
-                            f"run {run_id}: cannot finish address {address}: {exc}"
-                        ) from None
+                    self._finish_held(run_id, address, entry, status, at, result_json,
+                                      error_json, usage_json)  # fmt: skip
                     return
         changed = self._write_entry(
             run_id,
@@ -1314,6 +1329,47 @@ class SqliteJournal(Journal):
         )
         if changed == 0:
             raise JournalError(f"run {run_id}: cannot finish address {address}: it is not started")
+
+    def _finish_held(
+        self,
+        run_id: str,
+        address: str,
+        entry: _Held,
+        status: EntryEnd,
+        at: float,
+        result_json: str | None,
+        error_json: str | None,
+        usage_json: str | None,
+    ) -> None:
+        """Write a held entry whole (the mutex held, the entry taken from the held ones), after
+        the held begins before it, with its pieces. One that cannot be written is held again
+        (written as begun when its run ends, as it was before it was held)."""
+        _, seq, kind, effect_json, started, pieces = entry
+        if not self._held.get(run_id, True):
+            del self._held[run_id]
+        self._write_held(run_id, seq)
+        if run_id in self._lost:
+            self._unlost(run_id)
+        if pieces:
+            self._pieces.update(pieces)
+        try:
+            self._write_locked(
+                run_id,
+                _INSERT_WHOLE,
+                (
+                    run_id, seq, address, kind, effect_json, status, _kept(result_json),
+                    _kept(error_json), _kept(usage_json), started, at,
+                ),
+            )  # fmt: skip
+        except BaseException as exc:
+            if run_id not in self._lost:
+                self._held.setdefault(run_id, {})[address] = entry
+            if isinstance(exc, apsw.ConstraintError):
+                self._runs_known.pop(run_id, None)
+                raise JournalError(
+                    f"run {run_id}: cannot finish address {address}: {exc}"
+                ) from None
+            raise
 
     def add_entries(self, entries: Iterable[Entry]) -> None:
         self._commit()
@@ -1354,6 +1410,11 @@ class SqliteJournal(Journal):
     def content(self, hashes: Iterable[str]) -> dict[str, str]:
         wanted = list(hashes)
         out: dict[str, str] = {h: self._pieces[h] for h in wanted if h in self._pieces}
+        if self._held:  # and those held with a begin held back, written with it
+            for held in list(self._held.values()):
+                for *_, pieces in list(held.values()):
+                    if pieces:
+                        out.update((h, pieces[h]) for h in wanted if h in pieces)
         wanted = [h for h in wanted if h not in out and is_digest(h)]  # others: none
         if not wanted or not self._has_content:
             return out

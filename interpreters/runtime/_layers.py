@@ -174,11 +174,12 @@ class Journaled(Layer):
         assert d.journal is not None
         d.checked(text, f"the {effect.kind} effect", address)
         try:
-            if d.packer.made:
-                d.store_pieces()
-            if unwaited:
-                d.journal.begin_unwaited(d.run_id, address, effect.kind, text, now)
+            if unwaited:  # its pieces go with it, held or not
+                pieces = d.packer.take() if d.packer.made else None
+                d.journal.begin_unwaited(d.run_id, address, effect.kind, text, now, pieces)
             else:
+                if d.packer.made:
+                    d.store_pieces()
                 d.journal.begin(d.run_id, address, effect.kind, text, now)
         except JournalError:
             raise

@@ -24,7 +24,7 @@ from interpreters import (
     check_integrity,
 )
 from interpreters.journal._sqlite import HOLD
-from op import Op, Response, infer, par, tool
+from op import Op, Response, ToolResult, infer, par, tool
 from op.events import EffectStarted, Event
 
 WHOLE = "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, result_json, "
@@ -329,4 +329,165 @@ def test_a_held_begin_the_timer_cannot_write_stops_its_run_at_its_next_write(
     assert journal._held == {}
     assert _in_file(journal.path, "a") == [("1", "started")]  # the row found there, as it was
     assert _in_file(journal.path, "b") == [("1", "completed")]
+    journal.close()
+
+
+LONG = "summarise this: " + "lorem ipsum " * 40  # over the size kept as a piece of content
+
+
+async def _noop() -> str:
+    await anyio.sleep(0)
+    return "ok"
+
+
+def _two_runs(journal: SqliteJournal, model: Any) -> dict[str, RunResult[Any]]:
+    """Run ``a`` asks the model ``LONG`` (its text refers to pieces of content), run ``b``
+    uses a tool, at once."""
+
+    def asker() -> Op[str]:
+        return (yield from infer(LONG)).text
+
+    def tooler() -> Op[str]:
+        return (yield from tool("_noop")).output
+
+    interp = LiveInterpreter(journal=journal, model=model, tools=[_noop])
+    out: dict[str, RunResult[Any]] = {}
+
+    async def main() -> None:
+        async def one(run_id: str, program: Any) -> None:
+            out[run_id] = await interp.arun(program, run_id=run_id)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "a", asker)
+            tg.start_soon(one, "b", tooler)
+
+    anyio.run(main)
+    return out
+
+
+def test_a_run_s_entries_are_committed_without_a_gap_while_a_begin_is_held(
+    tmp_path: Path,
+) -> None:
+    """A branch's tool begun after another branch's model call is committed with the call's
+    begin before it: what another process (or a crash inside the tool) finds is a whole
+    prefix of the run, numbered without a gap."""
+    db = tmp_path / "runs.db"
+    found: list[list[str]] = []
+
+    async def look(call: CallInfo) -> str:
+        outside = SqliteJournal(db, read_only=True)
+        try:
+            found.append(check_integrity(outside, call.run_id))
+            return " ".join(f"{e.seq}:{e.status}" for e in outside.entries(call.run_id))
+        finally:
+            outside.close()
+
+    def program() -> Op[tuple[Response, ToolResult]]:
+        return (yield from par(infer("slow"), tool("look")))
+
+    journal = SqliteJournal(db, group_commit=True)
+    model = _Slow(db, {}, default=0.3)
+    results, _ = _together(journal, 2, program, model=model, tools=[look])
+    for r in results:
+        assert r.status == "completed", r.error
+        assert r.value[1].output == "0:started 1:started 2:started"  # the par, the call, the tool
+    assert found == [[], []]
+    journal.close()
+    model.outside.close()
+
+
+def test_a_held_begin_s_pieces_are_written_with_it_never_before(tmp_path: Path) -> None:
+    """The pieces of content a held model call refers to wait with it: a failed commit of
+    another run's writes does not lose them, and a gc of the file made meanwhile (another
+    process) finds none to take for unreferenced."""
+    from interpreters.journal._portable import drop_unreferenced, export_run
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    aborted: list[set[str]] = []
+    dropped: list[int] = []
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        if sql == "COMMIT" and "b" in journal._tx_runs and not aborted:
+            aborted.append(set(journal._tx_runs))
+            return False  # the commit holding b's begin fails
+        return True
+
+    class GcMeanwhile:
+        async def complete(self, request: Any, call: CallInfo) -> Any:
+            await anyio.sleep(0.2)
+            other = SqliteJournal(db)
+            try:
+                dropped.append(drop_unreferenced(other))
+            finally:
+                other.close()
+            return Response(text="fine", model="m")
+
+    journal._db.exec_trace = tracer
+    results = _two_runs(journal, GcMeanwhile())
+    journal._db.exec_trace = None
+    assert aborted == [{"b"}] and dropped == [0]
+    assert results["a"].status == "completed" and results["b"].status == "failed"
+    assert check_integrity(journal, "a") == []
+    assert '"$chain"' in journal.entries("a")[0].effect_json  # it does refer to pieces
+    assert export_run(journal, "a")  # every piece it refers to is in the file
+    journal.close()
+
+
+def test_a_held_entry_whose_finish_cannot_be_written_is_left_begun(tmp_path: Path) -> None:
+    """The finish's statement fails (a full disk, an I/O error; here SQLite is told to abort
+    it): the error is raised, and the entry is written as begun when its run ends, as it was
+    before its begin was held."""
+    journal = _grouped(tmp_path, "a", "b")
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        return not sql.startswith(WHOLE)
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        journal._db.exec_trace = tracer
+        with pytest.raises(JournalError, match="Aborted"):
+            journal.finish("a", "1", "completed", at=2.0, result_json='"x"')
+        journal._db.exec_trace = None
+        journal.finish_run("a", "failed", at=3.0)
+
+    asyncio.run(main())
+    assert _in_file(journal.path, "a") == [("1", "started")]
+    journal.close()
+
+
+def test_loops_in_threads_sharing_a_journal_set_one_hold_timer_each(tmp_path: Path) -> None:
+    import threading
+
+    journal = _grouped(tmp_path, *(f"r{i}" for i in range(8)))
+    journal.hold = 0.02
+    fired: list[int] = []
+    held_due = journal._held_due
+
+    def counted() -> None:
+        fired.append(1)
+        held_due()
+
+    journal._held_due = counted  # type: ignore[method-assign]
+
+    def loop_of(first: int) -> None:
+        async def main() -> None:
+            for k in range(200):
+                for run_id in (f"r{first}", f"r{first + 1}"):
+                    await _begun(journal, run_id, str(k))
+                await asyncio.sleep(0.001)
+                for run_id in (f"r{first}", f"r{first + 1}"):
+                    journal.finish(run_id, str(k), "completed", at=2.0, result_json='"x"')
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=loop_of, args=(i,)) for i in (0, 2, 4, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # each loop's timer fires about once a hold, not once for every begin on another loop
+    assert len(fired) < 400, len(fired)
+    for i in range(8):
+        assert [e.status for e in journal.entries(f"r{i}")] == ["completed"] * 200
     journal.close()
