@@ -166,7 +166,13 @@ class RunLife:
                 case "put_back":
                     self._put_back(at)
                 case "finish":
-                    self._finish(end, at, clean)
+                    try:
+                        self._finish(end, at, clean)
+                    except JournalError as exc:
+                        # its end could not be written (a commit of its last entries failed,
+                        # a full disk): it ends failed, saying so, and stays running in the
+                        # journal, to be resumed from what was kept
+                        end.status, end.error, journal_failed = "failed", exc, True
                 case never:
                     assert_never(never)
         finally:

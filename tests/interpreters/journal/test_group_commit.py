@@ -633,3 +633,41 @@ def test_a_journal_keeps_no_hold_on_a_loop_once_its_transaction_is_committed(
     assert held() is None
     assert _entries_outside(journal.path, "a") == [("1", "started")]
     journal.close()
+
+
+def test_a_run_whose_end_cannot_be_written_ends_failed_and_resumes(tmp_path: Path) -> None:
+    """The commit of a run's last entries fails as it ends (no write of the run came after
+    it to be told): the run ends failed, saying so, rather than raising out of ``arun``, and
+    stays running in the journal, resumed from what was kept."""
+    from interpreters import resume
+
+    db = tmp_path / "runs.db"
+    journal = SqliteJournal(db, group_commit=True)
+    failed: list[int] = []
+
+    def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        if sql == "COMMIT" and "last" in journal._tx_runs and not failed:
+            failed.append(1)
+            return False
+        return True
+
+    model = ScriptedModel(lambda request: f"to {request.messages[-1].content}")
+    interp = LiveInterpreter(model=model, journal=journal)
+
+    async def main() -> RunResult[Any]:
+        journal._db.exec_trace = tracer
+        try:
+            return await interp.arun(_asks, 2, run_id="last")
+        finally:
+            journal._db.exec_trace = None
+
+    result = anyio.run(main)
+    assert failed == [1]
+    assert result.status == "failed"
+    assert isinstance(result.error, JournalError)
+    assert "a commit of its last entries failed" in str(result.error)
+    assert journal.run("last").status == "running"
+    again = resume("last", db=journal, program=_asks, model=model, tools=[])
+    assert again.status == "completed" and again.value == ["to q0", "to q1"]
+    assert check_integrity(journal, "last") == []
+    journal.close()
