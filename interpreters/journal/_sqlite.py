@@ -777,7 +777,11 @@ class SqliteJournal(Journal):
             return self._write_locked(run_id, sql, params)
 
     def _write_locked(self, run_id: str, sql: str, params: tuple[Any, ...]) -> int:
-        """:meth:`_write_entry`, the mutex held."""
+        """:meth:`_write_entry`, the mutex held. A run whose entries a failed commit lost is
+        refused here too, with the write (another thread's commit may fail between a check
+        made before the mutex was taken and this write)."""
+        if self._lost:
+            self._unlost(run_id)
         try:
             grouped = self.grouped
             if self._pieces and not grouped:  # the pieces and their entry: one commit
@@ -1129,10 +1133,11 @@ class SqliteJournal(Journal):
                 "SELECT seq, address FROM entries WHERE run_id=?", (run_id,)
             ).fetchall()
             known = ([max((r[0] for r in rows), default=-1) + 1], {r[1] for r in rows})
-            held = self._held.get(run_id)
-            if held:  # asked again (after a failed commit): its held begins are its too
-                known[1].update(held)
-                known[0][0] = max(known[0][0], max(h[1] for h in held.values()) + 1)
+            if run_id in self._held:  # asked again (after a failed commit): its held begins
+                with self._mutex:  # (which another thread's hold timer may be writing)
+                    held = self._held.get(run_id) or {}
+                    known[1].update(held)
+                    known[0][0] = max([known[0][0], *(h[1] + 1 for h in held.values())])
             self._runs_known[run_id] = known
         return known
 
@@ -1226,32 +1231,34 @@ class SqliteJournal(Journal):
 
     def _write_held(self, run_id: str, upto: float = math.inf) -> None:
         """Write the held begins of ``run_id`` whose seq is ``upto`` or less as begun, with
-        their pieces, in the order of their seqs (the mutex held). One that cannot be written
-        stops its run, as a failed commit of its entries does: it is told at its next write."""
+        their pieces, in the order of their seqs (the mutex held; a run's held begins are kept
+        in that order, so this looks at those it writes and one more). One that cannot be
+        written stops its run, as a failed commit of its entries does: it is told at its next
+        write."""
         held = self._held.get(run_id)
         if held is None:
             return
         if run_id in self._lost:  # resumed from what was kept, without them
             del self._held[run_id]
             return
-        for address, entry in sorted(held.items(), key=lambda item: item[1][1]):
+        while held:
+            address, entry = next(iter(held.items()))
             _, seq, kind, effect_json, at, pieces = entry
             if seq > upto:
-                break
-            del held[address]
+                return
             if pieces:
                 self._pieces.update(pieces)
             try:
                 self._write_locked(
                     run_id, _INSERT_BEGUN, (run_id, seq, address, kind, effect_json, at)
                 )
-            except (JournalError, apsw.Error) as exc:
+            except Exception as exc:
                 self._runs_known.pop(run_id, None)
                 self._held.pop(run_id, None)
                 self._lost[run_id] = f"its begin of {address} could not be written: {exc}"
                 return
-        if not held:
-            self._held.pop(run_id, None)
+            del held[address]
+        self._held.pop(run_id, None)
 
     def _begin(self, run_id: str, address: str, kind: str, effect_json: str, at: float) -> None:
         next_seq, addresses = self._known(run_id)
@@ -1362,8 +1369,11 @@ class SqliteJournal(Journal):
                 ),
             )  # fmt: skip
         except BaseException as exc:
-            if run_id not in self._lost:
-                self._held.setdefault(run_id, {})[address] = entry
+            if run_id not in self._lost:  # held again, in its place among the run's
+                before = self._held.get(run_id, {})
+                self._held[run_id] = dict(
+                    sorted([*before.items(), (address, entry)], key=lambda item: item[1][1])
+                )
             if isinstance(exc, apsw.ConstraintError):
                 self._runs_known.pop(run_id, None)
                 raise JournalError(
@@ -1523,10 +1533,10 @@ class SqliteJournal(Journal):
         return out
 
     def delete_run(self, run_id: str) -> None:
-        self._held.pop(run_id, None)
         self._commit()
         self.run(run_id)
-        self.acquire(run_id)
+        self.acquire(run_id)  # (refused for a run this process is writing)
+        self._held.pop(run_id, None)
         try:
             with self._mutex:
                 self._db.execute("BEGIN")
@@ -1659,12 +1669,15 @@ class SqliteJournal(Journal):
     def release(self, run_id: str) -> None:
         _HELD.discard((self._key, run_id))
         self._writing.discard(run_id)
-        if run_id in self._held:  # begun, never finished: written as begun
-            with self._mutex:
-                self._write_held(run_id)
-        self._lost.pop(run_id, None)  # written no more until taken again
-        self._runs_known.pop(run_id, None)  # (a long-lived journal would keep every run's)
         try:
+            try:
+                if run_id in self._held:  # begun, never finished: written as begun
+                    with self._mutex:
+                        self._write_held(run_id)
+            finally:
+                self._held.pop(run_id, None)
+                self._lost.pop(run_id, None)  # written no more until taken again
+                self._runs_known.pop(run_id, None)  # (a long-lived journal keeps no run's)
             self._exec("DELETE FROM locks WHERE run_id=? AND pid=?", (run_id, os.getpid()))
         finally:  # a row left behind is this process's own, taken over at the next acquire
             self._kernel.free(run_id)

@@ -41,6 +41,19 @@ class RunEnd:
         return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
 
+def _unwritten(end: RunEnd, failed: JournalError) -> bool:
+    """The run's end could not be written (a commit of its last entries failed, a full
+    disk): it ends failed, and stays running in the journal, to be resumed from what was
+    kept. The error it ended with, if any, stays the one said, with the journal's noted on
+    it; else the journal's is. Returns True (the journal is failing)."""
+    end.status = "failed"
+    if end.error is None:
+        end.error = failed
+    else:
+        end.error.add_note(f"and its end could not be journaled: {failed}")
+    return True
+
+
 def _existing(
     journal: Journal, run_id: str, record: RunRecord | None, in_place: bool
 ) -> RunRecord | None:
@@ -164,15 +177,15 @@ class RunLife:
                 case "leave":
                     pass
                 case "put_back":
-                    self._put_back(at)
+                    try:
+                        self._put_back(at)
+                    except JournalError as exc:
+                        journal_failed = _unwritten(end, exc)
                 case "finish":
                     try:
                         self._finish(end, at, clean)
                     except JournalError as exc:
-                        # its end could not be written (a commit of its last entries failed,
-                        # a full disk): it ends failed, saying so, and stays running in the
-                        # journal, to be resumed from what was kept
-                        end.status, end.error, journal_failed = "failed", exc, True
+                        journal_failed = _unwritten(end, exc)
                 case never:
                     assert_never(never)
         finally:

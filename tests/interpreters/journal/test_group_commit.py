@@ -671,3 +671,107 @@ def test_a_run_whose_end_cannot_be_written_ends_failed_and_resumes(tmp_path: Pat
     assert again.status == "completed" and again.value == ["to q0", "to q1"]
     assert check_integrity(journal, "last") == []
     journal.close()
+
+
+def test_a_run_that_failed_and_whose_end_cannot_be_written_says_its_own_error(
+    tmp_path: Path,
+) -> None:
+    """The program failed with its own error, and the commit of its last entries fails as it
+    ends: the run's error is still the program's (the journal's noted on it), and so is what
+    the event of its end says. A resume that diverged, whose end cannot be written either,
+    ends failed as well, rather than raising out of ``aresume``."""
+    from interpreters import aresume
+    from op.events import RunFinished
+
+    changed = {"since": False}
+
+    def buggy() -> Op[str]:
+        if changed["since"]:  # a tool where the record has a model call
+            return (yield from tool("noop")).output
+        yield from infer("q")
+        raise ValueError("the program's own bug")
+
+    def noop() -> str:
+        return "done"
+
+    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
+    model = ScriptedModel(["ok"] * 3)
+    said: list[RunFinished] = []
+
+    def sink(event: object) -> None:
+        if isinstance(event, RunFinished):
+            said.append(event)
+
+    interp = LiveInterpreter(model=model, journal=journal, sinks=[sink])
+    failed: list[int] = []
+
+    def commit_fails(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
+        if sql == "COMMIT" and "r" in journal._tx_runs and not failed:
+            failed.append(1)
+            return False
+        return True
+
+    async def first() -> RunResult[Any]:
+        journal._db.exec_trace = commit_fails
+        try:
+            return await interp.arun(buggy, run_id="r")
+        finally:
+            journal._db.exec_trace = None
+
+    result = anyio.run(first)
+    assert failed == [1] and result.status == "failed"
+    assert isinstance(result.error, ValueError) and str(result.error) == "the program's own bug"
+    assert any("its end could not be journaled" in n for n in result.error.__notes__)
+    assert [(e.status, e.error) for e in said] == [("failed", "ValueError: the program's own bug")]
+    assert journal.run("r").status == "running"
+
+    assert anyio.run(lambda: interp.arun(buggy, run_id="p")).status == "failed"  # kept whole
+    changed["since"] = True
+
+    async def diverged() -> RunResult[Any]:
+        journal._db.exec_trace = lambda _c, sql, _b: not sql.startswith("UPDATE runs SET status=?")
+        try:
+            return await aresume("p", db=journal, program=buggy, model=model, tools=[noop])
+        finally:
+            journal._db.exec_trace = None
+
+    again = anyio.run(diverged)
+    assert again.status == "failed" and again.error is not None
+    assert "diverged" in str(again.error)
+    assert any("its end could not be journaled" in n for n in again.error.__notes__)
+    journal.close()
+
+
+def test_a_write_made_as_another_thread_s_commit_fails_is_refused_not_left_after_a_gap(
+    tmp_path: Path,
+) -> None:
+    """A run's write checks whether its entries were lost with the write itself: a commit of
+    another thread's that fails between the run's last look and its write (losing the run's
+    entry before) refuses the write, rather than writing it after a gap."""
+    import threading
+
+    journal = _grouped_with(tmp_path, "a", "b")
+    journal.begin("a", "1", "tool", "{}", 1.0)  # in the open transaction
+    known = journal._known
+
+    def failing_meanwhile(run_id: str) -> tuple[list[int], set[str]]:
+        out = known(run_id)
+
+        def fail_commit() -> None:
+            journal._db.exec_trace = lambda _c, sql, _b: sql != "COMMIT"
+            with pytest.raises(JournalError):
+                journal._commit()
+            journal._db.exec_trace = None
+
+        other = threading.Thread(target=fail_commit)
+        other.start()
+        other.join()
+        return out
+
+    journal._known = failing_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(JournalError, match="run a: a commit of its last entries failed"):
+        journal.begin("a", "2", "tool", "{}", 2.0)
+    journal._known = known  # type: ignore[method-assign]
+    journal._commit()
+    assert _entries_outside(journal.path, "a") == []
+    journal.close()

@@ -491,3 +491,79 @@ def test_loops_in_threads_sharing_a_journal_set_one_hold_timer_each(tmp_path: Pa
     for i in range(8):
         assert [e.status for e in journal.entries(f"r{i}")] == ["completed"] * 200
     journal.close()
+
+
+def test_a_held_entry_held_again_keeps_its_place_before_the_later_ones(tmp_path: Path) -> None:
+    """Three calls held; the first one's finish fails and it is held again: when the second
+    is written whole, the first is written as begun before it, in the same transaction, not
+    left behind a later one (its run's entries are never committed with a gap)."""
+    journal = _grouped(tmp_path, "a", "b")
+
+    async def main() -> None:
+        for address in ("1", "2", "3"):
+            await _begun(journal, "a", address)
+        journal._db.exec_trace = lambda _c, sql, _b: not sql.startswith(WHOLE)
+        with pytest.raises(JournalError, match="Aborted"):
+            journal.finish("a", "1", "completed", at=2.0, result_json='"x"')
+        journal._db.exec_trace = None
+        assert list(journal._held["a"]) == ["1", "2", "3"]  # in the order of their seqs
+        journal.finish("a", "2", "completed", at=3.0, result_json='"y"')
+        await journal.durable()
+        assert _in_file(journal.path, "a") == [("1", "started"), ("2", "completed")]
+
+    asyncio.run(main())
+    journal.close()
+
+
+def test_a_run_being_written_is_not_deleted_and_keeps_its_held_begins(tmp_path: Path) -> None:
+    from interpreters import RunLocked
+
+    journal = _grouped(tmp_path, "a", "b")
+
+    async def main() -> None:
+        await _begun(journal, "a", "1")
+        with pytest.raises(RunLocked, match="already being written by this process"):
+            journal.delete_run("a")
+        journal.finish("a", "1", "completed", at=2.0, result_json='"x"')
+        await _begun(journal, "a", "2")
+
+    asyncio.run(main())
+    assert [(e.seq, e.address, e.status) for e in journal.entries("a")] == [
+        (0, "1", "completed"),
+        (1, "2", "started"),
+    ]
+    journal.close()
+
+
+def test_a_hostile_file_s_last_seq_fails_the_resume_and_frees_the_run(tmp_path: Path) -> None:
+    """A file changed by hand holds an entry numbered 2**63 - 1 (SQLite's largest integer):
+    the resumed run's next entry cannot be numbered. The run fails, saying so, its lock is
+    let go, and a second resume in the same process fails the same way (not as locked)."""
+    from interpreters import aresume
+
+    def program() -> Op[str]:
+        yield from infer("q0")
+        return (yield from infer("q1")).text
+
+    db = tmp_path / "runs.db"
+    model = _Slow(db, {})
+    first = SqliteJournal(db, group_commit=True)
+    _together(first, 1, program, model=model)
+    (run_id,) = [r.run_id for r in first.runs()]
+    first.close()
+    hand = apsw.Connection(str(db))
+    hand.execute("UPDATE runs SET status='failed' WHERE run_id=?", (run_id,))
+    hand.execute("DELETE FROM entries WHERE run_id=? AND address='2'", (run_id,))
+    hand.execute(f"UPDATE entries SET seq={2**63 - 1} WHERE run_id=? AND address='1'", (run_id,))
+    hand.close()
+    journal = SqliteJournal(db, group_commit=True)
+    for _ in range(2):
+        again = anyio.run(
+            lambda: aresume(run_id, db=journal, program=program, model=model, tools=[])
+        )
+        assert again.status == "failed"
+        assert isinstance(again.error, JournalError) and "OverflowError" in str(again.error)
+        assert journal._exec("SELECT count(*) FROM locks").fetchone() == (0,)
+        assert journal._held == {}
+    journal.close()
+    model.outside.close()
