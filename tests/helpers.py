@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import apsw
 
+from interpreters import RunRecord, SqliteJournal
 from op.events import EffectFinished, EffectStarted, Event, RunFinished, RunStarted
 
 E = TypeVar("E")
@@ -100,3 +101,13 @@ class RawJournal:
 
     def __exit__(self, *exc: Any) -> None:
         self._db.__exit__(*exc)
+
+
+def grouped_journal(path: Path, *runs: str) -> SqliteJournal:
+    """A SQLite journal at ``path`` that groups its commits, holding ``runs`` (made, and
+    taken for writing)."""
+    journal = SqliteJournal(path, group_commit=True)
+    for run_id in runs:
+        journal.create_run(RunRecord(run_id=run_id, program="p"))
+        journal.acquire(run_id)
+    return journal

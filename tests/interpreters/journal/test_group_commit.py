@@ -25,6 +25,7 @@ from interpreters import (
 )
 from interpreters.journal._content import refs_of
 from op import Op, infer, tool
+from tests.helpers import grouped_journal
 
 
 def _outside(
@@ -465,14 +466,6 @@ def test_a_commit_scheduled_on_a_loop_that_stopped_does_not_hold_back_the_next_l
     outside.close()
 
 
-def _grouped_with(tmp_path: Path, *runs: str) -> SqliteJournal:
-    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
-    for run_id in runs:
-        journal.create_run(RunRecord(run_id=run_id, program="p"))
-        journal.acquire(run_id)
-    return journal
-
-
 def _entries_outside(db: Path, run_id: str) -> list[tuple[Any, ...]]:
     outside = apsw.Connection(str(db))
     try:
@@ -489,7 +482,7 @@ def test_a_failed_commit_made_for_another_statement_stops_the_runs_it_held_not_t
     """A statement committed at once (a run's start, end or lock) commits the open group of
     entries first. When that commit fails, the runs whose entries it held are stopped, their
     ends refused, and the statement itself is still made."""
-    journal = _grouped_with(tmp_path, "a")
+    journal = grouped_journal(tmp_path / "runs.db", "a")
     journal.begin("a", "1", "infer", '{"kind":"infer"}', 1.0)  # grouped: not committed yet
     journal.finish("a", "1", "completed", at=2.0, result_json='"ok"')
     aborted: list[str] = []
@@ -528,7 +521,7 @@ def test_a_wait_for_a_commit_that_another_thread_is_making_and_that_fails_raises
     import threading
     import time
 
-    journal = _grouped_with(tmp_path, "A", "B")
+    journal = grouped_journal(tmp_path / "runs.db", "A", "B")
     for run_id in ("A", "B"):
         journal._known(run_id)  # read now: a first write reads them, committing what is open
     b_wrote, a_wrote, b_committing = threading.Event(), threading.Event(), threading.Event()
@@ -589,7 +582,7 @@ def test_a_commit_that_fails_with_no_error_of_sqlites_still_wakes_its_waiters(
     it, with the error, instead of leaving them waiting for ever."""
     import asyncio
 
-    journal = _grouped_with(tmp_path, "a")
+    journal = grouped_journal(tmp_path / "runs.db", "a")
 
     async def main() -> str:
         journal.put_content({"not-a-hash": "body"})
@@ -616,7 +609,7 @@ def test_a_journal_keeps_no_hold_on_a_loop_once_its_transaction_is_committed(
     import gc
     import weakref
 
-    journal = _grouped_with(tmp_path, "a")
+    journal = grouped_journal(tmp_path / "runs.db", "a")
     loop = asyncio.new_event_loop()
 
     async def write_end_and_stop() -> None:
@@ -750,7 +743,7 @@ def test_a_write_made_as_another_thread_s_commit_fails_is_refused_not_left_after
     entry before) refuses the write, rather than writing it after a gap."""
     import threading
 
-    journal = _grouped_with(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
     journal.begin("a", "1", "tool", "{}", 1.0)  # in the open transaction
     known = journal._known
 

@@ -26,6 +26,7 @@ from interpreters import (
 from interpreters.journal._sqlite import HOLD
 from op import Op, Response, ToolResult, infer, par, tool
 from op.events import EffectStarted, Event
+from tests.helpers import grouped_journal
 
 WHOLE = "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, result_json, "
 BEGUN = "INSERT INTO entries (run_id, seq, address, kind, effect_json, status, started_at) "
@@ -189,14 +190,6 @@ async def _begun(journal: SqliteJournal, run_id: str, address: str) -> None:
     journal.begin_unwaited(run_id, address, "infer", '{"kind":"infer"}', 1.0)
 
 
-def _grouped(tmp_path: Path, *runs: str) -> SqliteJournal:
-    journal = SqliteJournal(tmp_path / "runs.db", group_commit=True)
-    for run_id in runs:
-        journal.create_run(RunRecord(run_id=run_id, program="x"))
-        journal.acquire(run_id)
-    return journal
-
-
 def _in_file(db: Path, run_id: str) -> list[tuple[str, str]]:
     outside = apsw.Connection(str(db))
     try:
@@ -211,7 +204,7 @@ def _in_file(db: Path, run_id: str) -> list[tuple[str, str]]:
 def test_a_held_begin_is_read_here_as_begun_and_never_lost(tmp_path: Path) -> None:
     """Read in this process, a held begin is begun; a run that ends with one held (a call
     that never finished), and a journal closed with one, write it as begun."""
-    journal = _grouped(tmp_path, "a", "b", "c")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b", "c")
 
     async def main() -> None:
         await _begun(journal, "a", "1")
@@ -230,7 +223,7 @@ def test_a_held_begin_is_read_here_as_begun_and_never_lost(tmp_path: Path) -> No
 
 
 def test_a_held_begin_begun_again_is_an_attempt_of_its_address(tmp_path: Path) -> None:
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
 
     async def main() -> None:
         await _begun(journal, "a", "1")
@@ -265,7 +258,7 @@ def test_a_held_begin_is_written_at_once_where_nothing_is_grouped_or_no_loop_run
     assert not alone.grouped and _in_file(alone.path, "a") == [("1", "started")]
     alone.close()
 
-    journal = _grouped(tmp_path, "b", "c")
+    journal = grouped_journal(tmp_path / "runs.db", "b", "c")
     journal.begin_unwaited("b", "1", "infer", "{}", 1.0)  # no loop
     assert journal._held == {}
     journal.hold = 0
@@ -285,7 +278,7 @@ def test_a_finish_of_a_held_begin_whose_address_the_file_took_meanwhile_is_refus
 ) -> None:
     """Another writer put a row at the held begin's address (the file changed outside
     opdsl): the finish is refused by name, and the row found there stays."""
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
 
     async def main() -> None:
         await _begun(journal, "a", "1")
@@ -308,7 +301,7 @@ def test_a_held_begin_the_timer_cannot_write_stops_its_run_at_its_next_write(
 ) -> None:
     """The hold's timer finds the begin's address taken (the file changed outside opdsl): the
     run is told at its next write, which is refused; the other runs go on."""
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
     journal.hold = 0.01
 
     async def main() -> None:
@@ -438,7 +431,7 @@ def test_a_held_entry_whose_finish_cannot_be_written_is_left_begun(tmp_path: Pat
     """The finish's statement fails (a full disk, an I/O error; here SQLite is told to abort
     it): the error is raised, and the entry is written as begun when its run ends, as it was
     before its begin was held."""
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
 
     def tracer(_cursor: apsw.Cursor, sql: str, _bindings: object) -> bool:
         return not sql.startswith(WHOLE)
@@ -459,7 +452,7 @@ def test_a_held_entry_whose_finish_cannot_be_written_is_left_begun(tmp_path: Pat
 def test_loops_in_threads_sharing_a_journal_set_one_hold_timer_each(tmp_path: Path) -> None:
     import threading
 
-    journal = _grouped(tmp_path, *(f"r{i}" for i in range(8)))
+    journal = grouped_journal(tmp_path / "runs.db", *(f"r{i}" for i in range(8)))
     journal.hold = 0.02
     fired: list[int] = []
     held_due = journal._held_due
@@ -497,7 +490,7 @@ def test_a_held_entry_held_again_keeps_its_place_before_the_later_ones(tmp_path:
     """Three calls held; the first one's finish fails and it is held again: when the second
     is written whole, the first is written as begun before it, in the same transaction, not
     left behind a later one (its run's entries are never committed with a gap)."""
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
 
     async def main() -> None:
         for address in ("1", "2", "3"):
@@ -518,7 +511,7 @@ def test_a_held_entry_held_again_keeps_its_place_before_the_later_ones(tmp_path:
 def test_a_run_being_written_is_not_deleted_and_keeps_its_held_begins(tmp_path: Path) -> None:
     from interpreters import RunLocked
 
-    journal = _grouped(tmp_path, "a", "b")
+    journal = grouped_journal(tmp_path / "runs.db", "a", "b")
 
     async def main() -> None:
         await _begun(journal, "a", "1")
