@@ -1325,6 +1325,8 @@ class SqliteJournal(Journal):
                 held = self._held.get(run_id)
                 entry = None if held is None else held.pop(address, None)
                 if entry is not None:
+                    if not held:
+                        del self._held[run_id]
                     self._finish_held(run_id, address, entry, status, at, result_json,
                                       error_json, usage_json)  # fmt: skip
                     return
@@ -1352,8 +1354,6 @@ class SqliteJournal(Journal):
         the held begins before it, with its pieces. One that cannot be written is held again
         (written as begun when its run ends, as it was before it was held)."""
         _, seq, kind, effect_json, started, pieces = entry
-        if not self._held.get(run_id, True):
-            del self._held[run_id]
         self._write_held(run_id, seq)
         if run_id in self._lost:
             self._unlost(run_id)

@@ -267,13 +267,14 @@ class Journaled(Layer):
 
 UNWAITED = frozenset({"infer", "now", "random", "uuid", "sleep"})
 """The kinds whose handlers change nothing outside the run: a model's answer, a value of the
-clock or of chance, a wait. Under group commit, the handler of one of these runs
-without waiting for its begin to be committed: that commit comes on the event loop's next
-turn, while the handler works, or the journal holds the begin back and writes the entry whole
-at its finish (:meth:`Journal.begin_unwaited`). A crash before the begin is committed leaves
-no entry, and the effect is performed again on resume, as one left ``started`` is. Every other kind (a tool, an agent, an emit, a
-checkpoint, a question) waits, and its wait commits whatever the run wrote before, so nothing a program does
-after a result reaches the world before that result is committed."""
+clock or of chance, a wait. Under group commit, the handler of one of these runs without
+waiting for its begin to be committed: that commit comes on the event loop's next turn, while
+the handler works, or the journal holds the begin back and writes the entry whole at its
+finish (:meth:`Journal.begin_unwaited`). A crash before the begin is committed leaves no
+entry, and the effect is performed again on resume, as one left ``started`` is. Every other
+kind (a tool, an agent, an emit, a checkpoint, a question) waits, and its wait commits
+whatever the run wrote before, so nothing a program does after a result reaches the world
+before that result is committed."""
 
 
 @final
