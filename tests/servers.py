@@ -143,6 +143,10 @@ class ScriptedServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        # the listening socket never blocks: socketserver accepts after its poll says a
+        # connection waits, and one that is gone by then would leave a blocking accept (and
+        # the shutdown that waits for it) hanging for ever; a connection accepted is blocking
+        self.httpd.socket.setblocking(False)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -70,6 +70,7 @@ class Receiver:
                 self.wfile.write(answer)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.socket.setblocking(False)  # as tests.servers.ScriptedServer's
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
