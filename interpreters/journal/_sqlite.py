@@ -1195,9 +1195,7 @@ class SqliteJournal(Journal):
                     next_seq[0] += 1
                     addresses.add(address)
                     return
-        if pieces:
-            self.put_content(pieces)
-        self.begin(run_id, address, kind, effect_json, at)
+        super().begin_unwaited(run_id, address, kind, effect_json, at, pieces)
 
     def _hold_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         """The hold's timer set on ``loop`` for ``when``, unless one is set there already
