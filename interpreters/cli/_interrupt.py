@@ -15,6 +15,7 @@ __all__ = [
     "end_now",
     "interrupted",
     "redelivering",
+    "reports_interrupt",
     "set_sigint",
 ]
 
@@ -55,6 +56,28 @@ def interrupted(*, ending: bool) -> int:
         if not ending and previous is not None:
             set_sigint(previous)
     return 130
+
+
+def reports_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C that something caught and raised as another error:
+    raised while handling a KeyboardInterrupt or from one, or pydantic-core's SchemaError,
+    which keeps a KeyboardInterrupt raised while it built a validator (a Ctrl-C landing
+    while a model class is defined, as a command's modules load) only as its last line."""
+    seen: set[int] = set()
+    chain: list[BaseException | None] = [exc]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        if type(e).__module__.startswith("pydantic_core") and type(e).__name__ == "SchemaError":
+            lines = str(e).strip().splitlines()
+            if lines and lines[-1].strip().startswith("KeyboardInterrupt"):
+                return True
+        chain += [e.__cause__, e.__context__]
+    return False
 
 
 def redelivering(hook: Callable[[Any], object]) -> Callable[[Any], None]:

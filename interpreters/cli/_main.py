@@ -24,6 +24,7 @@ from interpreters.cli._interrupt import (
     end_at_once_on_interrupt,
     interrupted,
     redelivering,
+    reports_interrupt,
     set_sigint,
 )
 from interpreters.cli._mcp import MCP
@@ -157,6 +158,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return code
     except Exception as exc:
+        if reports_interrupt(exc):
+            raise KeyboardInterrupt from exc
         return ended_by(exc)
 
 

@@ -58,7 +58,7 @@ def _pause(seconds: float) -> None:
         time.sleep(seconds)
 
 
-def _said_one_line(proc: subprocess.Popen[str], err: str) -> str:
+def _said_one_line(proc: subprocess.Popen[str] | subprocess.CompletedProcess[str], err: str) -> str:
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert proc.returncode == 130, (proc.returncode, err)
     lines = err.strip().splitlines()
@@ -269,3 +269,41 @@ def test_a_ctrl_c_redelivered_while_pythons_own_handler_is_set_stops_in_one_line
     )
     assert done.returncode == 130 and done.stdout == "", (done.stdout, done.stderr)
     assert done.stderr == "opdsl: stopped; no run was left to continue\n", done.stderr
+
+
+@pytest.mark.parametrize("caught", ["schema", "chained"])
+def test_a_ctrl_c_a_library_raised_as_another_error_while_the_program_loads_is_one_line(
+    tmp_path: Path, caught: str
+) -> None:
+    """CI once hit a Ctrl-C while pydantic-core built a model's validator as the command's
+    modules loaded: pydantic-core raised a SchemaError whose last line was the
+    KeyboardInterrupt, and the command said it was a bug of opdsl's, with a traceback."""
+    argv = [sys.executable, "-m", "interpreters", "run"]
+    argv += ["tests.fixtures.interrupt_at_import:program", "--db", str(tmp_path / "r.db")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPDSL_TEST_CAUGHT": caught}
+    proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    line = _said_one_line(proc, proc.stderr)
+    assert line == "opdsl: stopped; no run was left to continue"
+
+
+def test_only_an_error_that_carries_a_ctrl_c_is_taken_for_one() -> None:
+    from pydantic_core import SchemaError, SchemaValidator, core_schema
+
+    from interpreters.cli._interrupt import reports_interrupt
+
+    class Landed:
+        def __repr__(self) -> str:
+            raise KeyboardInterrupt
+
+    with pytest.raises(SchemaError) as raw:  # as opdsl's own modules meet it (status 70 before)
+        SchemaValidator(core_schema.literal_schema([Landed()]))
+    assert reports_interrupt(raw.value)
+    with pytest.raises(SchemaError) as wrong:  # a schema that is wrong is no Ctrl-C
+        SchemaValidator(core_schema.literal_schema([]))
+    assert not reports_interrupt(wrong.value)
+    said = RuntimeError("the text names KeyboardInterrupt, nothing raised it")
+    assert not reports_interrupt(said)
+    looped = ValueError("a cycle")
+    looped.__context__ = RuntimeError("back")
+    looped.__context__.__context__ = looped
+    assert not reports_interrupt(looped)
