@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -30,6 +31,25 @@ def closed_port() -> int:
     held.bind(("127.0.0.1", 0))
     _HELD.append(held)
     return int(held.getsockname()[1])
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """A threading HTTP server on 127.0.0.1. Its listening socket never blocks: socketserver
+    accepts after its poll says a connection waits, and one that is gone by then would leave a
+    blocking accept (and the shutdown that waits for it) hanging for ever; a connection
+    accepted is blocking. A client that hangs up mid-request (tests cut connections on
+    purpose) is no error of the server's, and prints nothing."""
+
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.socket.setblocking(False)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 @dataclass
@@ -141,12 +161,7 @@ class ScriptedServer:
                     self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        # the listening socket never blocks: socketserver accepts after its poll says a
-        # connection waits, and one that is gone by then would leave a blocking accept (and
-        # the shutdown that waits for it) hanging for ever; a connection accepted is blocking
-        self.httpd.socket.setblocking(False)
+        self.httpd = LoopbackServer(Handler)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from interpreters import ScriptedModel, replay, resume, run
 from interpreters.models.kit import CallInfo
 from op import Budget, Op, Response, ToolResult, Usage, checkpoint, infer, limit, par, tool
 from op.effects import ModelRequest
+from tests.servers import LoopbackServer
 
 
 class Receiver:
@@ -69,8 +70,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.socket.setblocking(False)  # as tests.servers.ScriptedServer's
+        self.httpd = LoopbackServer(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
