@@ -4,6 +4,7 @@ repository the Coder works on, and a look into a journal file through the journa
 from __future__ import annotations
 
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,3 +112,20 @@ def grouped_journal(path: Path, *runs: str) -> SqliteJournal:
         journal.create_run(RunRecord(run_id=run_id, program="p"))
         journal.acquire(run_id)
     return journal
+
+
+def settled_sizes(*files: Path, quiet: float = 0.3, within: float = 5.0) -> list[int]:
+    """The files' sizes once none has grown for ``quiet`` seconds. A confined command's
+    processes are killed with its sandbox, whose pid namespace the kernel tears down a moment
+    after the command returns: a heartbeat may still land then. Fails if they go on past
+    ``within`` seconds (a process that outlived its command)."""
+    deadline = time.monotonic() + within
+    sizes = [f.stat().st_size for f in files]
+    still_since = time.monotonic()
+    while time.monotonic() - still_since < quiet:
+        assert time.monotonic() < deadline, f"still growing after {within}s: {files}"
+        time.sleep(0.05)
+        now = [f.stat().st_size for f in files]
+        if now != sizes:
+            sizes, still_since = now, time.monotonic()
+    return sizes

@@ -136,8 +136,8 @@ def test_hang_after_the_last_event_and_hang_mid_stream(monkeypatch: pytest.Monke
     contract(rec)
 
 
-def _quick() -> ClaudeCodeBackend:
-    b = ClaudeCodeBackend(idle_timeout=1, grace=0.5)
+def _quick(idle: float = 1) -> ClaudeCodeBackend:
+    b = ClaudeCodeBackend(idle_timeout=idle, grace=0.5)
     b.name = "claude-quick"  # type: ignore[misc]
     return b
 
@@ -147,7 +147,8 @@ def test_children_that_ignore_sigterm_do_not_outlive_a_timeout(
 ) -> None:
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PIDS", str(pids))
-    register_backend("claude-quick", lambda: _quick())
+    # idle 3 s: time for the children to start and say their pids on a loaded machine
+    register_backend("claude-quick", lambda: _quick(3))
     out, rec = go("stubborn", monkeypatch, backend="claude-quick")
     assert out["kind"] == "timeout"
     for pid in map(int, pids.read_text().split()):

@@ -43,7 +43,7 @@ def test_an_open_waits_for_the_write_lock_it_needs_to_turn_the_file_to_wal(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    with held(db, 1.0):
+    with held(db, 3.0):  # long past the moment "held" is read, on a loaded machine too
         began = time.monotonic()
         journal = SqliteJournal(db, busy_timeout=20)
         waited = time.monotonic() - began

@@ -12,6 +12,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from interpreters import SqliteJournal
 from interpreters.cli._main import main
 from tests.helpers import RawJournal
 
@@ -86,7 +87,14 @@ def test_tail_says_when_the_process_running_it_is_gone(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30  # until a tool step is done (a loaded machine is slow)
+    while not any(
+        e.kind == "tool" and e.status == "completed"
+        for e in SqliteJournal(db, read_only=True).entries("killed")
+    ):
+        assert time.monotonic() < deadline, "no tool step finished"
+        time.sleep(0.05)
+    time.sleep(0.3)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     out, err = tail.communicate(timeout=30)

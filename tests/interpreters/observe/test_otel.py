@@ -22,7 +22,7 @@ from interpreters import ScriptedModel, replay, resume, run
 from interpreters.models.kit import CallInfo
 from op import Budget, Op, Response, ToolResult, Usage, checkpoint, infer, limit, par, tool
 from op.effects import ModelRequest
-from tests.servers import LoopbackServer
+from tests.servers import LoopbackServer, closed_port
 
 
 class Receiver:
@@ -234,13 +234,10 @@ def test_without_an_endpoint_nothing_is_exported(tmp_path: Path) -> None:
 def test_a_collector_that_is_down_does_not_hold_the_run_up(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import socket
     import time
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    # a port nobody listens on, held so that no other test's server is handed it meanwhile
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     t0 = time.monotonic()
     result = run(traced, model=_model(), tools=[lookup, broken], db=str(tmp_path / "r.db"))
     assert result.status == "completed"

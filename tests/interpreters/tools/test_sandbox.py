@@ -15,6 +15,7 @@ import pytest
 
 from interpreters import Workspace
 from interpreters.tools._sandbox import sandbox_problem
+from tests.helpers import settled_sizes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -112,7 +113,7 @@ def test_no_child_outlives_its_command_even_after_setsid(
     (repo / "daemon.py").write_text(daemon)
     ok, text = run(ws, ["python", "daemon.py"], timeout=2)
     assert not ok and "timed out after 2s" in text
-    size = (repo / "daemon.beat").stat().st_size
+    (size,) = settled_sizes(repo / "daemon.beat")
     time.sleep(1)
     assert (repo / "daemon.beat").stat().st_size == size
     # a command that returns at once leaves no daemon behind either

@@ -16,7 +16,7 @@ import pytest
 from interpreters import MemoryJournal, ScriptedModel, Workspace, WorkspaceError, resume, run
 from interpreters.cli._main import main
 from op import Op, Response, ToolCall, checkpoint, tool
-from tests.helpers import RawJournal
+from tests.helpers import RawJournal, settled_sizes
 
 
 def sh(cwd: Path, *args: str) -> str:
@@ -217,7 +217,7 @@ def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(
     assert result.error == "timed out after 4s; the command and its children were killed"
     assert "started" in result.output
     assert time.monotonic() - t0 < 15
-    sizes = [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")]
+    sizes = settled_sizes(repo / "parent.beat", repo / "child.beat")
     assert min(sizes) > 0
     time.sleep(1)
     assert [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")] == sizes, (
