@@ -307,3 +307,39 @@ def test_only_an_error_that_carries_a_ctrl_c_is_taken_for_one() -> None:
     looped.__context__ = RuntimeError("back")
     looped.__context__.__context__ = looped
     assert not reports_interrupt(looped)
+
+
+@pytest.mark.parametrize(
+    "landed",
+    [
+        "exec('raise KeyboardInterrupt')",  # in a string exec (a dataclass being made)
+        "type('C', (), {'x': Named()})",  # in __set_name__ (3.11 raises a RuntimeError)
+    ],
+)
+def test_a_ctrl_c_as_the_commands_own_module_loads_is_one_line_and_status_130(
+    tmp_path: Path, landed: str
+) -> None:
+    """CI hit both: a Ctrl-C in a string ``exec`` as the command's module loaded ended the
+    process by signal (status -2) after the right line, and one in a ``__set_name__`` (in
+    pydantic's own import) was raised as a RuntimeError with a traceback."""
+    script = (
+        "import sys\n"
+        "class Named:\n"
+        "    def __set_name__(self, owner, name):\n"
+        "        raise KeyboardInterrupt\n"
+        "class Landed:  # the command's module meets a Ctrl-C as it loads\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'interpreters.cli._main':\n"
+        "            sys.meta_path.remove(self)\n"
+        f"            {landed}\n"
+        "sys.meta_path.insert(0, Landed())\n"
+        "sys.argv = ['opdsl', '--version']\n"
+        "from interpreters.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    (tmp_path / "landing.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    proc = subprocess.run(  # run as ``-m``, as ``python -m interpreters`` is (``-c`` exits early)
+        [sys.executable, "-m", "landing"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert _said_one_line(proc, proc.stderr) == "opdsl: stopped; no run was left to continue"
