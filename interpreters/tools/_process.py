@@ -5,7 +5,9 @@ it is given, then at their end). Its output is read
 in chunks under a hard deadline and an idle timeout and handed to ``consume``, which may stop
 the reading. Whatever ends the reading (the output ends, ``consume`` stops it, a timeout, an
 error, the run being cancelled), the process group is ended if it has not exited: SIGTERM,
-``grace`` seconds, SIGKILL, shielded from cancellation, so no run leaves a process behind.
+``grace`` seconds, SIGKILL, shielded from cancellation, so no run leaves a process behind;
+what was below it or in its group and still runs (in a session of its own) is SIGKILLed
+too, and the run goes on once all of them are gone (at most five seconds more).
 """
 
 from __future__ import annotations
@@ -102,15 +104,64 @@ async def run_process(
                 ending = "timeout"  # it closed its output but kept running
     finally:
         with anyio.CancelScope(shield=True):
+            below = _below(process.pid)
             if process.returncode is None:
                 await kill_group(process, grace)
             else:
                 # what it left running in its group (a daemon, a stray child) goes with it
                 with suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
+            for pid, _ in filter(_alive, below):  # out of the group: a session of its own
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             with anyio.move_on_after(5):
                 await process.aclose()
+                while any(map(_alive, below)):
+                    await anyio.sleep(0.01)
     return Finished(ending, process.returncode)
+
+
+def _below(root: int) -> list[tuple[int, str]]:
+    """The processes below ``root`` or in its group, as (pid, start time), read from /proc
+    (none where there is no /proc). Some die only a moment after ``root``: a sandbox's PID
+    namespace is torn down by the kernel after bubblewrap itself is killed, and a command
+    in a session of its own there is no member of the group the kill reaches."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    grouped: list[tuple[int, str]] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # from the state on; the name may hold ")"
+        me = (int(name), fields[19])
+        children.setdefault(int(fields[1]), []).append(me)
+        if fields[2] == str(root) and me[0] != root:
+            grouped.append(me)
+    found: list[tuple[int, str]] = []
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child[0])
+    return found + [p for p in grouped if p not in found]
+
+
+def _alive(process: tuple[int, str]) -> bool:
+    """Whether the process (pid, start time) still runs: not gone, not a zombie, and its pid
+    not handed to another since."""
+    try:
+        stat = Path(f"/proc/{process[0]}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19] == process[1] and fields[0] not in ("Z", "X")
 
 
 async def kill_group(process: Any, grace: float) -> None:

@@ -142,3 +142,20 @@ def test_a_cancelled_caller_leaves_no_process_behind(tmp_path: Path) -> None:
 def test_a_missing_program_is_an_os_error() -> None:
     with pytest.raises(OSError):
         anyio.run(_run, ["/nonexistent/program"])
+
+
+def test_a_child_in_a_session_of_its_own_is_gone_as_a_timed_out_run_returns() -> None:
+    """The group kill misses a child that left the group (``setsid``); what was below the
+    process is killed too, and the call returns once all of it is gone. (One whose parent
+    had already exited is no longer below it: outside bubblewrap, that one is not found.)"""
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    end, out = anyio.run(lambda: _run(_py(code), timeout=2.0))
+    assert end.ending == "timeout"
+    child = int(out.split()[0])
+    assert not _alive(child), "a child in a session of its own outlived the call"

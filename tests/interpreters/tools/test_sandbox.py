@@ -15,7 +15,7 @@ import pytest
 
 from interpreters import Workspace
 from interpreters.tools._sandbox import sandbox_problem
-from tests.helpers import settled_sizes
+from tests.helpers import running
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -113,7 +113,8 @@ def test_no_child_outlives_its_command_even_after_setsid(
     (repo / "daemon.py").write_text(daemon)
     ok, text = run(ws, ["python", "daemon.py"], timeout=2)
     assert not ok and "timed out after 2s" in text
-    (size,) = settled_sizes(repo / "daemon.beat")
+    assert running(b"daemon.beat") == []  # gone as the command returns
+    size = (repo / "daemon.beat").stat().st_size
     time.sleep(1)
     assert (repo / "daemon.beat").stat().st_size == size
     # a command that returns at once leaves no daemon behind either

@@ -16,7 +16,7 @@ import pytest
 from interpreters import MemoryJournal, ScriptedModel, Workspace, WorkspaceError, resume, run
 from interpreters.cli._main import main
 from op import Op, Response, ToolCall, checkpoint, tool
-from tests.helpers import RawJournal, settled_sizes
+from tests.helpers import RawJournal, running
 
 
 def sh(cwd: Path, *args: str) -> str:
@@ -208,7 +208,8 @@ def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(
     script.write_text(
         "import subprocess, sys\n"
         f"BEAT = {beat!r}\n"
-        "subprocess.Popen([sys.executable, '-c', BEAT.replace('TARGET', repr('child.beat'))])\n"
+        "for _ in range(20):\n"  # many: a PID namespace of 20 takes a moment to tear down
+        "    subprocess.Popen([sys.executable, '-c', BEAT.replace('TARGET', repr('child.beat'))])\n"
         "print('started', flush=True)\n"
         "exec(BEAT.replace('TARGET', repr('parent.beat')))\n"
     )
@@ -217,7 +218,10 @@ def test_no_process_outlives_a_timeout_even_children_that_ignore_sigterm(
     assert result.error == "timed out after 4s; the command and its children were killed"
     assert "started" in result.output
     assert time.monotonic() - t0 < 15
-    sizes = settled_sizes(repo / "parent.beat", repo / "child.beat")
+    # gone as it returns: the sandbox's processes die only after bubblewrap itself (its
+    # command runs in a session of its own, out of the group killed); the call waits for them
+    assert running(b"stubborn.py") == running(b"child.beat") == []
+    sizes = [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")]
     assert min(sizes) > 0
     time.sleep(1)
     assert [(repo / f).stat().st_size for f in ("parent.beat", "child.beat")] == sizes, (
