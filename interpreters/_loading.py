@@ -101,7 +101,7 @@ def load_object(ref: str, what: str = "object") -> Any:
     except Exception as exc:  # the module itself raised while it was imported
         raise ProgramNotFound(
             f"cannot import {what} {ref!r}: importing {module_name} raised {type(exc).__name__}: {exc}"
-        ) from None
+        ) from exc  # kept: a Ctrl-C a library raised as it (opdsl then says it stopped)
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -307,7 +307,7 @@ def _check_module(run_id: str, name: str, want: Mapping[str, Any]) -> None:
         except Exception as exc:
             raise ProgramNotFound(
                 f"cannot import {name}: importing it raised {type(exc).__name__}: {exc}"
-            ) from None
+            ) from exc
 
 
 class _CheckedSource(SourceFileLoader):

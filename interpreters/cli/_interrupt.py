@@ -59,16 +59,16 @@ def interrupted(*, ending: bool) -> int:
 
 
 def reports_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C that something caught and raised as another error:
-    raised while handling a KeyboardInterrupt or from one, or pydantic-core's SchemaError,
-    which keeps a KeyboardInterrupt raised while it built a validator (a Ctrl-C landing
-    while a model class is defined, as a command's modules load) only as its last line."""
+    """Whether ``exc`` is a Ctrl-C that something caught and raised as another error: raised
+    from a KeyboardInterrupt (Python 3.11's RuntimeError when one lands in a
+    ``__set_name__``), or pydantic-core's SchemaError, which keeps one raised while it built a
+    validator (a Ctrl-C landing while a model class is defined, as a command's modules load)
+    only as its last line. Explicit causes (``raise ... from``) are followed, as a program's
+    "cannot import" error keeps its import's error; an error that merely came while one was
+    handled (its context: a bug in a run's cleanup after a Ctrl-C) is said as itself."""
     seen: set[int] = set()
-    chain: list[BaseException | None] = [exc]
-    while chain:
-        e = chain.pop()
-        if e is None or id(e) in seen:
-            continue
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, KeyboardInterrupt):
             return True
@@ -76,7 +76,7 @@ def reports_interrupt(exc: BaseException) -> bool:
             lines = str(e).strip().splitlines()
             if lines and lines[-1].strip().startswith("KeyboardInterrupt"):
                 return True
-        chain += [e.__cause__, e.__context__]
+        e = e.__cause__
     return False
 
 

@@ -104,7 +104,8 @@ async def run_process(
                 ending = "timeout"  # it closed its output but kept running
     finally:
         with anyio.CancelScope(shield=True):
-            below = _below(process.pid)
+            # a descendant is looked for only while the command's pid is still its own
+            below = _below(process.pid, descendants=process.returncode is None)
             if process.returncode is None:
                 await kill_group(process, grace)
             else:
@@ -121,31 +122,39 @@ async def run_process(
     return Finished(ending, process.returncode)
 
 
-def _below(root: int) -> list[tuple[int, str]]:
-    """The processes below ``root`` or in its group, as (pid, start time), read from /proc
-    (none where there is no /proc). Some die only a moment after ``root``: a sandbox's PID
-    namespace is torn down by the kernel after bubblewrap itself is killed, and a command
-    in a session of its own there is no member of the group the kill reaches."""
-    children: dict[int, list[tuple[int, str]]] = {}
-    grouped: list[tuple[int, str]] = []
+_Seen = tuple[int, bytes]
+"""A process as found in /proc: its pid and its start time (which a reused pid does not
+share)."""
+
+
+def _below(root: int, *, descendants: bool) -> list[_Seen]:
+    """The processes in ``root``'s group and (``descendants``) below it, read from /proc.
+    Some die only a moment after ``root``: a sandbox's PID namespace is torn down by the
+    kernel after bubblewrap itself is killed, and a command in a session of its own there
+    is no member of the group the kill reaches. None where /proc is not this process's own
+    (another PID namespace's pids would name other processes here) or cannot be read: the
+    group kill is then all there is, as before."""
     try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return []
         names = os.listdir("/proc")
     except OSError:
         return []
+    children: dict[int, list[_Seen]] = {}
+    grouped: list[_Seen] = []
     for name in names:
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit()):
             continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:  # gone meanwhile
+        fields = _stat(int(name))
+        if fields is None or len(fields) < 20:  # gone meanwhile, or not a shape we know
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # from the state on; the name may hold ")"
         me = (int(name), fields[19])
-        children.setdefault(int(fields[1]), []).append(me)
-        if fields[2] == str(root) and me[0] != root:
+        with suppress(ValueError):
+            children.setdefault(int(fields[1]), []).append(me)
+        if fields[2] == str(root).encode() and me[0] != root:
             grouped.append(me)
-    found: list[tuple[int, str]] = []
-    stack = [root]
+    found: list[_Seen] = []
+    stack = [root] if descendants else []
     while stack:
         for child in children.get(stack.pop(), ()):
             found.append(child)
@@ -153,15 +162,26 @@ def _below(root: int) -> list[tuple[int, str]]:
     return found + [p for p in grouped if p not in found]
 
 
-def _alive(process: tuple[int, str]) -> bool:
-    """Whether the process (pid, start time) still runs: not gone, not a zombie, and its pid
-    not handed to another since."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat from the state on (the name before them may hold any
+    bytes, ``)`` and spaces included), or None if it cannot be read."""
     try:
-        stat = Path(f"/proc/{process[0]}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19] == process[1] and fields[0] not in ("Z", "X")
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _alive(process: _Seen) -> bool:
+    """Whether the process still runs: not gone, not a zombie, and its pid not handed to
+    another since."""
+    fields = _stat(process[0])
+    return (
+        fields is not None
+        and len(fields) >= 20
+        and fields[19] == process[1]
+        and fields[0] not in (b"Z", b"X")
+    )
 
 
 async def kill_group(process: Any, grace: float) -> None:

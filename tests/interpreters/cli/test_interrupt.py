@@ -304,9 +304,24 @@ def test_only_an_error_that_carries_a_ctrl_c_is_taken_for_one() -> None:
     said = RuntimeError("the text names KeyboardInterrupt, nothing raised it")
     assert not reports_interrupt(said)
     looped = ValueError("a cycle")
-    looped.__context__ = RuntimeError("back")
-    looped.__context__.__context__ = looped
+    looped.__cause__ = RuntimeError("back")
+    looped.__cause__.__cause__ = looped
     assert not reports_interrupt(looped)
+    # raised from one, through a program's "cannot import" error: a Ctrl-C
+    hook = RuntimeError("Error calling __set_name__")
+    hook.__cause__ = KeyboardInterrupt()
+    wrapped = ValueError("cannot import program")
+    wrapped.__cause__ = hook
+    assert reports_interrupt(wrapped)
+    # a bug (or a full disk) in a run's cleanup as a Ctrl-C stops it is said as itself
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise TypeError("a bug while the run stops") from None
+    except TypeError as bug:
+        assert bug.__context__ is not None
+        assert not reports_interrupt(bug)
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,10 @@ def _alive(pid: int) -> bool:
         return False
     # a zombie is not running; it waits for its parent to read its status
     stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+    if not stat.exists():
+        return True
+    raw = stat.read_bytes()  # the name, in parentheses, may hold any bytes
+    return raw[raw.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def test_output_and_exit_status() -> None:
@@ -159,3 +162,24 @@ def test_a_child_in_a_session_of_its_own_is_gone_as_a_timed_out_run_returns() ->
     assert end.ending == "timeout"
     child = int(out.split()[0])
     assert not _alive(child), "a child in a session of its own outlived the call"
+
+
+def test_a_process_named_with_any_bytes_is_found_and_ended_as_any_other() -> None:
+    """A process may name itself with any bytes (``/proc/self/comm``), ``)`` and spaces and
+    bytes that are not UTF-8 included; /proc shows the name in the line that says whose child
+    it is. A name that is not UTF-8 made every call raise before its kill."""
+    code = (
+        "import subprocess, sys, time\n"
+        'named = \'open("/proc/self/comm", "wb").write(b") x) \\\\xff\\\\xfe"); '
+        "import time; time.sleep(60)'\n"
+        "child = subprocess.Popen([sys.executable, '-c', named], start_new_session=True,"
+        " stdout=subprocess.DEVNULL)\n"
+        "open('/proc/self/comm', 'wb').write(b'\\xff) (')\n"
+        "time.sleep(0.3)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    end, out = anyio.run(lambda: _run(_py(code), timeout=2.0))
+    assert end.ending == "timeout"
+    child = int(out.split()[0])
+    assert not _alive(child), "a process named with odd bytes outlived the call"
