@@ -118,13 +118,13 @@ def running(marker: bytes) -> list[int]:
     """The processes (not zombies) whose command line holds ``marker``, read from /proc."""
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
+        if not (name.isascii() and name.isdigit()) or int(name) == os.getpid():
             continue
         try:
             argv = Path(f"/proc/{name}/cmdline").read_bytes()
-            stat = Path(f"/proc/{name}/stat").read_text()
+            stat = Path(f"/proc/{name}/stat").read_bytes()  # its name may hold any bytes
         except OSError:  # gone meanwhile
             continue
-        if marker in argv and stat[stat.rindex(")") + 2] not in "ZX":
+        if marker in argv and stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
             found.append(int(name))
     return found

@@ -134,14 +134,22 @@ def _below(root: int, *, descendants: bool) -> list[_Seen]:
     is no member of the group the kill reaches. None where /proc is not this process's own
     (another PID namespace's pids would name other processes here) or cannot be read: the
     group kill is then all there is, as before."""
+    if not descendants:
+        try:
+            os.killpg(root, 0)
+        except ProcessLookupError:  # the group is empty: nothing to look for (the usual end)
+            return []
+        except PermissionError:
+            pass
     try:
         if os.readlink("/proc/self") != str(os.getpid()):
             return []
         names = os.listdir("/proc")
     except OSError:
         return []
+    group = str(root).encode()
     children: dict[int, list[_Seen]] = {}
-    grouped: list[_Seen] = []
+    found: dict[_Seen, None] = {}  # in the order found, each once
     for name in names:
         if not (name.isascii() and name.isdigit()):
             continue
@@ -151,15 +159,14 @@ def _below(root: int, *, descendants: bool) -> list[_Seen]:
         me = (int(name), fields[19])
         with suppress(ValueError):
             children.setdefault(int(fields[1]), []).append(me)
-        if fields[2] == str(root).encode() and me[0] != root:
-            grouped.append(me)
-    found: list[_Seen] = []
+        if fields[2] == group and me[0] != root:
+            found[me] = None
     stack = [root] if descendants else []
     while stack:
         for child in children.get(stack.pop(), ()):
-            found.append(child)
+            found[child] = None
             stack.append(child[0])
-    return found + [p for p in grouped if p not in found]
+    return list(found)
 
 
 def _stat(pid: int) -> list[bytes] | None:

@@ -147,39 +147,34 @@ def test_a_missing_program_is_an_os_error() -> None:
         anyio.run(_run, ["/nonexistent/program"])
 
 
-def test_a_child_in_a_session_of_its_own_is_gone_as_a_timed_out_run_returns() -> None:
+_NAMED = 'open("/proc/self/comm", "wb").write(b") x) \\xff\\xfe"); '
+"""A child's first words where it names itself with bytes that are not UTF-8 (``)`` and
+spaces too: /proc shows the name in the line that says whose child it is)."""
+
+
+@pytest.mark.parametrize(
+    ("child_first", "parent_named"),
+    [("", ""), (_NAMED, "open('/proc/self/comm', 'wb').write(b'\\xff) ('); time.sleep(0.3)")],
+    ids=["plain", "named-with-any-bytes"],
+)
+def test_a_child_in_a_session_of_its_own_is_gone_as_a_timed_out_run_returns(
+    child_first: str, parent_named: str
+) -> None:
     """The group kill misses a child that left the group (``setsid``); what was below the
-    process is killed too, and the call returns once all of it is gone. (One whose parent
-    had already exited is no longer below it: outside bubblewrap, that one is not found.)"""
+    process is killed too, and the call returns once all of it is gone. A name that is not
+    UTF-8 (any process may give itself one) made every call raise before its kill. (One
+    whose parent had already exited is no longer below it: outside bubblewrap, that one is
+    not found.)"""
+    child = child_first + "import time; time.sleep(60)"
     code = (
         "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        f"child = subprocess.Popen([sys.executable, '-c', {child!r}],"
         " start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        f"{parent_named}\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     end, out = anyio.run(lambda: _run(_py(code), timeout=2.0))
     assert end.ending == "timeout"
-    child = int(out.split()[0])
-    assert not _alive(child), "a child in a session of its own outlived the call"
-
-
-def test_a_process_named_with_any_bytes_is_found_and_ended_as_any_other() -> None:
-    """A process may name itself with any bytes (``/proc/self/comm``), ``)`` and spaces and
-    bytes that are not UTF-8 included; /proc shows the name in the line that says whose child
-    it is. A name that is not UTF-8 made every call raise before its kill."""
-    code = (
-        "import subprocess, sys, time\n"
-        'named = \'open("/proc/self/comm", "wb").write(b") x) \\\\xff\\\\xfe"); '
-        "import time; time.sleep(60)'\n"
-        "child = subprocess.Popen([sys.executable, '-c', named], start_new_session=True,"
-        " stdout=subprocess.DEVNULL)\n"
-        "open('/proc/self/comm', 'wb').write(b'\\xff) (')\n"
-        "time.sleep(0.3)\n"
-        "print(child.pid, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    end, out = anyio.run(lambda: _run(_py(code), timeout=2.0))
-    assert end.ending == "timeout"
-    child = int(out.split()[0])
-    assert not _alive(child), "a process named with odd bytes outlived the call"
+    pid = int(out.split()[0])
+    assert not _alive(pid), "a child in a session of its own outlived the call"
